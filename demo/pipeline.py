@@ -1,0 +1,399 @@
+"""The demo content pipeline, written against Resumer's pipeline API like any user's would be:
+
+    research → draft → visual → prefill → publish
+
+research searches the (versioned) fact source; draft writes the article; visual renders a
+cover and two body images and uploads them; prefill fills the platform's publish form;
+publish publishes (RECONCILE_FIRST) and pays a promotion fee (NEVER).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from decimal import Decimal
+
+from demo import simulators as sim
+from runs.models import Effect, ReplayPolicy
+from runs.pipeline import (
+    Call,
+    Input,
+    InvalidInput,
+    KeyParts,
+    Pipeline,
+    Reconciliation,
+    Rule,
+    Stage,
+    StageOutput,
+    Tool,
+)
+
+IMAGE_SLOTS = ("body-1", "body-2", "cover")
+PROMOTION_FEE = Decimal("5.00")
+
+
+# --- inputs --------------------------------------------------------------------------------
+
+
+def _facts_current(pinned: dict[str, str]) -> str:
+    topic = pinned.get("topic", "")
+    latest = sim.latest_facts_version(topic)
+    if latest == 0:
+        raise InvalidInput(f"the search source has no facts for topic {topic!r}")
+    return f"v{latest}"
+
+
+def _facts_validate(value: str, pinned: dict[str, str]) -> None:
+    topic = pinned.get("topic", "")
+    if not (value.startswith("v") and value[1:].isdigit()):
+        raise InvalidInput(f"facts version {value!r} must look like v3")
+    if not sim.facts_exist(topic, int(value[1:])):
+        raise InvalidInput(f"facts {value} does not exist for topic {topic!r}")
+
+
+def _constant(value: str):
+    return lambda pinned: value
+
+
+def _nonempty(name: str):
+    def validate(value: str, pinned: dict[str, str]) -> None:
+        if not value.strip() or len(value) > 64:
+            raise InvalidInput(f"{name} must be 1 to 64 characters")
+
+    return validate
+
+
+INPUTS = (
+    Input(
+        "topic",
+        _constant("resumable-agents"),
+        _nonempty("topic"),
+        versioned=False,
+        help="what the article is about",
+    ),
+    Input(
+        "facts",
+        _facts_current,
+        _facts_validate,
+        help="version of the topic's fact sheet",
+    ),
+    Input("account", _constant("acct-42"), _nonempty("account"), versioned=False),
+    Input("platform", _constant("devblog"), _nonempty("platform"), versioned=False),
+)
+
+
+# --- tools -----------------------------------------------------------------------------------
+
+
+def _search(args: dict, key: str) -> dict:
+    return {"facts": sim.search(args["topic"], int(args["version"][1:]))}
+
+
+def _generate(args: dict, key: str) -> dict:
+    return sim.generate_draft(args["topic"], args["facts"])
+
+
+def _render(args: dict, key: str) -> dict:
+    return sim.render(key, args["prompt"])
+
+
+def _render_key(ctx, args: dict) -> KeyParts:
+    return KeyParts(
+        ctx.run.inputs["account"],
+        "renderer",
+        f"{ctx.root_id}/{args['slot']}",
+        hashlib.sha256(args["prompt"].encode()).hexdigest()[:16],
+    )
+
+
+def _upload(args: dict, key: str) -> dict:
+    return sim.upload(key, args["name"], args["svg"].encode())
+
+
+def _upload_key(ctx, args: dict) -> KeyParts:
+    return KeyParts(
+        ctx.run.inputs["account"],
+        "assets",
+        f"{ctx.root_id}/{args['name']}",
+        args["sha256"][:16],
+    )
+
+
+def _publish(args: dict, key: str) -> dict:
+    return sim.publish(
+        args["account"],
+        args["platform"],
+        key,
+        args["title"],
+        args["body"],
+        args["cover_url"],
+    )
+
+
+def _publish_key(ctx, args: dict) -> KeyParts:
+    # delivery_key = sha256(account + platform + canonical draft id + revision)
+    return KeyParts(args["account"], args["platform"], args["draft_id"], args["revision"])
+
+
+def _publish_reconcile(effect: Effect) -> Reconciliation:
+    req = effect.request
+    article = sim.find_article(
+        req["account"], req["platform"], effect.delivery_key, req["content_hash"]
+    )
+    if article is None:
+        return Reconciliation(found=False, detail="no article with this delivery key or content")
+    if article.content_hash != req["content_hash"] or article.title != req["title"]:
+        return Reconciliation(
+            found=True,
+            matches=False,
+            external_id=article.external_id,
+            detail=f"{article.external_id} exists with other content",
+        )
+    return Reconciliation(
+        found=True,
+        external_id=article.external_id,
+        result={
+            "external_id": article.external_id,
+            "url": f"https://{article.platform}.example/a/{article.pk}",
+            "content_hash": article.content_hash,
+        },
+        detail=f"{article.external_id} is live with the same title and content hash",
+    )
+
+
+def _charge(args: dict, key: str) -> dict:
+    return sim.charge(args["account"], key[:32], Decimal(args["amount"]))
+
+
+def _charge_key(ctx, args: dict) -> KeyParts:
+    return KeyParts(args["account"], "card", f"{ctx.root_id}/promotion", args["article"])
+
+
+TOOLS = (
+    Tool("search", ReplayPolicy.SAFE, _search, cost=sim.PRICES["search"], meter="search"),
+    Tool(
+        "generate_draft",
+        ReplayPolicy.SAFE,
+        _generate,
+        cost=sim.PRICES["llm"],
+        meter="llm",
+    ),
+    Tool(
+        "render_image",
+        ReplayPolicy.IDEMPOTENT,
+        _render,
+        key=_render_key,
+        cost=sim.PRICES["render"],
+        meter="render",
+    ),
+    Tool(
+        "upload_asset",
+        ReplayPolicy.IDEMPOTENT,
+        _upload,
+        key=_upload_key,
+        cost=sim.PRICES["upload"],
+        meter="upload",
+    ),
+    Tool(
+        "publish_article",
+        ReplayPolicy.RECONCILE_FIRST,
+        _publish,
+        key=_publish_key,
+        reconcile=_publish_reconcile,
+        cost=sim.PRICES["publish"],
+        meter="publish",
+    ),
+    Tool(
+        "charge_card",
+        ReplayPolicy.NEVER,
+        _charge,
+        key=_charge_key,
+        cost=PROMOTION_FEE,
+        meter="charge",
+    ),
+)
+
+
+# --- stages ----------------------------------------------------------------------------------
+
+
+def research(ctx) -> StageOutput:
+    result = ctx.call("search", "search", topic=ctx.inputs["topic"], version=ctx.inputs["facts"])
+    facts = result["facts"]
+    return StageOutput(
+        outputs={"fact_count": len(facts), "facts_version": ctx.inputs["facts"]},
+        artifacts={"facts": (json.dumps(facts, indent=2).encode(), "application/json")},
+    )
+
+
+def draft(ctx) -> StageOutput:
+    facts = json.loads(ctx.upstream_artifact("research", "facts"))
+    result = ctx.call("generate", "generate_draft", topic=ctx.run.inputs["topic"], facts=facts)
+    body = result["body"]
+    revision = "r-" + hashlib.sha256(f"{result['title']}\n{body}".encode()).hexdigest()[:12]
+    return StageOutput(
+        outputs={
+            "title": result["title"],
+            "revision": revision,
+            "draft_id": f"{ctx.root_id}/draft",
+            "fact_count": len(facts),
+            "words": len(body.split()),
+        },
+        artifacts={"draft": (body.encode(), "text/markdown")},
+    )
+
+
+def visual(ctx) -> StageOutput:
+    title = ctx.upstream("draft").outputs["title"]
+    images, assets = {}, {}
+    for slot in IMAGE_SLOTS:
+        image = ctx.call(f"render-{slot}", "render_image", slot=slot, prompt=f"{slot}: {title}")
+        asset = ctx.call(
+            f"upload-{slot}",
+            "upload_asset",
+            name=slot,
+            sha256=image["sha256"],
+            svg=image["svg"],
+        )
+        images[f"image-{slot}"] = (image["svg"].encode(), "image/svg+xml")
+        assets[slot] = asset["url"]
+    return StageOutput(outputs={"assets": assets}, artifacts=images)
+
+
+def prefill(ctx) -> StageOutput:
+    draft_cp = ctx.upstream("draft").outputs
+    assets = ctx.upstream("visual").outputs["assets"]
+    form = {
+        "title": draft_cp["title"],
+        "summary": f"{draft_cp['fact_count']} facts on resumable agents",
+        "tags": ["agents", "reliability"],
+        "cover_url": assets.get("cover", ""),
+        "images": [assets[s] for s in IMAGE_SLOTS if s != "cover" and s in assets],
+    }
+    return StageOutput(
+        outputs={"form": form},
+        artifacts={"form": (json.dumps(form, indent=2).encode(), "application/json")},
+    )
+
+
+def publish(ctx) -> StageOutput:
+    form = ctx.upstream("prefill").outputs["form"]
+    draft_cp = ctx.upstream("draft")
+    body = ctx.upstream_artifact("draft", "draft").decode()
+    inputs = ctx.run.inputs
+    article = ctx.call(
+        "publish",
+        "publish_article",
+        account=inputs["account"],
+        platform=inputs["platform"],
+        title=form["title"],
+        body=body,
+        cover_url=form["cover_url"],
+        draft_id=draft_cp.outputs["draft_id"],
+        revision=draft_cp.outputs["revision"],
+        content_hash=sim.content_hash(form["title"], body),
+    )
+    charge = ctx.call(
+        "promote-charge",
+        "charge_card",
+        account=inputs["account"],
+        amount=str(PROMOTION_FEE),
+        article=article["external_id"],
+    )
+    return StageOutput(
+        outputs={
+            "article_id": article["external_id"],
+            "url": article["url"],
+            "charge_id": charge["external_id"] if charge else "",
+        }
+    )
+
+
+def _images(out: StageOutput) -> list[bytes]:
+    return [data for name, (data, _) in out.artifacts.items() if name.startswith("image-")]
+
+
+content_pipeline = Pipeline(
+    name="content",
+    description="research → draft → visual → prefill → publish",
+    inputs=INPUTS,
+    tools=TOOLS,
+    stages=(
+        Stage(
+            "research",
+            research,
+            consumes=("topic", "facts"),
+            tools=("search",),
+            calls=(Call("search", "search"),),
+            rules=(
+                Rule("facts.count >= 3", lambda o: o.outputs["fact_count"] >= 3),
+                Rule(
+                    "facts.all_sourced",
+                    lambda o: all(f.get("source") for f in json.loads(o.artifacts["facts"][0])),
+                ),
+            ),
+        ),
+        Stage(
+            "draft",
+            draft,
+            tools=("generate_draft",),
+            calls=(Call("generate", "generate_draft"),),
+            rules=(
+                Rule("draft.has_title", lambda o: bool(o.outputs["title"].strip())),
+                Rule("draft.words >= 40", lambda o: o.outputs["words"] >= 40),
+                Rule(
+                    "draft.cites_every_fact",
+                    lambda o: all(
+                        f"[{i}]" in o.artifacts["draft"][0].decode()
+                        for i in range(1, o.outputs["fact_count"] + 1)
+                    ),
+                ),
+            ),
+        ),
+        Stage(
+            "visual",
+            visual,
+            tools=("render_image", "upload_asset"),
+            calls=tuple(
+                c
+                for slot in IMAGE_SLOTS
+                for c in (
+                    Call(f"render-{slot}", "render_image"),
+                    Call(f"upload-{slot}", "upload_asset"),
+                )
+            ),
+            rules=(
+                Rule("image.count == 3", lambda o: len(_images(o)) == 3),
+                Rule(
+                    "image.watermark == false",
+                    lambda o: all(b"watermark" not in img for img in _images(o)),
+                ),
+                Rule("assets.uploaded == 3", lambda o: len(o.outputs["assets"]) == 3),
+            ),
+        ),
+        Stage(
+            "prefill",
+            prefill,
+            rules=(
+                Rule(
+                    "title.length <= 100",
+                    lambda o: 0 < len(o.outputs["form"]["title"]) <= 100,
+                ),
+                Rule("cover.present", lambda o: bool(o.outputs["form"]["cover_url"])),
+            ),
+        ),
+        Stage(
+            "publish",
+            publish,
+            tools=("publish_article", "charge_card"),
+            calls=(
+                Call("publish", "publish_article"),
+                Call("promote-charge", "charge_card"),
+            ),
+            rules=(
+                Rule("article.live", lambda o: o.outputs["article_id"].startswith("art-")),
+                Rule("charge.settled", lambda o: "charge_id" in o.outputs),
+            ),
+        ),
+    ),
+)

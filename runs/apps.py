@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.db.backends.signals import connection_created
+
+
+def _register_sqlite_guard(sender, connection, **kwargs) -> None:
+    # The SQLite triggers on events and checkpoints call resumer_maintenance(); only this
+    # application's connections define it, so a raw sqlite3 client fails closed.
+    if connection.vendor != "sqlite":
+        return
+    connection.connection.create_function(
+        "resumer_maintenance",
+        0,
+        lambda: int(bool(getattr(connection, "_resumer_maintenance", False))),
+        deterministic=False,
+    )
+
+
+class RunsConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "runs"
+    verbose_name = "Resumer runs"
+
+    def ready(self) -> None:
+        connection_created.connect(_register_sqlite_guard, dispatch_uid="resumer_sqlite_guard")

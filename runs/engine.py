@@ -1,0 +1,636 @@
+"""Stage execution: what a worker does with one stage job.
+
+    acquire the lease (new fencing token) → consume the run's ticket and append STARTED →
+    run the stage function; every tool call goes through StageContext.call (effect intent
+    before, external id after) → verify the output's rules → VERIFIED + checkpoint (or FAILED)
+    → queue the next stage → release the lease.
+
+A heartbeat thread renews the lease while the stage runs. Every write checks the token, so a
+worker that lost its lease stops at its next write having written nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models.functions import Now
+
+from runs import artifacts, leases, ledger
+from runs.ledger import LeaseLost, LedgerError, Writer
+from runs.models import Checkpoint, Effect, Event, ReplayPolicy, Run
+from runs.pipeline import (
+    InvalidInput,
+    Pipeline,
+    Reconciliation,
+    StageOutput,
+    ToolRejected,
+    registry,
+)
+
+log = logging.getLogger("runs.engine")
+
+CRASH_WHEN = ("before", "after")
+
+
+class StageStopped(Exception):
+    """The stage cannot go on; the run's new status and its event are already written."""
+
+
+class OutcomeUnknown(Exception):
+    """An external call neither confirmed nor refused (a time-out, a dropped connection)."""
+
+
+def worker_identity() -> str:
+    return f"worker:{socket.gethostname()}:{os.getpid()}"
+
+
+# --- Starting runs -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CrashPoint:
+    stage: str
+    call: str
+    when: str
+
+    @classmethod
+    def parse(cls, spec: str, pipeline: Pipeline) -> CrashPoint:
+        parts = spec.split("/")
+        if len(parts) != 3:
+            raise InvalidInput(f"crash point {spec!r} must look like stage/call/before|after")
+        stage, call, when = parts
+        if stage not in pipeline.stage_names:
+            raise InvalidInput(f"crash point: unknown stage {stage!r}")
+        known_calls = {c.call_id for c in pipeline.stage(stage).calls}
+        if call not in known_calls:
+            raise InvalidInput(
+                f"crash point: stage {stage} has no call {call!r} (it has {', '.join(sorted(known_calls))})"
+            )
+        if when not in CRASH_WHEN:
+            raise InvalidInput(f"crash point: {when!r} is neither 'before' nor 'after'")
+        return cls(stage, call, when)
+
+    def __str__(self) -> str:
+        return f"{self.stage}/{self.call}/{self.when}"
+
+
+def validate_options(pipeline: Pipeline, options: dict[str, Any]) -> dict[str, Any]:
+    """Check the demo knobs: delay (seconds per call), crash and timeout points, stalls."""
+    clean: dict[str, Any] = {}
+    for name, value in options.items():
+        if name == "delay":
+            try:
+                delay = float(value)
+            except (TypeError, ValueError):
+                raise InvalidInput(f"delay must be a number of seconds, not {value!r}") from None
+            if not 0 <= delay <= 60:
+                raise InvalidInput("delay must be between 0 and 60 seconds")
+            clean["delay"] = delay
+        elif name in ("crash", "timeout"):
+            spec = str(CrashPoint.parse(str(value), pipeline))
+            clean[name] = spec
+        elif name == "stall":
+            stalls = {}
+            for point, seconds in dict(value).items():
+                stage, _, call = point.partition("/")
+                CrashPoint.parse(f"{stage}/{call}/before", pipeline)
+                stalls[point] = float(seconds)
+            clean["stall"] = stalls
+        else:
+            raise InvalidInput(f"unknown run option {name!r}")
+    return clean
+
+
+def start_run(
+    pipeline_name: str,
+    inputs: dict[str, str] | None = None,
+    *,
+    actor: str,
+    options: dict[str, Any] | None = None,
+    enqueue: bool = True,
+) -> Run:
+    """Validate, create the run with its pinned inputs, and queue its first stage."""
+    pipeline = registry.get(pipeline_name)
+    pinned = pipeline.resolve_inputs(dict(inputs or {}))
+    clean = validate_options(pipeline, dict(options or {}))
+    ticket = uuid.uuid4().hex
+    with transaction.atomic():
+        run = ledger.create_run(
+            pipeline.name,
+            inputs=pinned,
+            actor=actor,
+            first_stage=pipeline.stage_names[0],
+            options=clean,
+            payload={"stages": list(pipeline.stage_names), "options": clean},
+            ticket=ticket,
+        )
+        if enqueue:
+            transaction.on_commit(lambda: dispatch(run.pk, pipeline.stage_names[0], ticket))
+    return run
+
+
+def dispatch(run_pk: int, stage: str, ticket: str) -> bool:
+    """Put the stage job on the queue. A Redis failure is logged, not raised: the ticket stays
+    pending and the sweeper turns a job Redis never got into an interrupted run."""
+    from runs import jobs
+
+    try:
+        jobs.enqueue_stage(run_pk, stage, ticket)
+        return True
+    except Exception as exc:  # redis.exceptions.ConnectionError and friends
+        log.warning("could not queue run-%s/%s: %s", run_pk, stage, exc)
+        return False
+
+
+# --- Executing a stage ---------------------------------------------------------------------
+
+
+class Heartbeat(threading.Thread):
+    """Renews the lease every TTL/3 until stopped or the lease is lost."""
+
+    def __init__(self, writer: Writer) -> None:
+        super().__init__(daemon=True, name=f"heartbeat-run-{writer.run_id}")
+        self.writer = writer
+        self.lost = threading.Event()
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        interval = max(leases.ttl_seconds() / 3, 0.05)
+        try:
+            while not self._stop_event.wait(interval):
+                try:
+                    leases.renew(self.writer.run_id, self.writer.token)
+                except LeaseLost:
+                    self.lost.set()
+                    return
+                except Exception as exc:  # database hiccup: try again next beat
+                    log.warning("heartbeat for run-%s failed: %s", self.writer.run_id, exc)
+                    connection.close()
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=5)
+
+
+def execute(run_pk: int, stage_name: str, ticket: str, *, holder: str | None = None) -> str:
+    """Run one stage of one run. Returns a short outcome word for the job's result."""
+    holder = holder or worker_identity()
+    try:
+        token = leases.acquire(run_pk, holder)
+    except leases.LeaseBusy:
+        log.info(
+            "run-%s is leased by another worker; job %s/%s skipped",
+            run_pk,
+            stage_name,
+            ticket,
+        )
+        return "busy"
+    writer = Writer(run_pk, token, holder)
+    heartbeat = Heartbeat(writer)
+    try:
+        run = _begin(writer, stage_name, ticket)
+        if run is None:
+            return "nothing-to-do"
+        heartbeat.start()
+        return _run_stage(writer, run, stage_name)
+    except StageStopped as exc:
+        log.info("run-%s stopped in %s: %s", run_pk, stage_name, exc)
+        return "stopped"
+    except LeaseLost as exc:
+        log.warning("%s", exc)
+        return "lease-lost"
+    finally:
+        if heartbeat.is_alive():
+            heartbeat.stop()
+        leases.release(run_pk, token)
+
+
+def _begin(writer: Writer, stage_name: str, ticket: str) -> Run | None:
+    """Consume the ticket and append STARTED, or find that this job has nothing to do (a
+    duplicate delivery, a stage already done, a run an operator has not resumed)."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=writer.run_id)
+        if (
+            not ticket
+            or run.ticket != ticket
+            or run.current_stage != stage_name
+            or not run.is_active
+        ):
+            return None
+        pipeline = registry.get(run.pipeline)
+        stage = pipeline.stage(stage_name)
+        ledger.append(
+            writer,
+            Event.Type.STARTED,
+            stage=stage_name,
+            inputs={name: run.inputs.get(name) for name in stage.consumes},
+            payload={
+                "worker": writer.actor,
+                "token": writer.token,
+                "attempt": run.attempt,
+            },
+            status=Run.Status.RUNNING,
+            ticket="",
+            queued_at=None,
+        )
+    run.refresh_from_db()
+    return run
+
+
+def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
+    pipeline = registry.get(run.pipeline)
+    stage = pipeline.stage(stage_name)
+    ctx = StageContext(writer, run, pipeline, stage_name)
+    try:
+        output = stage.run(ctx)
+        if not isinstance(output, StageOutput):
+            raise TypeError(f"stage {stage_name} returned {type(output).__name__}, not StageOutput")
+    except (LeaseLost, StageStopped):
+        raise  # the run's status and its event are written already, or cannot be
+    except Exception as exc:
+        ledger.append(
+            writer,
+            Event.Type.FAILED,
+            stage=stage_name,
+            payload={"error": f"{type(exc).__name__}: {exc}"[:2000]},
+            status=Run.Status.FAILED,
+        )
+        return "failed"
+
+    results = [rule.evaluate(output) for rule in stage.rules]
+    failed = [r for r in results if not r["passed"]]
+    if failed:
+        ledger.append(
+            writer,
+            Event.Type.FAILED,
+            stage=stage_name,
+            payload={"error": "verification failed", "rules": results},
+            status=Run.Status.FAILED,
+        )
+        return "verification-failed"
+
+    stored = [
+        artifacts.store(f"{stage_name}/{run.public_id}/{name}", data, content_type, run=run)
+        for name, (data, content_type) in output.artifacts.items()
+    ]
+    manifest = {
+        "inputs": {name: run.inputs.get(name) for name in stage.consumes},
+        "pinned": dict(run.inputs),
+        "artifacts": [
+            {
+                "name": name,
+                "uri": a.uri,
+                "sha256": a.sha256,
+                "size": a.size,
+                "content_type": a.content_type,
+            }
+            for name, a in zip(output.artifacts, stored, strict=True)
+        ],
+        "rules": results,
+        "outputs": output.outputs,
+    }
+    next_stage = pipeline.next_stage(stage_name)
+    ticket = uuid.uuid4().hex if next_stage else ""
+    with transaction.atomic():
+        ledger.write_checkpoint(
+            writer,
+            run,
+            stage=stage_name,
+            next_stage=next_stage,
+            manifest=manifest,
+            status=Run.Status.RUNNING,
+            current_stage=next_stage or stage_name,
+            ticket=ticket,
+            queued_at=Now() if next_stage else None,
+        )
+        if next_stage:
+            transaction.on_commit(lambda: dispatch(run.pk, next_stage, ticket))
+        else:
+            ledger.append(writer, Event.Type.SUCCEEDED, payload={}, status=Run.Status.SUCCEEDED)
+    return "verified"
+
+
+# --- The context a stage function sees -----------------------------------------------------
+
+
+def request_hash(tool: str, args: dict[str, Any]) -> str:
+    return hashlib.sha256(ledger.canonical_json({"tool": tool, "args": args}).encode()).hexdigest()
+
+
+class StageContext:
+    """What a stage function may do: read its pinned inputs and upstream outputs, and call
+    tools through the effect ledger."""
+
+    def __init__(self, writer: Writer, run: Run, pipeline: Pipeline, stage: str) -> None:
+        self.writer = writer
+        self.run = run
+        self.pipeline = pipeline
+        self.stage = stage
+        self._spec = pipeline.stage(stage)
+        self.inputs = {name: run.inputs.get(name) for name in self._spec.consumes}
+
+    @property
+    def run_id(self) -> str:
+        return self.run.public_id
+
+    @property
+    def root_id(self) -> str:
+        return self.run.root.public_id
+
+    # Upstream ------------------------------------------------------------------------------
+
+    def upstream(self, stage: str) -> Checkpoint:
+        checkpoint = latest_checkpoint(self.run, stage)
+        if checkpoint is None:
+            raise LookupError(f"{self.run.public_id} has no verified {stage} checkpoint")
+        return checkpoint
+
+    def upstream_artifact(self, stage: str, name: str) -> bytes:
+        for entry in self.upstream(stage).artifacts:
+            if entry["name"] == name:
+                data = artifacts.read(entry["uri"])
+                if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+                    raise artifacts.ArtifactMissing(
+                        f"{entry['uri']} no longer matches its checkpoint"
+                    )
+                return data
+        raise LookupError(f"the {stage} checkpoint has no artifact {name!r}")
+
+    # Faults (demo) ---------------------------------------------------------------------------
+
+    def _fault(self, call_id: str, when: str) -> None:
+        options = self.run.options or {}
+        if options.get("crash") == f"{self.stage}/{call_id}/{when}" and self.run.attempt == 0:
+            log.error(
+                "fault injection: killing worker %s at %s/%s/%s",
+                os.getpid(),
+                self.stage,
+                call_id,
+                when,
+            )
+            # Die the way an OOM kill or a lost machine does: no cleanup, no last write.
+            os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(60)  # pragma: no cover - the signal arrives first
+
+    def _before_call(self, call_id: str) -> None:
+        options = self.run.options or {}
+        stall = (options.get("stall") or {}).get(f"{self.stage}/{call_id}")
+        if stall:
+            time.sleep(float(stall))
+        if options.get("delay"):
+            time.sleep(float(options["delay"]))
+
+    def _timed_out(self, call_id: str) -> bool:
+        options = self.run.options or {}
+        return options.get("timeout") == f"{self.stage}/{call_id}/after" and self.run.attempt == 0
+
+    # Tool calls ---------------------------------------------------------------------------
+
+    def call(self, call_id: str, tool_name: str, **args: Any) -> Any:
+        if tool_name not in self._spec.tools:
+            raise LedgerError(f"stage {self.stage} may not call tool {tool_name!r}")
+        tool = self.pipeline.tool(tool_name)
+        if tool.policy == ReplayPolicy.SAFE:
+            return self._call_safe(call_id, tool, args)
+        return self._call_effect(call_id, tool, args)
+
+    def _call_safe(self, call_id: str, tool, args: dict[str, Any]) -> Any:
+        ledger.append(
+            self.writer,
+            Event.Type.TOOL_CALLED,
+            stage=self.stage,
+            payload={
+                "call": call_id,
+                "tool": tool.name,
+                "policy": tool.policy,
+                "args": args,
+            },
+        )
+        self._fault(call_id, "before")
+        self._before_call(call_id)
+        started = time.monotonic()
+        result = tool.call(args, "")
+        if self._timed_out(call_id):
+            raise OutcomeUnknown(f"{tool.name} timed out")
+        self._fault(call_id, "after")
+        ledger.append(
+            self.writer,
+            Event.Type.TOOL_RESULT,
+            stage=self.stage,
+            payload={
+                "call": call_id,
+                "tool": tool.name,
+                "result": result,
+                "cost": str(tool.cost),
+                "duration_ms": _ms(started),
+            },
+        )
+        return result
+
+    def _call_effect(self, call_id: str, tool, args: dict[str, Any]) -> Any:
+        parts = tool.key(self, args)
+        key = parts.key
+        req_hash = request_hash(tool.name, args)
+        existing = Effect.objects.filter(delivery_key=key).first()
+        if existing is not None:
+            if existing.request_hash != req_hash:
+                self._stop(
+                    Run.Status.FAILED,
+                    Event.Type.FAILED,
+                    f"delivery key {key[:12]}… was used for a different {tool.name} request",
+                )
+            if existing.status == Effect.Status.CONFIRMED:
+                ledger.append(
+                    self.writer,
+                    Event.Type.TOOL_RESULT,
+                    stage=self.stage,
+                    idempotency_key=key,
+                    payload={
+                        "call": call_id,
+                        "tool": tool.name,
+                        "reused": True,
+                        "external_id": existing.external_id,
+                        "cost": "0",
+                    },
+                )
+                return existing.result
+            if existing.status == Effect.Status.ABANDONED:
+                ledger.append(
+                    self.writer,
+                    Event.Type.TOOL_RESULT,
+                    stage=self.stage,
+                    idempotency_key=key,
+                    payload={
+                        "call": call_id,
+                        "tool": tool.name,
+                        "skipped": True,
+                        "reason": "a supervisor abandoned this effect",
+                    },
+                )
+                return None
+            if existing.status in (Effect.Status.INTENT, Effect.Status.UNKNOWN):
+                if tool.policy == ReplayPolicy.NEVER:
+                    self._stop(
+                        Run.Status.NEEDS_APPROVAL,
+                        Event.Type.NEEDS_APPROVAL,
+                        f"{tool.name} ({call_id}) may already have happened and is never "
+                        "re-run automatically: a supervisor must resolve it in the ledger",
+                        key=key,
+                    )
+                if tool.reconcile is not None:
+                    answer = tool.reconcile(existing)
+                    found = self._apply_reconciliation(existing, answer)
+                    if found is not None:
+                        return found
+        effect = ledger.record_intent(
+            self.writer,
+            {
+                "delivery_key": key,
+                "run": self.run,
+                "stage": self.stage,
+                "call_id": call_id,
+                "tool": tool.name,
+                "policy": tool.policy,
+                "target": parts.target,
+                "request_hash": req_hash,
+                "request": args,
+            },
+            event_payload={
+                "call": call_id,
+                "tool": tool.name,
+                "policy": tool.policy,
+                "target": parts.target,
+                "args": args,
+            },
+        )
+        self._fault(call_id, "before")
+        self._before_call(call_id)
+        started = time.monotonic()
+        try:
+            result = tool.call(args, key)
+            if self._timed_out(call_id):
+                raise OutcomeUnknown(f"{tool.name} did not answer in time")
+        except ToolRejected as exc:
+            ledger.record_outcome(self.writer, effect, status=Effect.Status.FAILED, error=str(exc))
+            raise
+        except Exception as exc:
+            # We cannot tell whether the call happened: say so, never guess.
+            ledger.record_outcome(
+                self.writer,
+                effect,
+                status=Effect.Status.UNKNOWN,
+                error=f"{type(exc).__name__}: {exc}"[:2000],
+                event_type=Event.Type.FAILED,
+                event_payload={
+                    "call": call_id,
+                    "tool": tool.name,
+                    "status": "unknown",
+                    "error": f"outcome unknown: {type(exc).__name__}: {exc}"[:2000],
+                },
+                run_status=Run.Status.FAILED,
+            )
+            raise StageStopped(str(exc)) from exc
+        self._fault(call_id, "after")
+        ledger.record_outcome(
+            self.writer,
+            effect,
+            status=Effect.Status.CONFIRMED,
+            external_id=str(result["external_id"]),
+            result=result,
+            cost=tool.cost,
+            event_payload={
+                "call": call_id,
+                "tool": tool.name,
+                "status": "confirmed",
+                "external_id": str(result["external_id"]),
+                "cost": str(tool.cost),
+                "duration_ms": _ms(started),
+                "result": _summary(result),
+            },
+        )
+        return result
+
+    def _apply_reconciliation(self, effect: Effect, answer: Reconciliation) -> Any:
+        if not answer.found:
+            return None
+        if not answer.matches:
+            self._stop(
+                Run.Status.NEEDS_APPROVAL,
+                Event.Type.NEEDS_APPROVAL,
+                f"{effect.tool} ({effect.call_id}) found on the target but it differs: "
+                f"{answer.detail}",
+                key=effect.delivery_key,
+            )
+        ledger.record_outcome(
+            self.writer,
+            effect,
+            status=Effect.Status.CONFIRMED,
+            external_id=answer.external_id,
+            result=answer.result,
+            cost=effect.cost,
+            event_type=Event.Type.RECONCILED,
+            event_payload={
+                "call": effect.call_id,
+                "tool": effect.tool,
+                "found": True,
+                "external_id": answer.external_id,
+                "detail": answer.detail,
+            },
+        )
+        return answer.result
+
+    def _stop(self, status: str, event_type: str, reason: str, *, key: str = "") -> None:
+        ledger.append(
+            self.writer,
+            event_type,
+            stage=self.stage,
+            idempotency_key=key,
+            payload={"error": reason},
+            status=status,
+        )
+        raise StageStopped(reason)
+
+
+def latest_checkpoint(run: Run, stage: str) -> Checkpoint | None:
+    """The newest checkpoint of `stage` this run can build on: its own, else those its
+    branch point inherits (up to that checkpoint's seq, on whichever ancestor holds it)."""
+    node: Run | None = run
+    limit: int | None = None
+    while node is not None:
+        query = Checkpoint.objects.filter(run=node, stage=stage)
+        if limit is not None:
+            query = query.filter(last_seq__lte=limit)
+        found = query.order_by("-last_seq").first()
+        if found is not None:
+            return found
+        point = node.branch_checkpoint
+        if point is None:  # a root run, or a branch that starts from the beginning
+            return None
+        node, limit = point.run, point.last_seq
+    return None
+
+
+def _ms(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
+
+
+def _summary(result: Any) -> Any:
+    """Keep events small: long strings in a result are cut (the effect keeps the whole)."""
+    if isinstance(result, dict):
+        return {
+            k: (v[:200] + "…" if isinstance(v, str) and len(v) > 200 else v)
+            for k, v in result.items()
+        }
+    return result

@@ -1,0 +1,39 @@
+"""RQ jobs. They take primary keys and stay thin: the work is in engine.py."""
+
+from __future__ import annotations
+
+import django_rq
+from django.conf import settings
+from django.db import close_old_connections, connections
+
+from runs import engine
+
+
+def job_id(run_pk: int, ticket: str) -> str:
+    # The ticket is in the id, so a stage queued twice for one ticket is one RQ job.
+    return f"run-{run_pk}-{ticket}"
+
+
+def queue():
+    return django_rq.get_queue(settings.RESUMER_QUEUE)
+
+
+def enqueue_stage(run_pk: int, stage: str, ticket: str) -> None:
+    queue().enqueue(
+        execute_stage,
+        run_pk,
+        stage,
+        ticket,
+        job_id=job_id(run_pk, ticket),
+        result_ttl=3600,
+        failure_ttl=24 * 3600,
+    )
+
+
+def execute_stage(run_pk: int, stage: str, ticket: str) -> str:
+    close_old_connections()
+    try:
+        return engine.execute(run_pk, stage, ticket)
+    finally:
+        # The worker's process lives on between jobs; never carry a connection across them.
+        connections.close_all()

@@ -1,0 +1,99 @@
+"""The single-writer lease of a run, by compare-and-set on the database's clock.
+
+A lease is (holder, token, expires_at). Taking it always bumps the token; renewing and every
+ledger write compare the token *and* the expiry in the same statement, so a worker that slept
+through a takeover (or simply ran out of time) cannot write, whatever its own clock says.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Q, Value
+from django.db.models.functions import Now
+
+from runs.models import Lease
+
+
+class LeaseLost(Exception):
+    """The writer's fencing token is no longer current (taken over or expired)."""
+
+    def __init__(self, run_id: int, token: int | None) -> None:
+        super().__init__(
+            f"lease lost: run-{run_id} is no longer held with fencing token {token}; "
+            "another writer took over or the lease expired, so nothing was written"
+        )
+        self.run_id = run_id
+        self.token = token
+
+
+class LeaseBusy(Exception):
+    """Somebody else holds an unexpired lease on the run."""
+
+
+def ttl_seconds() -> float:
+    return float(settings.RESUMER_LEASE_TTL)
+
+
+def db_now_plus(seconds: float):
+    """`now() + seconds` evaluated by the database, so every process agrees on time."""
+    return ExpressionWrapper(
+        Now() + Value(timedelta(seconds=seconds), output_field=DurationField()),
+        output_field=DateTimeField(),
+    )
+
+
+def current(run_id: int) -> Lease:
+    return Lease.objects.get(run_id=run_id)
+
+
+def acquire(run_id: int, holder: str, *, ttl: float | None = None, takeover: bool = False) -> int:
+    """Take the run's lease and return the new fencing token.
+
+    Without `takeover` the lease must be free (expired or released). With it the caller
+    takes the lease regardless: used by the sweeper and by an approved resume, both of which
+    decide that the previous holder is gone; the token bump fences it if it is not.
+    """
+    ttl = ttl_seconds() if ttl is None else ttl
+    seen = Lease.objects.filter(run_id=run_id).values_list("token", flat=True).first()
+    if seen is None:
+        raise Lease.DoesNotExist(f"run-{run_id} has no lease row")
+    query = Lease.objects.filter(run_id=run_id, token=seen)
+    if not takeover:
+        query = query.filter(expires_at__lte=Now())
+    # A concurrent taker that bumped the token after our read makes this match nothing:
+    # it won, we report busy, and no two callers ever hold the same token.
+    updated = query.update(
+        token=seen + 1,
+        holder=holder,
+        expires_at=db_now_plus(ttl),
+        heartbeat_at=Now(),
+        acquired_at=Now(),
+    )
+    if updated == 1:
+        return seen + 1
+    raise LeaseBusy(f"run-{run_id} is leased by another worker")
+
+
+def renew(run_id: int, token: int, *, ttl: float | None = None) -> None:
+    ttl = ttl_seconds() if ttl is None else ttl
+    updated = Lease.objects.filter(run_id=run_id, token=token, expires_at__gt=Now()).update(
+        expires_at=db_now_plus(ttl), heartbeat_at=Now()
+    )
+    if updated != 1:
+        raise LeaseLost(run_id, token)
+
+
+def release(run_id: int, token: int) -> bool:
+    """Give the lease up early so the next stage's worker can take it at once."""
+    return Lease.objects.filter(run_id=run_id, token=token).update(holder="", expires_at=Now()) == 1
+
+
+def holds(run_id: int, token: int) -> bool:
+    return Lease.objects.filter(run_id=run_id, token=token, expires_at__gt=Now()).exists()
+
+
+def held_filter(token: int) -> Q:
+    """The fencing condition as a filter on Run, for use inside another statement."""
+    return Q(lease__token=token, lease__expires_at__gt=Now())

@@ -1,0 +1,408 @@
+"""The run ledger: runs, their append-only events, verified checkpoints, the effect ledger,
+content-addressed artifacts and the single-writer lease.
+
+Rules about one row's state live here. Flows that touch several rows live in plain modules:
+`ledger.py` (the one append path), `leases.py`, `engine.py`, `planner.py`, `resume.py`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.db import models
+from django.db.models.functions import Now
+
+
+class ImmutableRowError(Exception):
+    """Raised when code tries to change or delete an append-only row."""
+
+
+class AppendOnlyQuerySet(models.QuerySet):
+    # Bulk paths bypass Model.save()/delete(), so they are closed here too. The database
+    # triggers (migration 0002) close the raw-SQL paths.
+    def update(self, **kwargs: Any) -> int:
+        raise ImmutableRowError(f"{self.model.__name__} rows are append-only")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise ImmutableRowError(f"{self.model.__name__} rows are append-only")
+
+    delete.queryset_only = True  # type: ignore[attr-defined]
+
+
+class AppendOnlyModel(models.Model):
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise ImmutableRowError(f"{type(self).__name__} rows are append-only")
+        kwargs["force_insert"] = True
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise ImmutableRowError(f"{type(self).__name__} rows are append-only")
+
+
+class RunStatus(models.TextChoices):
+    # Created, first stage queued, no worker has started yet.
+    PENDING = "pending", "Pending"
+    # A stage is executing or queued between stages; a worker holds or will take the lease.
+    RUNNING = "running", "Running"
+    # The worker went away (lease expired, job lost); facts are intact, a human decides.
+    INTERRUPTED = "interrupted", "Interrupted"
+    # A stage raised or its output failed verification.
+    FAILED = "failed", "Failed"
+    # The engine stopped before an effect it must not guess about (NEVER policy, or an
+    # outcome it could not learn); a supervisor or operator has to decide.
+    NEEDS_APPROVAL = "needs_approval", "Needs approval"
+    # An operator approved a plan; the next stage is queued.
+    RESUMING = "resuming", "Resuming"
+    SUCCEEDED = "succeeded", "Succeeded"
+    # Replaced by an upgrade branch; kept read-only for its history.
+    SUPERSEDED = "superseded", "Superseded"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Run(models.Model):
+    Status = RunStatus
+
+    ACTIVE = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.RESUMING)
+    RESUMABLE = (RunStatus.INTERRUPTED, RunStatus.FAILED, RunStatus.NEEDS_APPROVAL)
+    TERMINAL = (RunStatus.SUCCEEDED, RunStatus.SUPERSEDED, RunStatus.CANCELLED)
+
+    pipeline = models.CharField(max_length=64)
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PENDING)
+    # 0 = needs a human, 1 = active, 2 = done. Stored (kept by the append path) so the inbox can
+    # page on an index instead of sorting on a CASE expression.
+    attention = models.PositiveSmallIntegerField(default=1)
+    current_stage = models.CharField(max_length=64, blank=True)
+    # Bumped by every append; approvals compare-and-set on it (optimistic concurrency).
+    version = models.PositiveIntegerField(default=0)
+    # Head of the event log: the last seq and its chained hash. Only ledger.append writes them.
+    last_seq = models.PositiveIntegerField(default=0)
+    head_hash = models.CharField(max_length=64, blank=True)
+    # Input versions pinned when the run was created, e.g. {"facts": "v3", "topic": "..."}.
+    inputs = models.JSONField(default=dict)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="branches"
+    )
+    branch_checkpoint = models.ForeignKey(
+        "Checkpoint",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="branches",
+    )
+    # The stage job that may start next; consumed once (compare-and-set) by the job that runs,
+    # so a redelivered or duplicated RQ job finds nothing to do.
+    ticket = models.CharField(max_length=32, blank=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    # How many approvals resumed this run (0 for the original execution).
+    attempt = models.PositiveIntegerField(default=0)
+    # Demo knobs: per-call delay and fault injection (crash / stall points), see engine.py.
+    options = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        indexes = [
+            # Inbox: needs-a-human first, then most recently changed; keyset paging.
+            models.Index(fields=["attention", "-updated_at", "-id"], name="run_inbox_idx"),
+            # Inbox filters by status / pipeline with the same ordering.
+            models.Index(fields=["status", "-updated_at", "-id"], name="run_status_idx"),
+            # Sweeper: active runs whose lease or queued job may be gone.
+            models.Index(fields=["status", "queued_at"], name="run_sweep_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(status__in=RunStatus.values), name="run_status_valid"
+            ),
+            # A branch point only makes sense on a branch.
+            models.CheckConstraint(
+                condition=models.Q(parent__isnull=False) | models.Q(branch_checkpoint__isnull=True),
+                name="run_branch_point_needs_parent",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+    @property
+    def public_id(self) -> str:
+        return f"run-{self.pk}"
+
+    PUBLIC_ID_RE = re.compile(r"^run-(\d{1,18})$")
+
+    @classmethod
+    def pk_from_public_id(cls, value: str) -> int | None:
+        match = cls.PUBLIC_ID_RE.match((value or "").strip())
+        return int(match.group(1)) if match else None
+
+    @classmethod
+    def attention_for(cls, status: str) -> int:
+        if status in cls.RESUMABLE:
+            return 0
+        if status in cls.ACTIVE:
+            return 1
+        return 2
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE
+
+    @property
+    def is_resumable(self) -> bool:
+        return self.status in self.RESUMABLE
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in self.TERMINAL
+
+    def lineage(self) -> list[Run]:
+        """This run and its ancestors, nearest first."""
+        chain, node = [self], self
+        while node.parent_id is not None:
+            node = node.parent
+            chain.append(node)
+        return chain
+
+    @property
+    def root(self) -> Run:
+        return self.lineage()[-1]
+
+
+class EventType(models.TextChoices):
+    RUN_CREATED = "RUN_CREATED", "Run created"
+    LEASE_ACQUIRED = "LEASE_ACQUIRED", "Lease acquired"
+    LEASE_RELEASED = "LEASE_RELEASED", "Lease released"
+    STARTED = "STARTED", "Stage started"
+    TOOL_CALLED = "TOOL_CALLED", "Tool called"
+    TOOL_RESULT = "TOOL_RESULT", "Tool result"
+    VERIFIED = "VERIFIED", "Verified"
+    FAILED = "FAILED", "Failed"
+    INTERRUPTED = "INTERRUPTED", "Interrupted"
+    NEEDS_APPROVAL = "NEEDS_APPROVAL", "Needs approval"
+    PLAN_APPROVED = "PLAN_APPROVED", "Plan approved"
+    RECONCILED = "RECONCILED", "Effect reconciled"
+    RESUMED = "RESUMED", "Resumed"
+    BRANCHED = "BRANCHED", "Branched"
+    SUCCEEDED = "SUCCEEDED", "Succeeded"
+    CANCELLED = "CANCELLED", "Cancelled"
+    LEDGER_EDITED = "LEDGER_EDITED", "Ledger edited"
+
+
+class Event(AppendOnlyModel):
+    Type = EventType
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events")
+    seq = models.PositiveIntegerField()
+    stage = models.CharField(max_length=64, blank=True)
+    type = models.CharField(max_length=20, choices=EventType.choices)
+    # Input versions the stage ran against, e.g. {"facts": "v3"}.
+    inputs = models.JSONField(default=dict, blank=True)
+    # Small payloads inline; larger ones stored as an artifact and referenced here.
+    payload = models.JSONField(default=dict, blank=True)
+    payload_ref = models.CharField(max_length=255, blank=True)
+    artifacts = models.JSONField(default=list, blank=True)
+    idempotency_key = models.CharField(max_length=64, blank=True)
+    actor = models.CharField(max_length=128)
+    # Fencing token of the lease the writer held (null only for RUN_CREATED).
+    token = models.PositiveBigIntegerField(null=True, blank=True)
+    prev_hash = models.CharField(max_length=64, blank=True)
+    hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [
+            # Timeline paging by seq and the planner's tail scan (seq > checkpoint.last_seq)
+            # both use this index; it also makes a duplicate seq impossible.
+            models.UniqueConstraint(fields=["run", "seq"], name="event_run_seq_unique"),
+            models.CheckConstraint(condition=models.Q(seq__gte=1), name="event_seq_positive"),
+            models.CheckConstraint(
+                condition=models.Q(type__in=EventType.values), name="event_type_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.type}"
+
+
+class Checkpoint(AppendOnlyModel):
+    # e.g. "run-9269:visual-verified"; a stage verified again in the same run gets "-2", "-3".
+    id = models.CharField(primary_key=True, max_length=120)
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="checkpoints")
+    # Seq of the VERIFIED event this checkpoint seals; events after it are the tail to replay.
+    last_seq = models.PositiveIntegerField()
+    stage = models.CharField(max_length=64)
+    next_stage = models.CharField(max_length=64, blank=True)
+    # {"inputs": {...}, "artifacts": [{"name", "uri", "sha256", "size"}], "rules": [...],
+    #  "outputs": {...}}
+    manifest = models.JSONField()
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["run", "last_seq"]
+        constraints = [
+            # The planner's "latest checkpoint of this run" is the max last_seq on this index.
+            models.UniqueConstraint(fields=["run", "last_seq"], name="checkpoint_run_seq_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def artifacts(self) -> list[dict[str, Any]]:
+        return list(self.manifest.get("artifacts", []))
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        return dict(self.manifest.get("outputs", {}))
+
+
+class ReplayPolicy(models.TextChoices):
+    SAFE = "SAFE", "Safe: re-run freely"
+    IDEMPOTENT = "IDEMPOTENT", "Idempotent: re-run with the same key"
+    RECONCILE_FIRST = (
+        "RECONCILE_FIRST",
+        "Reconcile first: ask the target before re-running",
+    )
+    NEVER = "NEVER", "Never: a human decides"
+
+
+class EffectStatus(models.TextChoices):
+    # Written before the external call; nothing is known about the outcome yet.
+    INTENT = "intent", "Intent"
+    CONFIRMED = "confirmed", "Confirmed"
+    # The target said no: nothing happened there, a new attempt is safe.
+    FAILED = "failed", "Failed"
+    # The call may or may not have happened (timeout, crash after the call).
+    UNKNOWN = "unknown", "Unknown"
+    # A supervisor decided this effect is not to happen; the stage goes on without it.
+    ABANDONED = "abandoned", "Abandoned"
+
+
+class Effect(models.Model):
+    Status = EffectStatus
+
+    SETTLED = (EffectStatus.CONFIRMED, EffectStatus.ABANDONED)
+
+    delivery_key = models.CharField(max_length=64, unique=True)
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="effects")
+    stage = models.CharField(max_length=64)
+    # The stage's own name for this call ("upload-cover"); stable across attempts.
+    call_id = models.CharField(max_length=64)
+    tool = models.CharField(max_length=64)
+    policy = models.CharField(max_length=20, choices=ReplayPolicy.choices)
+    target = models.CharField(max_length=128)
+    request_hash = models.CharField(max_length=64)
+    request = models.JSONField(default=dict, blank=True)
+    status = models.CharField(
+        max_length=12, choices=EffectStatus.choices, default=EffectStatus.INTENT
+    )
+    external_id = models.CharField(max_length=128, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    cost = models.DecimalField(max_digits=10, decimal_places=4, default=0)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        indexes = [
+            # Planner and run page: this run's effects by stage and call.
+            models.Index(fields=["run", "stage", "call_id"], name="effect_run_call_idx"),
+            # Admin filter and the "unsettled effects" list.
+            models.Index(fields=["status", "policy"], name="effect_status_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(status__in=EffectStatus.values),
+                name="effect_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(policy__in=ReplayPolicy.values),
+                name="effect_policy_valid",
+            ),
+            # A confirmed effect always names what it produced outside.
+            models.CheckConstraint(
+                condition=~models.Q(status="confirmed") | ~models.Q(external_id=""),
+                name="effect_confirmed_has_external_id",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool}:{self.call_id} [{self.status}]"
+
+    @property
+    def is_settled(self) -> bool:
+        return self.status in self.SETTLED
+
+
+class Artifact(AppendOnlyModel):
+    # Versioned name: "facts/v3" is name "facts", version 3; the uri is artifact://facts/v3.
+    name = models.CharField(max_length=200)
+    version = models.PositiveIntegerField()
+    sha256 = models.CharField(max_length=64)
+    size = models.PositiveBigIntegerField()
+    content_type = models.CharField(max_length=100, default="application/octet-stream")
+    # Path of the blob in the default storage; blobs are shared by identical content.
+    blob = models.CharField(max_length=255)
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # Resolving artifact://name/vN and "latest version of name".
+            models.UniqueConstraint(
+                fields=["name", "version"], name="artifact_name_version_unique"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(version__gte=1), name="artifact_version_positive"
+            ),
+        ]
+        indexes = [
+            # "Is this blob already stored?" when saving content-addressed data.
+            models.Index(fields=["sha256"], name="artifact_sha_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.uri
+
+    @property
+    def uri(self) -> str:
+        return f"artifact://{self.name}/v{self.version}"
+
+    @property
+    def is_image(self) -> bool:
+        return self.content_type.startswith("image/")
+
+    @property
+    def is_text(self) -> bool:
+        return self.content_type.startswith("text/") or self.content_type == "application/json"
+
+
+class Lease(models.Model):
+    """The single-writer lease of one run. The token only ever increases: every takeover bumps
+    it, and every write compares it, so a worker that slept through a takeover writes nothing."""
+
+    run = models.OneToOneField(
+        Run, on_delete=models.PROTECT, primary_key=True, related_name="lease"
+    )
+    holder = models.CharField(max_length=128, blank=True)
+    token = models.PositiveBigIntegerField(default=0)
+    expires_at = models.DateTimeField(db_default=Now())
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    acquired_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # Sweeper: leases that ran out.
+            models.Index(fields=["expires_at"], name="lease_expiry_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} token={self.token} holder={self.holder or '-'}"

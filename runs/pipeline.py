@@ -1,0 +1,265 @@
+"""The pipeline API: what a user of Resumer writes to make their own agent workflow resumable.
+
+A Pipeline is an ordered list of Stages. A Stage is a function of a StageContext that returns
+a StageOutput; it names the pipeline inputs it consumes (pinned per run), the tools it may
+call, and the verification rules its output must pass before a checkpoint is written. A Tool
+declares its replay policy and how its delivery key is built. Pipelines are registered by
+dotted path in settings.RESUMER_PIPELINES, never hard-wired.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+from runs.models import ReplayPolicy
+
+if TYPE_CHECKING:
+    from runs.engine import StageContext
+    from runs.models import Effect
+
+KEY_SEPARATOR = "\x1f"
+
+
+def delivery_key(account: str, platform: str, object_id: str, revision: str) -> str:
+    """sha256(account + platform + canonical object id + revision), as the protocol says.
+
+    The parts are joined with a unit separator so that ("ab", "c") and ("a", "bc") differ;
+    the scope includes account and platform, so two accounts never look like one delivery,
+    and a new revision always gets a new key."""
+    parts = [account, platform, object_id, revision]
+    if not all(parts):
+        raise ValueError("a delivery key needs account, platform, object id and revision")
+    return hashlib.sha256(KEY_SEPARATOR.join(parts).encode()).hexdigest()
+
+
+class UnknownPipeline(LookupError):
+    pass
+
+
+class InvalidInput(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class KeyParts:
+    account: str
+    platform: str
+    object_id: str
+    revision: str
+
+    @property
+    def key(self) -> str:
+        return delivery_key(self.account, self.platform, self.object_id, self.revision)
+
+    @property
+    def target(self) -> str:
+        return f"{self.account}@{self.platform}"
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    """What the external system says about an effect whose outcome the ledger does not know."""
+
+    found: bool
+    matches: bool = True
+    external_id: str = ""
+    result: Any = None
+    detail: str = ""
+
+
+class ToolRejected(Exception):
+    """The target answered and refused: nothing happened there, a new attempt is safe."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    policy: ReplayPolicy
+    # call(args, key) performs the call; returns a JSON-able dict. Non-SAFE tools return
+    # "external_id" in it.
+    call: Callable[[dict[str, Any], str], dict[str, Any]]
+    # key(ctx, args) -> KeyParts; required for every policy but SAFE.
+    key: Callable[[StageContext, dict[str, Any]], KeyParts] | None = None
+    # reconcile(effect) -> Reconciliation; required for RECONCILE_FIRST, optional otherwise.
+    reconcile: Callable[[Effect], Reconciliation] | None = None
+    cost: Decimal = Decimal(0)
+    # What the call consumes in the simulators' terms ("render", "upload", ...), for plans.
+    meter: str = ""
+
+    def __post_init__(self) -> None:
+        if self.policy != ReplayPolicy.SAFE and self.key is None:
+            raise ValueError(f"tool {self.name}: a {self.policy} tool must declare its key")
+        if self.policy == ReplayPolicy.RECONCILE_FIRST and self.reconcile is None:
+            raise ValueError(f"tool {self.name}: RECONCILE_FIRST needs a reconcile function")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A named predicate over a stage's output; its result is recorded in the checkpoint."""
+
+    name: str
+    check: Callable[[StageOutput], bool]
+
+    def evaluate(self, output: StageOutput) -> dict[str, Any]:
+        try:
+            passed = bool(self.check(output))
+            detail = ""
+        except Exception as exc:  # a rule that crashes has not passed
+            passed, detail = False, f"{type(exc).__name__}: {exc}"
+        return {"name": self.name, "passed": passed, "detail": detail}
+
+
+@dataclass
+class StageOutput:
+    outputs: dict[str, Any] = field(default_factory=dict)
+    # name -> (bytes, content type)
+    artifacts: dict[str, tuple[bytes, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Call:
+    """A call a stage is expected to make, for plan estimates before it runs."""
+
+    call_id: str
+    tool: str
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    run: Callable[[StageContext], StageOutput]
+    consumes: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    rules: tuple[Rule, ...] = ()
+    calls: tuple[Call, ...] = ()
+
+
+@dataclass(frozen=True)
+class Input:
+    """A versioned input a run pins when it starts (`facts` = `v3`)."""
+
+    name: str
+    # current(inputs) -> the version a new run would get now.
+    current: Callable[[dict[str, str]], str]
+    # validate(value, inputs) raises InvalidInput when the version does not exist.
+    validate: Callable[[str, dict[str, str]], None] | None = None
+    versioned: bool = True
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    name: str
+    stages: tuple[Stage, ...]
+    tools: tuple[Tool, ...]
+    inputs: tuple[Input, ...] = ()
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names) or not names:
+            raise ValueError(f"pipeline {self.name}: stage names must be unique and non-empty")
+        tool_names = {t.name for t in self.tools}
+        for stage in self.stages:
+            missing = set(stage.tools) - tool_names
+            if missing:
+                raise ValueError(f"stage {stage.name} uses undeclared tools {sorted(missing)}")
+
+    @property
+    def stage_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.stages)
+
+    def stage(self, name: str) -> Stage:
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise KeyError(f"unknown stage {name!r} for pipeline {self.name!r}")
+
+    def tool(self, name: str) -> Tool:
+        for tool in self.tools:
+            if tool.name == name:
+                return tool
+        raise KeyError(f"unknown tool {name!r} for pipeline {self.name!r}")
+
+    def index(self, stage: str) -> int:
+        return self.stage_names.index(stage)
+
+    def next_stage(self, stage: str) -> str:
+        i = self.index(stage)
+        return self.stage_names[i + 1] if i + 1 < len(self.stages) else ""
+
+    def stages_from(self, stage: str) -> tuple[str, ...]:
+        return self.stage_names[self.index(stage) :] if stage else ()
+
+    def resolve_inputs(self, given: dict[str, str]) -> dict[str, str]:
+        """Pin every declared input: given values are validated, missing ones get current()."""
+        declared = {i.name: i for i in self.inputs}
+        unknown = set(given) - set(declared)
+        if unknown:
+            raise InvalidInput(
+                f"unknown input(s) {', '.join(sorted(unknown))} for pipeline {self.name}; "
+                f"it takes: {', '.join(declared) or 'none'}"
+            )
+        pinned: dict[str, str] = {}
+        for spec in self.inputs:  # declared order, so later inputs may depend on earlier ones
+            value = given.get(spec.name)
+            if value is None or value == "":
+                value = spec.current(pinned)
+            elif spec.validate is not None:
+                spec.validate(value, pinned)
+            pinned[spec.name] = str(value)
+        return pinned
+
+    def drift(self, pinned: dict[str, str]) -> dict[str, tuple[str, str]]:
+        """Versioned inputs whose current version differs from the pinned one."""
+        changed = {}
+        for spec in self.inputs:
+            if not spec.versioned or spec.name not in pinned:
+                continue
+            now = spec.current(pinned)
+            if now != pinned[spec.name]:
+                changed[spec.name] = (pinned[spec.name], now)
+        return changed
+
+    def first_affected(self, changed_inputs: Iterable[str]) -> str:
+        """The earliest stage that consumes any of the changed inputs ("" if none does)."""
+        changed = set(changed_inputs)
+        for stage in self.stages:
+            if changed & set(stage.consumes):
+                return stage.name
+        return ""
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._pipelines: dict[str, Pipeline] | None = None
+
+    def _load(self) -> dict[str, Pipeline]:
+        if self._pipelines is None:
+            loaded = {}
+            for path in settings.RESUMER_PIPELINES:
+                pipeline = import_string(path)
+                loaded[pipeline.name] = pipeline
+            self._pipelines = loaded
+        return self._pipelines
+
+    def get(self, name: str) -> Pipeline:
+        try:
+            return self._load()[name]
+        except KeyError:
+            raise UnknownPipeline(
+                f"unknown pipeline {name!r}; registered: {', '.join(sorted(self._load())) or 'none'}"
+            ) from None
+
+    def names(self) -> list[str]:
+        return sorted(self._load())
+
+
+registry = Registry()

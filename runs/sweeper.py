@@ -1,0 +1,155 @@
+"""Crash detection: turn runs whose worker is gone into *interrupted*, with what is known.
+
+Two ways a run loses its worker:
+  * a stage was executing and its lease ran out (the worker stopped heartbeating: SIGKILL,
+    OOM, a lost machine, a frozen process);
+  * a stage was queued (its ticket pending) but Redis no longer has the job (flushed,
+    restarted without persistence, never received it) or RQ gave up on it.
+
+Both are read from the database's leases and tickets; RQ is only asked whether a queued job
+still exists. The bound: a dead worker's run is interrupted within lease TTL + sweep interval
+(30 s + 15 s by default); a lost queued job within RESUMER_QUEUE_GRACE + sweep interval.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models.functions import Now
+
+from runs import leases, ledger
+from runs.ledger import Writer
+from runs.models import Event, Lease, Run
+
+log = logging.getLogger("runs.sweeper")
+
+SWEEPER = "sweeper"
+
+
+@dataclass(frozen=True)
+class Finding:
+    run_pk: int
+    reason: str
+    detail: dict
+
+
+def find_expired() -> list[Finding]:
+    """Runs whose executing stage lost its worker."""
+    rows = (
+        Lease.objects.filter(run__status__in=Run.ACTIVE, run__ticket="", expires_at__lte=Now())
+        .values("run_id", "holder", "token", "heartbeat_at", "expires_at")
+        .order_by("run_id")[:500]
+    )
+    return [
+        Finding(
+            row["run_id"],
+            "the worker stopped renewing its lease",
+            {
+                "holder": row["holder"],
+                "token": row["token"],
+                "last_heartbeat": row["heartbeat_at"],
+                "lease_expired_at": row["expires_at"],
+            },
+        )
+        for row in rows
+    ]
+
+
+def _job_state(run_pk: int, ticket: str) -> str | None:
+    """RQ's word on the queued job: a status string, 'missing', or None if Redis is away."""
+    from rq.exceptions import NoSuchJobError
+    from rq.job import Job
+
+    from runs import jobs
+
+    try:
+        connection = jobs.queue().connection
+        job = Job.fetch(jobs.job_id(run_pk, ticket), connection=connection)
+        return str(job.get_status(refresh=False) or "missing")
+    except NoSuchJobError:
+        return "missing"
+    except Exception as exc:  # redis down: we cannot tell, so we say nothing
+        log.warning("cannot ask Redis about run-%s: %s", run_pk, exc)
+        return None
+
+
+def find_lost_jobs() -> list[Finding]:
+    """Runs whose queued stage job is not going to run."""
+    grace = timedelta(seconds=float(settings.RESUMER_QUEUE_GRACE))
+    # A job that started must consume its ticket within moments; still pending after the lease
+    # TTL means its worker died between dequeue and the first write.
+    started_grace = grace + timedelta(seconds=leases.ttl_seconds())
+    rows = (
+        Run.objects.filter(status__in=Run.ACTIVE, queued_at__lte=Now() - grace)
+        .exclude(ticket="")
+        .values("pk", "ticket", "current_stage", "queued_at")
+        .order_by("queued_at")[:500]
+    )
+    findings = []
+    for row in rows:
+        state = _job_state(row["pk"], row["ticket"])
+        if state is None or state in ("queued", "deferred", "scheduled"):
+            continue
+        if state == "started":
+            fresh = Run.objects.filter(pk=row["pk"], queued_at__gt=Now() - started_grace).exists()
+            if fresh:
+                continue
+        findings.append(
+            Finding(
+                row["pk"],
+                "the queued stage job is gone from Redis"
+                if state == "missing"
+                else f"RQ reports the stage job as {state} but it never started the stage",
+                {
+                    "stage": row["current_stage"],
+                    "job_state": state,
+                    "queued_at": row["queued_at"],
+                },
+            )
+        )
+    return findings
+
+
+def interrupt(finding: Finding) -> bool:
+    """Take the lease from the vanished worker (bumping the token fences it should it wake),
+    record INTERRUPTED with what is known, and hand the run to a human."""
+    try:
+        token = leases.acquire(finding.run_pk, SWEEPER)
+    except leases.LeaseBusy:
+        return False  # a worker took it meanwhile: not lost after all
+    writer = Writer(finding.run_pk, token, SWEEPER)
+    try:
+        with transaction.atomic():
+            run = Run.objects.select_for_update().get(pk=finding.run_pk)
+            if not run.is_active:
+                return False
+            ledger.append(
+                writer,
+                Event.Type.INTERRUPTED,
+                stage=run.current_stage,
+                payload={
+                    "reason": finding.reason,
+                    **{k: str(v) for k, v in finding.detail.items()},
+                    "last_seq": run.last_seq,
+                },
+                status=Run.Status.INTERRUPTED,
+                ticket="",
+                queued_at=None,
+            )
+        log.warning("run-%s interrupted: %s", finding.run_pk, finding.reason)
+        return True
+    finally:
+        leases.release(finding.run_pk, token)
+
+
+def sweep() -> list[int]:
+    """One pass; returns the pks of the runs it interrupted."""
+    done = []
+    for finding in find_expired() + find_lost_jobs():
+        if interrupt(finding):
+            done.append(finding.run_pk)
+    return done

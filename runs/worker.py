@@ -1,0 +1,48 @@
+"""The RQ worker class Resumer runs: RQ's SimpleWorker plus the lease sweeper.
+
+SimpleWorker executes jobs in the worker process itself, so a fault-injected crash (SIGKILL)
+kills the worker the way an OOM kill would, and Django's connections are never shared across
+a fork. The sweeper thread is what turns a dead worker's run into *interrupted*: it reads the
+database's leases, so detection does not wait on RQ's own abandoned-job cleanup.
+
+    manage.py rqworker default --worker-class runs.worker.ResumerWorker
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from django.conf import settings
+from django.db import connection
+from rq.worker import SimpleWorker
+
+from runs import sweeper
+
+log = logging.getLogger("runs.worker")
+
+
+class SweeperThread(threading.Thread):
+    def __init__(self, interval: float) -> None:
+        super().__init__(daemon=True, name="resumer-sweeper")
+        self.interval = interval
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval):
+            try:
+                sweeper.sweep()
+            except Exception as exc:  # database or Redis away: try again next round
+                log.warning("sweep failed: %s", exc)
+                connection.close()
+        connection.close()
+
+
+class ResumerWorker(SimpleWorker):
+    def work(self, *args, **kwargs):  # type: ignore[override]
+        thread = SweeperThread(float(settings.RESUMER_SWEEP_INTERVAL))
+        thread.start()
+        try:
+            return super().work(*args, **kwargs)
+        finally:
+            thread.stopping.set()
