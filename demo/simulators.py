@@ -86,6 +86,17 @@ def publish_facts(topic: str, facts: list[dict] | None = None) -> FactSheet:
         )
 
 
+DEFAULT_TOPIC = "resumable-agents"
+
+
+def ensure_topic(topic: str = DEFAULT_TOPIC, versions: int = 3) -> None:
+    """Make sure the source has facts v1..vN for the topic (demo setup and tests)."""
+    for version in range(1, versions + 1):
+        FactSheet.objects.get_or_create(
+            topic=topic, version=version, defaults={"facts": default_facts(topic, version)}
+        )
+
+
 def search(topic: str, version: int) -> list[dict]:
     meter("search", "query", f"{topic}@v{version}", billed=True)
     sheet = FactSheet.objects.filter(topic=topic, version=version).first()

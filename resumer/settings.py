@@ -7,6 +7,7 @@ Defaults are for development: a SQLite file under var/, Redis on localhost, DEBU
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import dj_database_url
@@ -23,6 +24,16 @@ def env_bool(name: str, default: bool) -> bool:
 
 
 PRODUCTION = os.environ.get("RESUMER_ENV", "development") == "production"
+# Under pytest, defaults move out of the way of a developer's `make run`: Redis DB 15, a test
+# media folder, and short leases so crash detection takes seconds (workers started by the
+# tests get the same values through their environment).
+TESTING = "pytest" in sys.modules or os.environ.get("RESUMER_TESTING") == "1"
+if TESTING:
+    os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
+    os.environ.setdefault("MEDIA_ROOT", str(VAR_DIR / "test-media"))
+    os.environ.setdefault("RESUMER_LEASE_TTL", "2")
+    os.environ.setdefault("RESUMER_SWEEP_INTERVAL", "0.5")
+    os.environ.setdefault("RESUMER_QUEUE_GRACE", "2")
 
 DEBUG = env_bool("DEBUG", not PRODUCTION)
 SECRET_KEY = os.environ.get("SECRET_KEY", "")

@@ -1,0 +1,202 @@
+"""Applying an approved plan: strict resume, or upgrade inputs into a new branch.
+
+An approval names the plan's fingerprint. The plan is computed again; if anything it was
+computed from changed (a new event, another approval, a ledger edit, a new reconcile answer)
+the fingerprints differ and the approval is refused with the fresh plan. The run row lock and
+the version compare-and-set make two simultaneous approvals resume once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.models.functions import Now
+
+from runs import engine, leases, ledger
+from runs.ledger import Writer
+from runs.models import Checkpoint, Effect, Event, Run
+from runs.pipeline import registry
+from runs.planner import Action, Plan, compute_plan
+
+STRICT = "strict"
+UPGRADE = "upgrade"
+ACTIONS = (STRICT, UPGRADE)
+
+
+class ResumeRefused(Exception):
+    """The approval changes nothing; `plan` is the fresh plan to show instead."""
+
+    def __init__(self, message: str, plan: Plan | None = None) -> None:
+        super().__init__(message)
+        self.plan = plan
+
+
+class StalePlan(ResumeRefused):
+    pass
+
+
+@dataclass(frozen=True)
+class Approval:
+    run: Run
+    action: str
+    branch: Run | None = None
+
+    @property
+    def resumed(self) -> Run:
+        return self.branch or self.run
+
+
+def load_run(public_id: str) -> Run:
+    pk = Run.pk_from_public_id(public_id)
+    run = Run.objects.filter(pk=pk).first() if pk is not None else None
+    if run is None:
+        raise ResumeRefused(f"unknown run {public_id!r}")
+    return run
+
+
+def approve(run: Run, action: str, fingerprint: str, *, actor: str) -> Approval:
+    """Approve `action` on the plan with `fingerprint`. Raises ResumeRefused (or StalePlan)
+    and changes nothing when the approval does not hold."""
+    if action not in ACTIONS:
+        raise ResumeRefused(f"unknown action {action!r}: choose strict or upgrade")
+    run.refresh_from_db()
+    plan = compute_plan(run)
+    _check(plan, action, fingerprint)
+    with transaction.atomic():
+        # On PostgreSQL this lock queues a second approver behind the first; on SQLite the
+        # IMMEDIATE transaction already did. Either way the second sees the bumped version.
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if locked.version != plan.run_version or not locked.is_resumable:
+            raise StalePlan(
+                f"{run.public_id} changed since this plan was computed "
+                f"(now {locked.get_status_display().lower()}, version {locked.version}); "
+                "read the fresh plan and approve again",
+                compute_plan(locked),
+            )
+        token = leases.acquire(run.pk, actor, takeover=True)
+        writer = Writer(run.pk, token, actor)
+        ledger.append(
+            writer,
+            Event.Type.PLAN_APPROVED,
+            stage=plan.next_stage,
+            payload={
+                "action": action,
+                "fingerprint": plan.fingerprint,
+                "checkpoint": plan.checkpoint,
+                "next_stage": plan.next_stage if action == STRICT else plan.upgrade.branch_stage,
+                "reexecute": plan.stages_reexecuted
+                if action == STRICT
+                else plan.upgrade.stages_rerun,
+                "by": actor,
+            },
+        )
+        if action == STRICT:
+            approval = _strict(writer, locked, plan)
+        else:
+            approval = _upgrade(writer, locked, plan, actor)
+        leases.release(run.pk, token)
+    return approval
+
+
+def _check(plan: Plan, action: str, fingerprint: str) -> None:
+    if not plan.resumable:
+        raise ResumeRefused(plan.not_resumable_reason, plan)
+    if not fingerprint or fingerprint != plan.fingerprint:
+        raise StalePlan(
+            "the plan changed since it was shown (or the fingerprint is not this run's); "
+            "nothing was resumed — read the fresh plan and approve again",
+            plan,
+        )
+    if plan.blockers:
+        raise ResumeRefused("the plan is blocked: " + " ".join(plan.blockers), plan)
+    if action == UPGRADE and not plan.upgrade.available:
+        raise ResumeRefused(f"no upgrade is possible: {plan.upgrade.reason}", plan)
+
+
+def _record_reconciliations(writer: Writer, plan: Plan) -> None:
+    """Write down what the reconcile queries found, now that a human approved the plan."""
+    for line in plan.effects:
+        if line.action != Action.RECORD_FOUND:
+            continue
+        effect = Effect.objects.get(delivery_key=line.delivery_key)
+        pipeline = registry.get(plan.pipeline)
+        answer = pipeline.tool(effect.tool).reconcile(effect)
+        ledger.record_outcome(
+            writer,
+            effect,
+            status=Effect.Status.CONFIRMED,
+            external_id=answer.external_id,
+            result=answer.result,
+            cost=effect.cost,
+            event_type=Event.Type.RECONCILED,
+            event_payload={
+                "call": effect.call_id,
+                "tool": effect.tool,
+                "found": True,
+                "external_id": answer.external_id,
+                "detail": answer.detail,
+            },
+        )
+
+
+def _strict(writer: Writer, run: Run, plan: Plan) -> Approval:
+    _record_reconciliations(writer, plan)
+    ticket = uuid.uuid4().hex
+    ledger.append(
+        writer,
+        Event.Type.RESUMED,
+        stage=plan.next_stage,
+        payload={
+            "mode": STRICT,
+            "checkpoint": plan.checkpoint,
+            "next_stage": plan.next_stage,
+            "pinned_inputs": run.inputs,
+        },
+        status=Run.Status.RESUMING,
+        current_stage=plan.next_stage,
+        ticket=ticket,
+        queued_at=Now(),
+        attempt=run.attempt + 1,
+    )
+    transaction.on_commit(lambda: engine.dispatch(run.pk, plan.next_stage, ticket))
+    return Approval(run, STRICT)
+
+
+def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
+    upgrade = plan.upgrade
+    point = (
+        Checkpoint.objects.get(pk=upgrade.branch_checkpoint) if upgrade.branch_checkpoint else None
+    )
+    ticket = uuid.uuid4().hex
+    branch = ledger.create_run(
+        run.pipeline,
+        inputs=upgrade.inputs,
+        actor=actor,
+        first_stage=upgrade.branch_stage,
+        # Fault injection belongs to the run it was set on; delays carry over for the demo.
+        options={k: v for k, v in run.options.items() if k == "delay"},
+        parent=run,
+        branch_checkpoint=point,
+        payload={
+            "branched_from": run.public_id,
+            "checkpoint": upgrade.branch_checkpoint,
+            "upgraded": {d.input: [d.pinned, d.current] for d in plan.drift},
+            "warnings": upgrade.warnings,
+        },
+        ticket=ticket,
+    )
+    ledger.append(
+        writer,
+        Event.Type.BRANCHED,
+        payload={
+            "branch": branch.public_id,
+            "checkpoint": upgrade.branch_checkpoint,
+            "inputs": upgrade.inputs,
+            "warnings": upgrade.warnings,
+        },
+        status=Run.Status.SUPERSEDED,
+    )
+    transaction.on_commit(lambda: engine.dispatch(branch.pk, upgrade.branch_stage, ticket))
+    return Approval(run, UPGRADE, branch)

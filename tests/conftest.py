@@ -1,0 +1,158 @@
+"""Shared fixtures: real Redis, real `rqworker` processes, and helpers to drive the demo.
+
+Tests that start workers use `transactional_db`: the worker processes read what the test
+wrote, so it has to be committed. Their teardown flushes the tables, which the append-only
+triggers refuse; the flush runs inside ledger.maintenance() for this connection only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import django_rq
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.test import TransactionTestCase
+
+from runs.ledger import maintenance
+from runs.models import Run
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_original_teardown = TransactionTestCase._fixture_teardown
+
+
+def _teardown_in_maintenance(self: TransactionTestCase) -> None:
+    with maintenance():
+        _original_teardown(self)
+
+
+TransactionTestCase._fixture_teardown = _teardown_in_maintenance
+
+
+def wait_for(predicate: Callable[[], Any], *, timeout: float = 60, what: str = "condition") -> Any:
+    """Poll until predicate() is truthy. The timeout only bounds a hung test; no test asserts
+    on how long anything took."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def run_status(run: Run) -> str:
+    return Run.objects.values_list("status", flat=True).get(pk=run.pk)
+
+
+def database_url() -> str:
+    """A URL that points a worker process at the database this test is using."""
+    conf = connection.settings_dict
+    if conf["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{conf['NAME']}"
+    user = conf.get("USER") or ""
+    password = f":{conf['PASSWORD']}" if conf.get("PASSWORD") else ""
+    auth = f"{user}{password}@" if user else ""
+    return f"postgres://{auth}{conf.get('HOST') or '127.0.0.1'}:{conf.get('PORT') or 5432}/{conf['NAME']}"
+
+
+def worker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=database_url(),
+        REDIS_URL=settings.REDIS_URL,
+        MEDIA_ROOT=str(settings.MEDIA_ROOT),
+        RESUMER_LEASE_TTL=str(settings.RESUMER_LEASE_TTL),
+        RESUMER_SWEEP_INTERVAL=str(settings.RESUMER_SWEEP_INTERVAL),
+        RESUMER_QUEUE_GRACE=str(settings.RESUMER_QUEUE_GRACE),
+        RESUMER_TESTING="1",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+class Workers:
+    """Starts real `manage.py rqworker` processes and makes sure none outlives the test."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.procs: list[subprocess.Popen] = []
+        self.log_dir = log_dir
+
+    def start(self, *, burst: bool = False, name: str = "") -> subprocess.Popen:
+        log = open(self.log_dir / f"worker-{len(self.procs)}{name}.log", "wb")  # noqa: SIM115
+        cmd = [
+            sys.executable,
+            str(ROOT / "manage.py"),
+            "rqworker",
+            settings.RESUMER_QUEUE,
+            "--worker-class",
+            "runs.worker.ResumerWorker",
+        ]
+        if burst:
+            cmd.append("--burst")
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(), stdout=log, stderr=log)
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGCONT)  # a test may have frozen it
+                proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture
+def redis_conn():
+    """The real Redis the tests' queue uses, emptied before the test."""
+    conn = django_rq.get_connection(settings.RESUMER_QUEUE)
+    conn.ping()
+    conn.flushdb()
+    yield conn
+    conn.flushdb()
+
+
+@pytest.fixture
+def facts(db) -> None:
+    """The demo search source's default topic, v1..v3 (a transactional test's flush removes
+    what the data migration created)."""
+    from demo.simulators import ensure_topic
+
+    ensure_topic()
+
+
+@pytest.fixture
+def workers(transactional_db, redis_conn, facts, tmp_path) -> Iterator[Workers]:
+    pool = Workers(tmp_path)
+    yield pool
+    pool.stop_all()
+
+
+@pytest.fixture
+def story_run(workers) -> Run:
+    """The protocol's story: research, facts, draft and two images done; the worker dies
+    uploading the cover. Returns the run once the sweeper has marked it interrupted."""
+    from runs import engine
+
+    run = engine.start_run(
+        "content", {}, actor="test", options={"crash": "visual/upload-cover/before"}
+    )
+    doomed = workers.start()
+    doomed.wait(timeout=120)
+    assert doomed.returncode == -signal.SIGKILL
+    workers.start()  # a healthy worker whose sweeper notices the dead one's lease
+    wait_for(lambda: run_status(run) == Run.Status.INTERRUPTED, what="interrupted")
+    run.refresh_from_db()
+    return run

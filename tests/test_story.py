@@ -1,0 +1,39 @@
+"""The protocol's story end to end with real Redis and real worker processes."""
+
+from __future__ import annotations
+
+from demo.models import Article, Render, SimCall
+from runs.models import Checkpoint, Effect, Run
+from runs.planner import Action, compute_plan
+from runs.resume import STRICT, approve
+from tests.conftest import run_status, wait_for
+
+
+def test_story_crash_leaves_checkpoints_and_an_open_cover_upload(story_run):
+    run = story_run
+    stages = set(Checkpoint.objects.filter(run=run).values_list("stage", flat=True))
+    assert stages == {"research", "draft"}
+    effects = {e.call_id: e for e in Effect.objects.filter(run=run)}
+    for call in ("render-body-1", "upload-body-1", "render-body-2", "upload-body-2"):
+        assert effects[call].status == Effect.Status.CONFIRMED
+        assert effects[call].external_id
+    assert effects["upload-cover"].status == Effect.Status.INTENT
+    assert effects["upload-cover"].external_id == ""
+
+
+def test_strict_resume_of_the_story_renders_body_images_once_and_publishes_once(story_run, workers):
+    run = story_run
+    plan = compute_plan(run)
+    assert plan.next_stage == "visual"
+    actions = {e.call_id: e.action for e in plan.effects}
+    assert actions["render-body-1"] == Action.REUSE
+    assert actions["upload-body-2"] == Action.REUSE
+    assert actions["upload-cover"] == Action.RETRY_SAME_KEY
+    assert plan.cost_resume.tool_calls < plan.cost_fresh.tool_calls
+
+    approve(run, STRICT, plan.fingerprint, actor="user:operator")
+    wait_for(lambda: run_status(run) == Run.Status.SUCCEEDED, what="succeeded")
+
+    assert Render.objects.count() == 3
+    assert SimCall.objects.filter(system="render", billed=True).count() == 3
+    assert Article.objects.count() == 1
