@@ -31,7 +31,7 @@ TESTING = "pytest" in sys.modules or os.environ.get("RESUMER_TESTING") == "1"
 if TESTING:
     os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
     os.environ.setdefault("MEDIA_ROOT", str(VAR_DIR / "test-media"))
-    os.environ.setdefault("RESUMER_LEASE_TTL", "2")
+    os.environ.setdefault("RESUMER_LEASE_TTL", "4")
     os.environ.setdefault("RESUMER_SWEEP_INTERVAL", "0.5")
     os.environ.setdefault("RESUMER_QUEUE_GRACE", "2")
 

@@ -114,11 +114,14 @@ def find_lost_jobs() -> list[Finding]:
     return findings
 
 
-def interrupt(finding: Finding) -> bool:
+def interrupt(finding: Finding, *, takeover: bool = False) -> bool:
     """Take the lease from the vanished worker (bumping the token fences it should it wake),
-    record INTERRUPTED with what is known, and hand the run to a human."""
+    record INTERRUPTED with what is known, and hand the run to a human.
+
+    `takeover` is for a caller that saw the worker die (it reaped the process) and need not
+    wait for the lease to run out."""
     try:
-        token = leases.acquire(finding.run_pk, SWEEPER)
+        token = leases.acquire(finding.run_pk, SWEEPER, takeover=takeover)
     except leases.LeaseBusy:
         return False  # a worker took it meanwhile: not lost after all
     writer = Writer(finding.run_pk, token, SWEEPER)
