@@ -305,8 +305,16 @@ def publish(ctx) -> StageOutput:
             "article_id": article["external_id"],
             "url": article["url"],
             "charge_id": charge["external_id"] if charge else "",
+            # A supervisor may abandon the promotion charge; ctx.call then returns None.
+            "charge": "charged" if charge else "abandoned",
         }
     )
+
+
+def _charge_settled(out: StageOutput) -> bool:
+    if out.outputs["charge"] == "charged":
+        return out.outputs["charge_id"].startswith("ch-")
+    return out.outputs["charge"] == "abandoned" and not out.outputs["charge_id"]
 
 
 def _images(out: StageOutput) -> list[bytes]:
@@ -392,7 +400,7 @@ content_pipeline = Pipeline(
             ),
             rules=(
                 Rule("article.live", lambda o: o.outputs["article_id"].startswith("art-")),
-                Rule("charge.settled", lambda o: "charge_id" in o.outputs),
+                Rule("charge.settled", _charge_settled),
             ),
         ),
     ),

@@ -14,6 +14,8 @@ import dj_database_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("RESUMER_VAR_DIR", BASE_DIR / "var"))
+# Runtime state (the SQLite file, media, pid and log files) lives here; a fresh clone has none.
+VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 
 def env_bool(name: str, default: bool) -> bool:

@@ -100,11 +100,16 @@ def validate_options(pipeline: Pipeline, options: dict[str, Any]) -> dict[str, A
             spec = str(CrashPoint.parse(str(value), pipeline))
             clean[name] = spec
         elif name == "stall":
+            if not isinstance(value, dict):
+                raise InvalidInput("stall must map stage/call to seconds")
             stalls = {}
-            for point, seconds in dict(value).items():
-                stage, _, call = point.partition("/")
+            for point, seconds in value.items():
+                stage, _, call = str(point).partition("/")
                 CrashPoint.parse(f"{stage}/{call}/before", pipeline)
-                stalls[point] = float(seconds)
+                try:
+                    stalls[point] = float(seconds)
+                except (TypeError, ValueError):
+                    raise InvalidInput(f"stall {point}: {seconds!r} is not seconds") from None
             clean["stall"] = stalls
         else:
             raise InvalidInput(f"unknown run option {name!r}")
@@ -281,29 +286,31 @@ def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
         )
         return "verification-failed"
 
-    stored = [
-        artifacts.store(f"{stage_name}/{run.public_id}/{name}", data, content_type, run=run)
-        for name, (data, content_type) in output.artifacts.items()
-    ]
-    manifest = {
-        "inputs": {name: run.inputs.get(name) for name in stage.consumes},
-        "pinned": dict(run.inputs),
-        "artifacts": [
-            {
-                "name": name,
-                "uri": a.uri,
-                "sha256": a.sha256,
-                "size": a.size,
-                "content_type": a.content_type,
-            }
-            for name, a in zip(output.artifacts, stored, strict=True)
-        ],
-        "rules": results,
-        "outputs": output.outputs,
-    }
     next_stage = pipeline.next_stage(stage_name)
     ticket = uuid.uuid4().hex if next_stage else ""
+    # Artifact rows are written in the checkpoint's transaction, so a worker that lost its
+    # lease leaves none behind (only content-addressed blobs, which nothing references).
     with transaction.atomic():
+        stored = [
+            artifacts.store(f"{stage_name}/{run.public_id}/{name}", data, content_type, run=run)
+            for name, (data, content_type) in output.artifacts.items()
+        ]
+        manifest = {
+            "inputs": {name: run.inputs.get(name) for name in stage.consumes},
+            "pinned": dict(run.inputs),
+            "artifacts": [
+                {
+                    "name": name,
+                    "uri": a.uri,
+                    "sha256": a.sha256,
+                    "size": a.size,
+                    "content_type": a.content_type,
+                }
+                for name, a in zip(output.artifacts, stored, strict=True)
+            ],
+            "rules": results,
+            "outputs": output.outputs,
+        }
         ledger.write_checkpoint(
             writer,
             run,

@@ -315,7 +315,11 @@ def record_intent(writer: Writer, effect_fields: dict[str, Any], *, event_payloa
         if effect is None:
             effect = Effect.objects.create(**effect_fields, attempts=1, status=Effect.Status.INTENT)
         else:
-            Effect.objects.filter(pk=effect.pk).update(attempts=F("attempts") + 1, updated_at=Now())
+            # Back to intent before the new attempt: if this attempt dies, nobody may read an
+            # earlier "failed" as "nothing happened".
+            Effect.objects.filter(pk=effect.pk).update(
+                attempts=F("attempts") + 1, status=Effect.Status.INTENT, error="", updated_at=Now()
+            )
             effect.refresh_from_db()
         effect._called_event = event  # type: ignore[attr-defined]
         return effect

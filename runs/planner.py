@@ -188,18 +188,14 @@ def _verified_prefix(
 # --- Effects ---------------------------------------------------------------------------------
 
 
-def _lineage_effects(run: Run, stages: list[str]) -> dict[tuple[str, str], Effect]:
-    """The newest effect per (stage, call) among this run and its ancestors."""
-    lineage = [r.pk for r in run.lineage()]
+def _own_effects(run: Run, stages: list[str]) -> dict[tuple[str, str], Effect]:
+    """The newest effect per (stage, call) this run made. An ancestor's effects in the stages
+    a branch re-runs were made with other inputs, so they say nothing about the branch's
+    calls (should a key match anyway, the engine reuses it and the plan's cost was an upper
+    bound)."""
     found: dict[tuple[str, str], Effect] = {}
-    rank = {pk: i for i, pk in enumerate(lineage)}
-    rows = Effect.objects.filter(run_id__in=lineage, stage__in=stages).order_by("id")
-    for effect in rows:
-        key = (effect.stage, effect.call_id)
-        current = found.get(key)
-        # Prefer this run's own effect over an ancestor's, and a newer one over an older.
-        if current is None or rank[effect.run_id] <= rank[current.run_id]:
-            found[key] = effect
+    for effect in Effect.objects.filter(run=run, stage__in=stages).order_by("id"):
+        found[(effect.stage, effect.call_id)] = effect
     return found
 
 
@@ -317,7 +313,7 @@ def fresh_cost(pipeline: Pipeline) -> Cost:
 def _expected_lines(
     run: Run, pipeline: Pipeline, stages: list[str]
 ) -> tuple[list[EffectLine], list[str]]:
-    effects = _lineage_effects(run, stages)
+    effects = _own_effects(run, stages)
     lines, blockers = [], []
     for stage_name in stages:
         stage = pipeline.stage(stage_name)
@@ -456,7 +452,7 @@ def _upgrade(
     # Effects the parent already made in stages the branch re-runs would happen again under a
     # new key whenever the branch's request differs (new facts → new draft → new revision).
     warnings = []
-    parent_effects = _lineage_effects(run, rerun)
+    parent_effects = _own_effects(run, rerun)
     for (stage, call_id), effect in sorted(parent_effects.items()):
         if effect.status != Effect.Status.CONFIRMED:
             continue
