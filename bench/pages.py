@@ -1,0 +1,232 @@
+"""Server time of the inbox and the run page with 10,000 runs and 1,000,000 events loaded.
+
+    .venv/bin/python bench/pages.py                 # SQLite and PostgreSQL
+    .venv/bin/python bench/pages.py --db sqlite     # one of them
+    .venv/bin/python bench/pages.py --runs 1000 --events 100000   # a quicker look
+
+Each database is a scratch one the script creates (a SQLite file in a temp folder; the
+PostgreSQL database `resumer_pagebench`, dropped afterwards). Filler rows are bulk-inserted
+around ledger.append() for speed (the triggers allow INSERT), with a correct seq and hash
+chain. Requests go through Django's test client, so the time is the server's: middleware,
+view, queries and template, no network. It prints median and p95 per page and the number of
+SQL queries per page for a small and a large page, which must be equal (no per-row queries).
+Goal: p95 under 150 ms on both databases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_URL = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/resumer_pagebench")
+
+
+def child(db: str, runs: int, events: int, repeat: int) -> None:
+    sys.path.insert(0, str(ROOT))
+    tmp = tempfile.mkdtemp(prefix="resumer-pagebench-")
+    os.environ["RESUMER_VAR_DIR"] = tmp
+    os.environ["DATABASE_URL"] = f"sqlite:///{tmp}/bench.sqlite3" if db == "sqlite" else PG_URL
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "resumer.settings")
+    if db == "postgres":
+        _recreate_pg()
+    import django
+
+    django.setup()
+    from django.conf import settings
+
+    settings.ALLOWED_HOSTS = ["testserver"]
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    big_pk = _load(runs, events)
+
+    from django.contrib.auth.models import User
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from runs.models import Run
+
+    user = User.objects.create_superuser("bench", "bench@example.com", "bench-pass-123")
+    client = Client()
+    client.force_login(user)
+    small_pk = Run.objects.filter(last_seq__lte=20).values_list("pk", flat=True).first()
+    pages = {
+        "inbox": "/runs/",
+        "inbox, filtered (status=failed)": "/runs/?status=failed",
+        "run page (100k-event run, first timeline page)": f"/runs/run-{big_pk}/",
+        "run page (typical run)": f"/runs/run-{small_pk}/",
+    }
+    print(f"\n== {db}: {Run.objects.count():,} runs, {_event_count():,} events ==")
+    for name, url in pages.items():
+        for _ in range(3):  # warm caches and connections
+            assert client.get(url).status_code == 200, url
+        samples = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            response = client.get(url)
+            samples.append((time.perf_counter() - start) * 1000)
+            assert response.status_code == 200
+        samples.sort()
+        p95 = samples[min(len(samples) - 1, int(round(0.95 * len(samples))) - 1)]
+        print(f"  {name:<48} median {statistics.median(samples):7.1f} ms   p95 {p95:7.1f} ms")
+    # Queries per page must not depend on how many rows the page shows.
+    with CaptureQueriesContext(connection) as big:
+        client.get(f"/runs/run-{big_pk}/")
+    with CaptureQueriesContext(connection) as small:
+        client.get(f"/runs/run-{small_pk}/")
+    with CaptureQueriesContext(connection) as inbox_full:
+        client.get("/runs/")
+    with CaptureQueriesContext(connection) as inbox_one:
+        client.get(f"/runs/?q=run-{small_pk}")
+    print(
+        f"  queries: run page {len(big.captured_queries)} (100k events) vs "
+        f"{len(small.captured_queries)} (few events); inbox {len(inbox_full.captured_queries)} "
+        f"(full page) vs {len(inbox_one.captured_queries)} (one row)"
+    )
+    connection.close()
+    if db == "postgres":
+        _drop_pg()
+
+
+def _event_count() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COUNT(*) FROM runs_event")
+        return cursor.fetchone()[0]
+
+
+def _pg_admin():
+    import psycopg
+
+    return psycopg.connect(PG_URL.rsplit("/", 1)[0] + "/postgres", autocommit=True)
+
+
+def _recreate_pg() -> None:
+    name = PG_URL.rsplit("/", 1)[1]
+    with _pg_admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def _drop_pg() -> None:
+    name = PG_URL.rsplit("/", 1)[1]
+    with _pg_admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _load(runs: int, events: int) -> int:
+    """Insert `runs` runs and `events` events; one run holds a tenth of all events."""
+    from django.db import transaction
+
+    from runs.ledger import event_hash
+    from runs.models import Event, Lease, Run
+
+    statuses = [s for s in Run.Status.values]
+    stages = ["research", "draft", "visual", "prefill", "publish"]
+    started = time.perf_counter()
+    big_events = events // 10
+    per_run = max(1, (events - big_events) // max(1, runs - 1))
+    with transaction.atomic():
+        run_rows = []
+        for i in range(runs):
+            status = statuses[i % len(statuses)]
+            run_rows.append(
+                Run(
+                    pipeline="content",
+                    status=status,
+                    attention=Run.attention_for(status),
+                    current_stage=stages[i % len(stages)],
+                    inputs={"topic": "resumable-agents", "facts": "v3"},
+                )
+            )
+        Run.objects.bulk_create(run_rows, batch_size=2000)
+        pks = list(Run.objects.order_by("pk").values_list("pk", flat=True))
+        Lease.objects.bulk_create([Lease(run_id=pk) for pk in pks], batch_size=2000)
+    big_pk = pks[0]
+    batch: list[Event] = []
+    heads: dict[int, tuple[int, str]] = {}
+    for pk in pks:
+        count = big_events if pk == big_pk else per_run
+        prev = ""
+        for seq in range(1, count + 1):
+            event = Event(
+                run_id=pk,
+                seq=seq,
+                stage=stages[(seq // 20) % len(stages)],
+                type="TOOL_RESULT" if seq % 2 else "TOOL_CALLED",
+                payload={
+                    "call": f"call-{seq % 7}",
+                    "tool": "render_image",
+                    "cost": "0.04",
+                    "duration_ms": seq % 300,
+                },
+                idempotency_key=f"{pk:08x}{seq:056x}",
+                actor="worker:bench",
+                token=1,
+                prev_hash=prev,
+            )
+            from runs.ledger import _hashed_content
+
+            event.hash = event_hash(prev, _hashed_content(event))
+            prev = event.hash
+            batch.append(event)
+            if len(batch) >= 5000:
+                with transaction.atomic():
+                    Event.objects.bulk_create(batch)
+                batch = []
+        heads[pk] = (count, prev)
+    if batch:
+        with transaction.atomic():
+            Event.objects.bulk_create(batch)
+    with transaction.atomic():
+        for pk, (seq, head) in heads.items():
+            Run.objects.filter(pk=pk).update(last_seq=seq, head_hash=head)
+    print(
+        f"  loaded {runs:,} runs and {sum(h[0] for h in heads.values()):,} events "
+        f"in {time.perf_counter() - started:.0f} s"
+    )
+    return big_pk
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument("--runs", type=int, default=10_000)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=40)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.db, args.runs, args.events, args.repeat)
+        return
+    # One process per database: Django's settings are read once per process.
+    for db in ["sqlite", "postgres"] if args.db == "both" else [args.db]:
+        subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                "--db",
+                db,
+                "--runs",
+                str(args.runs),
+                "--events",
+                str(args.events),
+                "--repeat",
+                str(args.repeat),
+            ],
+            check=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
