@@ -20,7 +20,7 @@ MANAGE := $(PY) manage.py
 VAR ?= $(or $(RESUMER_VAR_DIR),var)
 WORKER_PID := $(VAR)/worker.pid
 WORKER_LOG := $(VAR)/worker.log
-WORKER_CMD := rqworker default --worker-class runs.worker.ResumerWorker
+WORKER_CMD := work
 
 # The settings read REDIS_URL from the environment; DATABASE_URL is passed on by make on its
 # own when given on the command line (`make test DATABASE_URL=postgres://...`).
@@ -95,9 +95,9 @@ run: $(STAMP)
 	$(MANAGE) ensure_redis | tee $(VAR)/redis.info
 	$(MANAGE) seed_demo
 	$(MANAGE) collectstatic --noinput --verbosity 0
-	@$(call stop_pidfile,$(WORKER_PID),a worker left from an earlier run,rqworker)
+	@$(call stop_pidfile,$(WORKER_PID),a worker left from an earlier run,manage.py)
 	@redis_info=$$(cat $(VAR)/redis.info); \
-	stop_worker() { $(call stop_pidfile,$(WORKER_PID),the worker,rqworker); }; \
+	stop_worker() { $(call stop_pidfile,$(WORKER_PID),the worker,manage.py); }; \
 	trap 'stop_worker; exit 130' INT TERM; \
 	trap stop_worker EXIT; \
 	echo "=== worker started $$(date -u +%FT%TZ) ===" >> $(WORKER_LOG); \
@@ -182,7 +182,7 @@ format: $(STAMP)
 
 # Stops what `make run` / ensure_redis started; a system or CI Redis is left alone.
 stop:
-	@$(call stop_pidfile,$(WORKER_PID),the worker,rqworker)
+	@$(call stop_pidfile,$(WORKER_PID),the worker,manage.py)
 	@if [ -x $(PY) ]; then \
 	  $(MANAGE) ensure_redis --stop; \
 	  a='$(REDIS_URL)'; b='$(TEST_REDIS_URL)'; \
