@@ -200,6 +200,7 @@ TOOLS = (
         _publish,
         key=_publish_key,
         reconcile=_publish_reconcile,
+        verb="publish",
         cost=sim.PRICES["publish"],
         meter="publish",
     ),
@@ -210,6 +211,7 @@ TOOLS = (
         key=_charge_key,
         cost=PROMOTION_FEE,
         meter="charge",
+        verb="charge",
     ),
 )
 

@@ -43,13 +43,27 @@ def parse_uri(uri: str) -> tuple[str, int]:
     return match["name"], int(match["version"])
 
 
+def _blob_holds(path: str, digest: str) -> bool:
+    """Does the blob at `path` exist and still hash to `digest`?"""
+    if not default_storage.exists(path):
+        return False
+    try:
+        with default_storage.open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest() == digest
+    except OSError:
+        return False
+
+
 def store(name: str, data: bytes, content_type: str, *, run: Run | None = None) -> Artifact:
     """Store `data` as the next version of `name`."""
     digest = hashlib.sha256(data).hexdigest()
     path = blob_path(digest)
-    if not default_storage.exists(path):
+    if not _blob_holds(path, digest):
         # Two writers racing on the same content may both save; storage then renames the
-        # second copy, which is still the same bytes, so either name is a valid blob.
+        # second copy, which is still the same bytes, so either name is a valid blob. A blob
+        # that exists but was altered is left as the evidence its old rows point to, and this
+        # row gets a fresh copy under a new name: a re-executed stage must not seal a
+        # checkpoint on bytes that already fail verify().
         path = default_storage.save(path, ContentFile(data))
     for _ in range(5):
         try:
@@ -78,19 +92,22 @@ def get(uri: str) -> Artifact:
 
 
 def read(uri: str) -> bytes:
-    artifact = get(uri)
+    return _read_blob(get(uri))
+
+
+def _read_blob(artifact: Artifact) -> bytes:
     try:
         with default_storage.open(artifact.blob, "rb") as handle:
             return handle.read()
     except (FileNotFoundError, OSError) as exc:
-        raise ArtifactMissing(f"{uri}: blob {artifact.blob} is gone ({exc})") from exc
+        raise ArtifactMissing(f"{artifact.uri}: blob {artifact.blob} is gone ({exc})") from exc
 
 
 def verify(uri: str, expected_sha256: str) -> Check:
     """Does the artifact still exist and hash to what the manifest recorded?"""
     try:
         artifact = get(uri)
-        data = read(uri)
+        data = _read_blob(artifact)
     except ArtifactMissing as exc:
         return Check(uri, False, str(exc))
     actual = hashlib.sha256(data).hexdigest()

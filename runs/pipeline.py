@@ -92,6 +92,8 @@ class Tool:
     cost: Decimal = Decimal(0)
     # What the call consumes in the simulators' terms ("render", "upload", ...), for plans.
     meter: str = ""
+    # How a plan names the act ("publish", "charge"): "do not publish again".
+    verb: str = "call"
 
     def __post_init__(self) -> None:
         if self.policy != ReplayPolicy.SAFE and self.key is None:

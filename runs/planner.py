@@ -250,7 +250,10 @@ def _effect_line(stage: str, call_id: str, tool, effect: Effect | None) -> tuple
         if answer.matches:
             line = EffectLine(
                 **base,
-                answer=f"found on the target: {answer.detail}; record it, do not call again",
+                answer=(
+                    f"found on the target ({effect.target}): {answer.detail}; record it, "
+                    f"do not {tool.verb} again"
+                ),
                 action=Action.RECORD_FOUND,
                 cost="0",
             )
@@ -342,20 +345,27 @@ def _expected_lines(
 
 
 def _tail(run: Run, after_seq: int) -> tuple[int, list[str]]:
-    """Only the events after the chosen checkpoint: the run's history before it is settled."""
-    events = list(
+    """Only the events after the chosen checkpoint: the run's history before it is settled.
+
+    seq is gap-free, so the tail's length is last_seq - after_seq without counting rows; only
+    the last dozen are read (a run with no checkpoint yet can have a million)."""
+    last = list(
         Event.objects.filter(run=run, seq__gt=after_seq)
-        .order_by("seq")
-        .values_list("seq", "type", "stage", "payload")
+        .order_by("-seq")
+        .values_list("seq", "type", "stage", "payload")[:12]
     )
     summary = []
-    for seq, type_, stage, payload in events[-12:]:
+    for seq, type_, stage, payload in reversed(last):
         what = payload.get("call") or payload.get("reason") or payload.get("error") or ""
         summary.append(f"#{seq} {type_} {stage} {what}".strip())
-    return len(events), summary
+    return run.last_seq - after_seq, summary
 
 
 def compute_plan(run: Run) -> Plan:
+    # Load the run: a caller's instance may predate the latest append, and a plan mixing its
+    # stale version/last_seq with the log's fresh tail would carry a fingerprint that no
+    # approval (which always re-plans from the database) can ever match.
+    run = Run.objects.get(pk=run.pk)
     pipeline = registry.get(run.pipeline)
     resumable = run.is_resumable
     reason = (
@@ -389,7 +399,7 @@ def compute_plan(run: Run) -> Plan:
     lines, blockers = _expected_lines(run, pipeline, rerun)
 
     drift = [DriftLine(name, old, new) for name, (old, new) in pipeline.drift(run.inputs).items()]
-    upgrade = _upgrade(run, pipeline, chosen, drift, resumable)
+    upgrade = _upgrade(run, pipeline, chosen, drift, resumable, lines)
 
     plan = Plan(
         run=run.public_id,
@@ -427,6 +437,7 @@ def _upgrade(
     chosen: Checkpoint | None,
     drift: list[DriftLine],
     resumable: bool,
+    strict_lines: list[EffectLine],
 ) -> Upgrade:
     if not drift:
         return Upgrade(False, "no input has changed since this run pinned its inputs")
@@ -452,13 +463,23 @@ def _upgrade(
     # Effects the parent already made in stages the branch re-runs would happen again under a
     # new key whenever the branch's request differs (new facts → new draft → new revision).
     warnings = []
+    # An effect the ledger never confirmed may still have happened: what this plan's reconcile
+    # query found on the target counts as made (the approval records it on this run).
+    found = {
+        (line.stage, line.call_id): line.external_id
+        for line in strict_lines
+        if line.action == Action.RECORD_FOUND
+    }
     parent_effects = _own_effects(run, rerun)
     for (stage, call_id), effect in sorted(parent_effects.items()):
+        made_as = effect.external_id
         if effect.status != Effect.Status.CONFIRMED:
-            continue
+            made_as = found.get((stage, call_id), "")
+            if not made_as:
+                continue
         if effect.policy in (ReplayPolicy.RECONCILE_FIRST, ReplayPolicy.NEVER):
             warnings.append(
-                f"{run.public_id} already made {effect.tool} ({call_id}) as {effect.external_id}; "
+                f"{run.public_id} already made {effect.tool} ({call_id}) as {made_as}; "
                 f"the branch re-runs {stage} with new inputs and will make it again under a new "
                 f"key (e.g. a second article for the new revision)"
             )

@@ -92,11 +92,19 @@ def approve(run: Run, action: str, fingerprint: str, *, actor: str) -> Approval:
                 "by": actor,
             },
         )
+        # Whichever way it goes on, the approved run's ledger now records what the plan's
+        # reconcile queries found (a superseded parent too: its history says what it made).
+        _record_reconciliations(writer, plan)
         if action == STRICT:
             approval = _strict(writer, locked, plan)
         else:
             approval = _upgrade(writer, locked, plan, actor)
         leases.release(run.pk, token)
+    # The rows were read before the approval's own appends; hand back what they are now
+    # (status resuming or superseded, the stage it resumes at) to the CLI and the views.
+    approval.run.refresh_from_db()
+    if approval.branch is not None:
+        approval.branch.refresh_from_db()
     return approval
 
 
@@ -123,6 +131,14 @@ def _record_reconciliations(writer: Writer, plan: Plan) -> None:
         effect = Effect.objects.get(delivery_key=line.delivery_key)
         pipeline = registry.get(plan.pipeline)
         answer = pipeline.tool(effect.tool).reconcile(effect)
+        if not (answer.found and answer.matches and answer.external_id):
+            # The target's answer moved between the plan and this approval: the transaction
+            # rolls back and the operator gets the fresh plan, not a half-recorded effect.
+            raise StalePlan(
+                f"{effect.tool} ({effect.call_id}): the target no longer confirms what the plan "
+                "showed; read the fresh plan and approve again",
+                None,
+            )
         ledger.record_outcome(
             writer,
             effect,
@@ -142,7 +158,6 @@ def _record_reconciliations(writer: Writer, plan: Plan) -> None:
 
 
 def _strict(writer: Writer, run: Run, plan: Plan) -> Approval:
-    _record_reconciliations(writer, plan)
     ticket = uuid.uuid4().hex
     ledger.append(
         writer,

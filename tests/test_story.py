@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from demo.models import Article, Render, SimCall
-from runs.models import Checkpoint, Effect, Run
+from runs.models import Checkpoint, Effect, Event, Run
 from runs.planner import Action, compute_plan
 from runs.resume import STRICT, approve
+from runs.sweeper import SWEEPER
 from tests.conftest import run_status, wait_for
 
 
@@ -37,3 +38,18 @@ def test_strict_resume_of_the_story_renders_body_images_once_and_publishes_once(
     assert Render.objects.count() == 3
     assert SimCall.objects.filter(system="render", billed=True).count() == 3
     assert Article.objects.count() == 1
+
+
+def test_story_interruption_is_written_by_a_second_workers_sweeper_fencing_the_dead_one(
+    story_run,
+):
+    run = story_run
+    interrupted = Event.objects.get(run=run, type=Event.Type.INTERRUPTED)
+    dead = Event.objects.filter(run=run, type=Event.Type.STARTED).latest("seq")
+    assert interrupted.actor == SWEEPER
+    assert interrupted.payload["reason"] == "the worker stopped renewing its lease"
+    assert interrupted.payload["holder"] == dead.payload["worker"]
+    assert interrupted.token > dead.token
+    # Nothing after the dead worker's last write but the sweeper's event.
+    assert interrupted.seq == run.last_seq
+    assert Event.objects.filter(run=run, token=dead.token).latest("seq").seq < interrupted.seq

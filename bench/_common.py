@@ -1,0 +1,102 @@
+"""Helpers shared by bench/ledger_append.py and bench/engine_overhead.py (not a bench itself).
+
+Every bench measures one database per child process: Django can be set up once per process,
+and a child started with its own DATABASE_URL gets exactly the settings a deployment would.
+The parent creates the scratch databases (a SQLite file in a temp folder; a PostgreSQL
+database it creates and drops) and prints the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+# Where the scratch PostgreSQL database is created; only its server part is used.
+PG_SERVER_URL = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+RESULT_PREFIX = "RESULT "
+
+
+def pg_url(database: str) -> str:
+    parts = urlsplit(PG_SERVER_URL)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{database}", "", ""))
+
+
+def recreate_pg_database(database: str) -> str:
+    """Drop and create `database` on the bench server; returns its URL. Raises when the
+    server is not reachable, so the caller can say so and skip PostgreSQL."""
+    import psycopg
+
+    with psycopg.connect(pg_url("postgres"), autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{database}"')
+    return pg_url(database)
+
+
+def drop_pg_database(database: str) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_url("postgres"), autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
+def scratch_dir(prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+def child_env(database_url: str, var_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=database_url,
+        RESUMER_VAR_DIR=str(var_dir),
+        MEDIA_ROOT=str(var_dir / "media"),
+        DJANGO_SETTINGS_MODULE="resumer.settings",
+        RESUMER_LOG_LEVEL="ERROR",
+        # DEBUG records every query in memory; a deployment runs without it.
+        DEBUG="0",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def setup_django(migrate: bool = True) -> None:
+    """In a child: settings come from the environment the parent gave it."""
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "resumer.settings")
+    import django
+
+    django.setup()
+    if migrate:
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+
+
+def emit_result(data: dict) -> None:
+    print(RESULT_PREFIX + json.dumps(data), flush=True)
+
+
+def run_child(script: Path, args: list[str], env: dict[str, str]) -> dict:
+    """Run a child, stream its output, return the dict it emitted last."""
+    proc = subprocess.Popen(
+        [sys.executable, str(script), *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    result: dict = {}
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith(RESULT_PREFIX):
+            result = json.loads(line[len(RESULT_PREFIX) :])
+        else:
+            print(line, end="", flush=True)
+    if proc.wait() != 0:
+        raise RuntimeError(f"{script.name} {' '.join(args)} exited with {proc.returncode}")
+    return result

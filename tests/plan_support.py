@@ -1,0 +1,136 @@
+"""Helpers shared by the reconcile-plan tests (test_planner, test_resume, test_upgrade,
+test_plan_commands). Not a test module: it only builds runs and reads their facts.
+
+Two ways to get an unfinished run:
+
+* `crashed_run` / `failed_run`: real `rqworker` processes against real Redis (the `workers`
+  fixture), for the acceptance scenarios;
+* `run_in_process`: the same engine code (`engine.execute`, the same leases and ledger) called
+  from the test process, stage after stage, for tests about the plan value, refusals and the
+  CLI. Only the `timeout` fault can be used here: a `crash` fault SIGKILLs the process it runs
+  in, which would be pytest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import django_rq
+from django.conf import settings
+from django.core.files.storage import default_storage
+
+from runs import artifacts, engine
+from runs.models import Checkpoint, Effect, Event, Lease, Run
+from tests.conftest import Workers, run_status, wait_for
+
+TOPIC = "resumable-agents"
+
+
+def run_in_process(options: dict[str, Any] | None = None) -> Run:
+    """Start a content run and execute its stages here until it stops (fails, succeeds)."""
+    run = engine.start_run("content", {}, actor="test", options=options or {}, enqueue=False)
+    for _ in range(20):
+        run.refresh_from_db()
+        if not (run.is_active and run.ticket):
+            break
+        engine.execute(run.pk, run.current_stage, run.ticket, holder="test:in-process")
+    # Every VERIFIED queued the next stage in Redis as well (dispatch after commit); this test
+    # ran those stages itself, so drop the jobs rather than leave them for a later worker.
+    django_rq.get_connection(settings.RESUMER_QUEUE).flushdb()
+    run.refresh_from_db()
+    return run
+
+
+def run_one_stage_in_process() -> Run:
+    """A run that is still running: its first stage verified, the next one queued."""
+    run = engine.start_run("content", {}, actor="test", enqueue=False)
+    engine.execute(run.pk, run.current_stage, run.ticket, holder="test:in-process")
+    django_rq.get_connection(settings.RESUMER_QUEUE).flushdb()
+    run.refresh_from_db()
+    return run
+
+
+def crashed_run(workers: Workers, options: dict[str, Any]) -> Run:
+    """The worker is SIGKILLed at the crash point; a healthy worker's sweeper interrupts the
+    run. The healthy worker stays up to execute whatever is approved next."""
+    run = engine.start_run("content", {}, actor="test", options=options)
+    doomed = workers.start()
+    doomed.wait(timeout=120)
+    assert doomed.returncode == -signal.SIGKILL
+    workers.start()
+    wait_for(lambda: run_status(run) == Run.Status.INTERRUPTED, what="interrupted")
+    run.refresh_from_db()
+    return run
+
+
+def failed_run(workers: Workers, options: dict[str, Any]) -> Run:
+    """A timeout fault: the call's outcome is unknown and the run fails; the worker lives on."""
+    run = engine.start_run("content", {}, actor="test", options=options)
+    workers.start()
+    wait_for(lambda: run_status(run) == Run.Status.FAILED, what="failed")
+    run.refresh_from_db()
+    return run
+
+
+def wait_succeeded(run: Run) -> Run:
+    wait_for(lambda: run_status(run) in Run.TERMINAL or run_status(run) in Run.RESUMABLE)
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED, f"{run.public_id} ended {run.status}"
+    return run
+
+
+def ledger_state(run: Run) -> dict[str, Any]:
+    """Everything an approval could have changed, to compare before and after a refusal."""
+    row = Run.objects.values("status", "version", "last_seq", "head_hash", "ticket").get(pk=run.pk)
+    return {
+        **row,
+        "events": Event.objects.filter(run=run).count(),
+        "runs": Run.objects.count(),
+        "effects": sorted(Effect.objects.values_list("pk", "status", "external_id")),
+        "lease_token": Lease.objects.get(run=run).token,
+    }
+
+
+def event_types(run: Run) -> list[str]:
+    return list(Event.objects.filter(run=run).order_by("seq").values_list("type", flat=True))
+
+
+def checkpoint(run: Run, stage: str) -> Checkpoint:
+    return Checkpoint.objects.filter(run=run, stage=stage).order_by("-last_seq").first()
+
+
+def effect(run: Run, call_id: str) -> Effect:
+    return Effect.objects.get(run=run, call_id=call_id)
+
+
+def blob_file(uri: str) -> str:
+    return default_storage.path(artifacts.get(uri).blob)
+
+
+@contextlib.contextmanager
+def tampered(uri: str, how: str) -> Iterator[str]:
+    """Overwrite ("alter") or remove ("delete") the blob behind an artifact, and put the
+    original bytes back afterwards: blobs are content-addressed and shared by every run whose
+    artifact has the same bytes, and MEDIA_ROOT outlives the test database."""
+    path = blob_file(uri)
+    with open(path, "rb") as handle:
+        original = handle.read()
+    try:
+        if how == "alter":
+            with open(path, "wb") as handle:
+                handle.write(original.replace(b"<svg", b"<svg data-tampered='1'", 1) + b"\n")
+        elif how == "delete":
+            default_storage.delete(artifacts.get(uri).blob)
+        else:
+            raise ValueError(how)
+        yield path
+    finally:
+        current = None
+        with contextlib.suppress(FileNotFoundError), open(path, "rb") as handle:
+            current = handle.read()
+        if current != original:
+            with open(path, "wb") as handle:
+                handle.write(original)
