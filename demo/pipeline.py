@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from decimal import Decimal
 
 from demo import simulators as sim
@@ -43,9 +44,15 @@ def _facts_current(pinned: dict[str, str]) -> str:
     return f"v{latest}"
 
 
+FACTS_VERSION_RE = re.compile(r"v[1-9][0-9]*")
+
+
 def _facts_validate(value: str, pinned: dict[str, str]) -> None:
     topic = pinned.get("topic", "")
-    if not (value.startswith("v") and value[1:].isdigit()):
+    # Exactly how the source names its versions: str.isdigit() also takes "²" (int() then
+    # raises a bare ValueError) and "٣" or "03", which would pin a spelling of v3 that never
+    # equals the current "v3" and shows as input drift forever.
+    if not FACTS_VERSION_RE.fullmatch(value):
         raise InvalidInput(f"facts version {value!r} must look like v3")
     if not sim.facts_exist(topic, int(value[1:])):
         raise InvalidInput(f"facts {value} does not exist for topic {topic!r}")

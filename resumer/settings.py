@@ -177,6 +177,11 @@ AXES_FAILURE_LIMIT = int(os.environ.get("AXES_FAILURE_LIMIT", "5"))
 AXES_COOLOFF_TIME = 0.25
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
+# A locked-out login gets a page in the dashboard's style (HTTP 429), not a bare string.
+AXES_LOCKOUT_TEMPLATE = "registration/locked.html"
+# Pages carry the CSRF token themselves (forms, and htmx's hx-headers on <body>); no script
+# ever reads the cookie, so it need not be readable by one.
+CSRF_COOKIE_HTTPONLY = True
 
 # --- Resumer's own knobs -------------------------------------------------------------------
 # A worker renews its lease every TTL/3; the sweeper runs every SWEEP_INTERVAL seconds inside

@@ -35,13 +35,17 @@ class Finding:
     run_pk: int
     reason: str
     detail: dict
+    # The run's version when the finding was read. interrupt() acts only if it is unchanged:
+    # a finding is a read, and by the time it is acted on the run may have moved on (another
+    # sweeper interrupted it and an operator approved a resume). None: no such check.
+    version: int | None = None
 
 
 def find_expired() -> list[Finding]:
     """Runs whose executing stage lost its worker."""
     rows = (
         Lease.objects.filter(run__status__in=Run.ACTIVE, run__ticket="", expires_at__lte=Now())
-        .values("run_id", "holder", "token", "heartbeat_at", "expires_at")
+        .values("run_id", "holder", "token", "heartbeat_at", "expires_at", "run__version")
         .order_by("run_id")[:500]
     )
     return [
@@ -54,6 +58,7 @@ def find_expired() -> list[Finding]:
                 "last_heartbeat": row["heartbeat_at"],
                 "lease_expired_at": row["expires_at"],
             },
+            row["run__version"],
         )
         for row in rows
     ]
@@ -69,7 +74,10 @@ def _job_state(run_pk: int, ticket: str) -> str | None:
     try:
         connection = jobs.queue().connection
         job = Job.fetch(jobs.job_id(run_pk, ticket), connection=connection)
-        return str(job.get_status(refresh=False) or "missing")
+        status = job.get_status(refresh=False)
+        # JobStatus is a (str, Enum): str() gives "JobStatus.QUEUED", never "queued", which
+        # made every job still waiting in the queue look lost. Compare on its value.
+        return str(getattr(status, "value", status) or "missing")
     except NoSuchJobError:
         return "missing"
     except Exception as exc:  # redis down: we cannot tell, so we say nothing
@@ -86,7 +94,7 @@ def find_lost_jobs() -> list[Finding]:
     rows = (
         Run.objects.filter(status__in=Run.ACTIVE, queued_at__lte=Now() - grace)
         .exclude(ticket="")
-        .values("pk", "ticket", "current_stage", "queued_at")
+        .values("pk", "ticket", "current_stage", "queued_at", "version")
         .order_by("queued_at")[:500]
     )
     findings = []
@@ -109,6 +117,7 @@ def find_lost_jobs() -> list[Finding]:
                     "job_state": state,
                     "queued_at": row["queued_at"],
                 },
+                row["version"],
             )
         )
     return findings
@@ -129,6 +138,11 @@ def interrupt(finding: Finding, *, takeover: bool = False) -> bool:
         with transaction.atomic():
             run = Run.objects.select_for_update().get(pk=finding.run_pk)
             if not run.is_active:
+                return False
+            if finding.version is not None and run.version != finding.version:
+                # Something was appended since the finding was read (e.g. another sweeper's
+                # INTERRUPTED and an approved resume, which leaves the run active again with
+                # a fresh ticket): the finding is stale; the next round reads afresh.
                 return False
             ledger.append(
                 writer,

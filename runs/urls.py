@@ -1,9 +1,48 @@
-from django.urls import path
+"""Dashboard URLs. A run is addressed by its public id (/runs/run-42/); anything else that
+looks like an id (/runs/run-abc/, a 30-digit number) matches nothing and is a plain 404."""
+
+from __future__ import annotations
+
+from django.urls import path, register_converter
 
 from runs import views
+from runs.models import Run
+
+
+class RunIdConverter:
+    # At most 18 digits: always inside a 64-bit primary key, so a huge number is a 404,
+    # never a database overflow error.
+    regex = r"run-[0-9]{1,18}"
+
+    def to_python(self, value: str) -> int:
+        return int(value.removeprefix("run-"))
+
+    def to_url(self, value: int | Run) -> str:
+        pk = value.pk if isinstance(value, Run) else int(value)
+        return f"run-{pk}"
+
+
+class IdConverter:
+    regex = r"[0-9]{1,18}"
+
+    def to_python(self, value: str) -> int:
+        return int(value)
+
+    def to_url(self, value: int) -> str:
+        return str(int(value))
+
+
+register_converter(RunIdConverter, "run")
+register_converter(IdConverter, "id")
 
 app_name = "runs"
 
 urlpatterns = [
     path("", views.inbox, name="inbox"),
+    path("<run:pk>/", views.run_detail, name="run"),
+    path("<run:pk>/timeline/", views.run_timeline, name="timeline"),
+    path("<run:pk>/plan/", views.plan, name="plan"),
+    path("<run:pk>/approve/", views.approve_plan, name="approve"),
+    path("artifacts/<id:pk>/", views.artifact_detail, name="artifact"),
+    path("artifacts/<id:pk>/raw/", views.artifact_raw, name="artifact_raw"),
 ]

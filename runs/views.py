@@ -1,15 +1,201 @@
+"""The operator dashboard. Each view: check who asks, parse, call one domain function, render.
+
+Reading needs any role (viewer, operator, supervisor); approving needs operator or
+supervisor. Both are enforced here on the server, whatever the page showed. Actions are
+POST-only forms with Django's CSRF token; htmx only polls the timeline of an active run.
+"""
+
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from collections.abc import Callable
+from functools import wraps
 
-from runs.models import Run
+from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from runs import artifacts as artifact_store
+from runs import queries, roles
+from runs.forms import ApproveForm, InboxFilterForm
+from runs.models import Artifact
+from runs.planner import Plan, compute_plan
+from runs.resume import ResumeRefused, approve
+
+View = Callable[..., HttpResponse]
+
+
+def role_required(check: Callable[..., bool]) -> Callable[[View], View]:
+    """Log in first, then the role: a logged-in user without it gets 403."""
+
+    def decorator(view: View) -> View:
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            if not request.user.is_authenticated:
+                if request.htmx:
+                    # A poll after the session ended: send the whole page to the login form
+                    # (and back to it afterwards), not the form into the timeline.
+                    page = request.htmx.current_url_abs_path or request.get_full_path()
+                    return HttpResponseClientRedirect(redirect_to_login(page).url)
+                return redirect_to_login(request.get_full_path())
+            if not check(request.user):
+                raise PermissionDenied("Your role does not allow this.")
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorator
+
+
+viewer_required = role_required(roles.can_view)
+operator_required = role_required(roles.can_approve)
+
+
+def _after(request: HttpRequest) -> int | None:
+    """The `?after=<seq>` of a timeline page; anything that is not a small number means the
+    latest page (a garbled parameter is not worth an error page)."""
+    value = request.GET.get("after", "")
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 12 else None
+
+
+# --- Inbox -----------------------------------------------------------------------------------
 
 
 @require_GET
-@login_required
+@viewer_required
 def inbox(request: HttpRequest) -> HttpResponse:
-    runs = Run.objects.order_by("attention", "-updated_at", "-id")[:50]
-    return render(request, "runs/inbox.html", {"runs": runs})
+    form = InboxFilterForm(request.GET)
+    page = None
+    if form.is_valid():
+        page = queries.inbox_page(form.filters(), form.cleaned_data["after"])
+    context = {"form": form, "page": page}
+    # htmx swaps just the results when a filter changes; a history restore wants the page.
+    partial = request.htmx and not request.htmx.history_restore_request
+    template = "runs/_inbox_rows.html" if partial else "runs/inbox.html"
+    response = render(request, template, context)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+# --- One run ---------------------------------------------------------------------------------
+
+
+@require_GET
+@viewer_required
+def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    page = queries.run_page(queries.get_run(pk), _after(request))
+    return render(request, "runs/run_detail.html", {"page": page, "run": page.run})
+
+
+@require_GET
+@viewer_required
+def run_timeline(request: HttpRequest, pk: int) -> HttpResponse:
+    """The polled partial: the timeline page, with the run's header (and, once the run
+    stopped, its checkpoints, artifacts and effects) swapped in out of band."""
+    update = queries.timeline_update(queries.get_run(pk), _after(request))
+    context = {
+        "run": update.run,
+        "timeline": update.timeline,
+        "progress": update.progress,
+        "facts": update.facts,
+        "oob": True,
+    }
+    return render(request, "runs/_timeline.html", context)
+
+
+@require_GET
+@viewer_required
+def plan(request: HttpRequest, pk: int) -> HttpResponse:
+    run = queries.get_run(pk)
+    return _render_plan(request, run, compute_plan(run))
+
+
+def _render_plan(
+    request: HttpRequest,
+    run,
+    plan: Plan,
+    *,
+    refusal: str = "",
+    form: ApproveForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    context = {"run": run, "plan": plan, "refusal": refusal, "form": form}
+    return render(request, "runs/plan.html", context, status=status)
+
+
+@require_POST
+@operator_required
+def approve_plan(request: HttpRequest, pk: int) -> HttpResponse:
+    run = queries.get_run(pk)
+    form = ApproveForm(request.POST)
+    if not form.is_valid():
+        return _render_plan(request, run, compute_plan(run), form=form, status=400)
+    action, fingerprint = form.cleaned_data["action"], form.cleaned_data["fingerprint"]
+    actor = f"user:{request.user.get_username()}"
+    try:
+        approval = approve(run, action, fingerprint, actor=actor)
+    except ResumeRefused as exc:  # StalePlan included
+        if queries.approval_recorded(run.pk, fingerprint):
+            # This very plan was approved a moment ago (a double click, a re-sent form): the
+            # second submission is the same decision, so it lands where the first one did.
+            messages.info(request, "This plan was already approved; nothing more was done.")
+            return redirect("runs:run", pk=run.pk)
+        return _render_plan(
+            request, run, exc.plan or compute_plan(run), refusal=str(exc), status=409
+        )
+    if approval.branch is not None:
+        messages.success(
+            request,
+            f"{run.public_id} is superseded by the new branch {approval.branch.public_id}, "
+            f"which starts at {approval.branch.current_stage} with the upgraded inputs.",
+        )
+    else:
+        messages.success(request, f"{run.public_id} is resuming with its pinned inputs.")
+    return redirect("runs:run", pk=approval.resumed.pk)
+
+
+# --- Artifacts -------------------------------------------------------------------------------
+
+
+@require_GET
+@viewer_required
+def artifact_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    view = queries.artifact_view(queries.get_artifact(pk))
+    return render(request, "runs/artifact.html", {"view": view, "artifact": view.artifact})
+
+
+# Image types a browser renders as an image and nothing else. SVG can carry script, so it is
+# also sandboxed (below); anything not listed is offered as a download, never rendered.
+INLINE_IMAGE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp", "image/svg+xml"}
+
+
+@require_GET
+@viewer_required
+def artifact_raw(request: HttpRequest, pk: int) -> HttpResponse:
+    artifact: Artifact = queries.get_artifact(pk)
+    try:
+        data = artifact_store.read(artifact.uri)
+    except artifact_store.ArtifactMissing as exc:
+        raise Http404(str(exc)) from exc
+    if artifact.content_type in INLINE_IMAGE_TYPES:
+        response = HttpResponse(data, content_type=artifact.content_type)
+        response["Content-Disposition"] = "inline"
+    elif artifact.is_text:
+        # Text is shown as text, whatever it contains: an agent's draft is untrusted.
+        response = HttpResponse(data, content_type="text/plain; charset=utf-8")
+        response["Content-Disposition"] = "inline"
+    else:
+        response = HttpResponse(data, content_type="application/octet-stream")
+        response["Content-Disposition"] = f'attachment; filename="artifact-{artifact.pk}"'
+    # Opened on its own (not as an <img>), an SVG would be a document that may run script:
+    # a sandbox with no script, no plugins and no requests of its own prevents that.
+    response["Content-Security-Policy"] = (
+        "sandbox; default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'"
+    )
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Cross-Origin-Resource-Policy"] = "same-origin"
+    return response

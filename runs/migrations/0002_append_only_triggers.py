@@ -73,14 +73,16 @@ def install(apps, schema_editor):
     else:
         raise RuntimeError(f"Resumer supports SQLite and PostgreSQL, not {vendor}")
     for sql in statements:
-        schema_editor.execute(sql)
+        # params=None: the plpgsql body contains '%' placeholders of its own (RAISE), which
+        # psycopg would otherwise try to interpolate.
+        schema_editor.execute(sql, params=None)
 
 
 def uninstall(apps, schema_editor):
     vendor = schema_editor.connection.vendor
     statements = sqlite_sql()[1] if vendor == "sqlite" else pg_sql()[1]
     for sql in statements:
-        schema_editor.execute(sql)
+        schema_editor.execute(sql, params=None)
 
 
 class Migration(migrations.Migration):

@@ -1,0 +1,304 @@
+"""The admin: a read-only window on the run ledger, and the one place a supervisor corrects the
+effect ledger.
+
+Runs, events, checkpoints, artifacts and leases only ever change through the append path
+(runs/ledger.py), so here they can be looked at, never added, changed or deleted. An effect
+can be changed by a supervisor, and the change goes through ledger.edit_effect(): a reason is
+required and a LEDGER_EDITED event records who changed what. Access follows the dashboard's
+roles (runs/roles.py), not model permissions: any staff user with a role may look, only a
+supervisor may edit the ledger.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+
+from runs import roles
+from runs.forms import EffectLedgerForm
+from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run
+from runs.pipeline import registry
+
+admin.site.site_header = "Resumer admin"
+admin.site.site_title = "Resumer admin"
+admin.site.index_title = "Run ledger, effect ledger and the demo's outside world"
+admin.site.site_url = "/runs/"
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Look, never touch: no add, change or delete for anyone, superusers included."""
+
+    # Counting a million events for the paginator on every page is not worth it.
+    show_full_result_count = False
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_active and request.user.is_staff and roles.can_view(request.user)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.has_module_permission(request)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class PipelineFilter(admin.SimpleListFilter):
+    """Choices from the pipeline registry: no SELECT DISTINCT over a large table."""
+
+    title = "pipeline"
+    parameter_name = "pipeline"
+
+    def lookups(self, request, model_admin):
+        return [(name, name) for name in registry.names()]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(pipeline=self.value()) if self.value() else queryset
+
+
+class StageFilter(admin.SimpleListFilter):
+    title = "stage"
+    parameter_name = "stage"
+
+    def lookups(self, request, model_admin):
+        names: list[str] = []
+        for pipeline in registry.names():
+            names += [s for s in registry.get(pipeline).stage_names if s not in names]
+        return [(name, name) for name in names]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(stage=self.value()) if self.value() else queryset
+
+
+class RunStageFilter(StageFilter):
+    def queryset(self, request, queryset):
+        return queryset.filter(current_stage=self.value()) if self.value() else queryset
+
+
+def _run_id(obj: Any) -> str:
+    return f"run-{obj.run_id}"
+
+
+def _public_id_search(
+    queryset: QuerySet, term: str, field: str = "run_id"
+) -> tuple[QuerySet, bool] | None:
+    """Search boxes accept run ids as the dashboard prints them ("run-42")."""
+    pk = Run.pk_from_public_id(term)
+    return (queryset.filter(**{field: pk}), False) if pk is not None else None
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdmin):
+    list_display = [
+        "public_id",
+        "pipeline",
+        "status",
+        "current_stage",
+        "attempt",
+        "last_seq",
+        "parent",
+        "updated_at",
+    ]
+    list_display_links = ["public_id"]
+    list_filter = ["status", PipelineFilter, RunStageFilter]
+    list_select_related = ["parent"]
+    search_fields = ["=id"]
+    search_help_text = "Run id, e.g. run-42"
+    ordering = ["attention", "-updated_at", "-id"]
+
+    def view_on_site(self, obj: Run) -> str:
+        return reverse("runs:run", args=[obj.pk])
+
+    def get_search_results(self, request, queryset, search_term):
+        found = _public_id_search(queryset, search_term.strip(), "pk")
+        return found or super().get_search_results(request, queryset, search_term)
+
+
+@admin.register(Event)
+class EventAdmin(ReadOnlyAdmin):
+    list_display = ["__str__", "run_link", "seq", "stage", "type", "actor", "key", "created_at"]
+    list_filter = ["type", StageFilter]
+    search_fields = ["=idempotency_key"]
+    search_help_text = "An idempotency (delivery) key, or a run id like run-42"
+    ordering = ["-id"]
+
+    @admin.display(description="run", ordering="run_id")
+    def run_link(self, obj: Event) -> str:
+        return _run_id(obj)
+
+    @admin.display(description="idempotency key")
+    def key(self, obj: Event) -> str:
+        return obj.idempotency_key[:16]
+
+    def get_search_results(self, request, queryset, search_term):
+        found = _public_id_search(queryset, search_term.strip())
+        return found or super().get_search_results(request, queryset, search_term)
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(ReadOnlyAdmin):
+    list_display = ["id", "run_link", "stage", "last_seq", "next_stage", "created_at"]
+    list_filter = [StageFilter]
+    search_fields = ["=id"]
+    search_help_text = "A checkpoint id (run-42:visual-verified) or a run id (run-42)"
+    ordering = ["-created_at"]
+
+    @admin.display(description="run", ordering="run_id")
+    def run_link(self, obj: Checkpoint) -> str:
+        return _run_id(obj)
+
+    def get_search_results(self, request, queryset, search_term):
+        found = _public_id_search(queryset, search_term.strip())
+        return found or super().get_search_results(request, queryset, search_term)
+
+
+@admin.register(Artifact)
+class ArtifactAdmin(ReadOnlyAdmin):
+    list_display = ["uri", "content_type", "size", "sha256", "run", "created_at"]
+    search_fields = ["^name", "=sha256"]
+    list_select_related = ["run"]
+    ordering = ["-id"]
+
+    def view_on_site(self, obj: Artifact) -> str:
+        return reverse("runs:artifact", args=[obj.pk])
+
+
+@admin.register(Lease)
+class LeaseAdmin(ReadOnlyAdmin):
+    list_display = ["run_link", "holder", "token", "expires_at", "heartbeat_at", "acquired_at"]
+    search_fields = ["holder"]
+    ordering = ["-run_id"]
+
+    @admin.display(description="run", ordering="run_id")
+    def run_link(self, obj: Lease) -> str:
+        return _run_id(obj)
+
+
+class UnsettledRunFilter(admin.SimpleListFilter):
+    """Filter effects by run. Offers the runs that still have an unsettled effect (a list of
+    every run would be ten thousand links); any run works through ?run=<id>."""
+
+    title = "run"
+    parameter_name = "run"
+
+    def lookups(self, request, model_admin):
+        pks = (
+            Effect.objects.exclude(status__in=Effect.SETTLED)
+            .order_by("-run_id")
+            .values_list("run_id", flat=True)
+            .distinct()[:30]
+        )
+        return [(str(pk), f"run-{pk}") for pk in pks]
+
+    def queryset(self, request, queryset):
+        value = self.value() or ""
+        pk = Run.pk_from_public_id(value if value.startswith("run-") else f"run-{value}")
+        return queryset.filter(run_id=pk) if pk is not None else queryset
+
+
+@admin.register(Effect)
+class EffectAdmin(ReadOnlyAdmin):
+    form = EffectLedgerForm
+    list_display = [
+        "__str__",
+        "run_link",
+        "stage",
+        "call_id",
+        "policy",
+        "status",
+        "target",
+        "external_id",
+        "updated_at",
+    ]
+    list_filter = ["status", "policy", "target", UnsettledRunFilter]
+    search_fields = ["^delivery_key", "=external_id"]
+    search_help_text = "A delivery key (or its first characters) or an external id"
+    ordering = ["-updated_at", "-id"]
+    fieldsets = [
+        (
+            "Correct the ledger",
+            {
+                "description": "Say what really happened outside (check with the target "
+                "first). Saving appends LEDGER_EDITED to the run's event log with your user "
+                "name, the values before and after, and your reason.",
+                "fields": ["status", "external_id", "error", "reason"],
+            },
+        ),
+        (
+            "The effect",
+            {
+                "fields": [
+                    "run",
+                    "stage",
+                    "call_id",
+                    "tool",
+                    "policy",
+                    "target",
+                    "delivery_key",
+                    "request_hash",
+                    "request",
+                    "result",
+                    "attempts",
+                    "cost",
+                    "created_at",
+                    "updated_at",
+                ]
+            },
+        ),
+    ]
+    readonly_fields = [
+        "run",
+        "stage",
+        "call_id",
+        "tool",
+        "policy",
+        "target",
+        "delivery_key",
+        "request_hash",
+        "request",
+        "result",
+        "attempts",
+        "cost",
+        "created_at",
+        "updated_at",
+    ]
+
+    @admin.display(description="run", ordering="run_id")
+    def run_link(self, obj: Effect) -> str:
+        return _run_id(obj)
+
+    def view_on_site(self, obj: Effect) -> str:
+        return reverse("runs:run", args=[obj.run_id]) + "#effects"
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return roles.can_edit_ledger(request.user)
+
+    def get_fieldsets(self, request, obj=None):
+        if self.has_change_permission(request, obj):
+            return self.fieldsets
+        # A reader sees the effect; the reason field belongs to an edit only.
+        editable = ["status", "external_id", "error"]
+        return [(None, {"fields": editable + self.readonly_fields})]
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change, **kwargs)
+        # A subclass per request carries who edits, without shared mutable state.
+        return type(form.__name__, (form,), {"actor": f"user:{request.user.get_username()}"})
+
+    def save_model(self, request, obj, form, change) -> None:
+        # Nothing to save: EffectLedgerForm applied the edit through ledger.edit_effect()
+        # when it validated (a plain save would bypass the event log).
+        event = getattr(form, "ledger_event", None)
+        if event is not None:
+            messages.info(
+                request,
+                f"Recorded as event #{event.seq} (LEDGER_EDITED) of run-{obj.run_id}.",
+            )

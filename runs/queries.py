@@ -1,0 +1,394 @@
+"""Read-only queries behind the dashboard pages.
+
+Every function here reads; none writes. Each page costs a fixed number of queries whatever
+the number of runs or events: lists are paged on an index by keyset (never OFFSET), per-row
+facts come from the row itself (the event count is `Run.last_seq`, not a COUNT over events),
+and related rows are fetched in one query per kind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import reduce
+from operator import or_
+
+from django.core.files.storage import default_storage
+from django.db.models import Q, QuerySet, Subquery
+from django.http import Http404
+
+from runs import artifacts as artifact_store
+from runs.models import Artifact, Checkpoint, Effect, Event, Run
+from runs.pipeline import UnknownPipeline, registry
+from runs.planner import Plan, compute_plan
+
+INBOX_PAGE_SIZE = 50
+TIMELINE_PAGE_SIZE = 100
+# Enough to read a tool result on the page; the whole value is in the admin and the effect.
+PAYLOAD_PREVIEW_CHARS = 4000
+TEXT_PREVIEW_BYTES = 200_000
+
+# --- Inbox -----------------------------------------------------------------------------------
+
+# Columns the inbox shows; the JSON columns (inputs, options) stay in the database.
+INBOX_FIELDS = (
+    "id",
+    "pipeline",
+    "status",
+    "attention",
+    "current_stage",
+    "attempt",
+    "last_seq",
+    "parent_id",
+    "created_at",
+    "updated_at",
+)
+
+
+@dataclass(frozen=True)
+class InboxFilters:
+    status: str = ""
+    pipeline: str = ""
+    stage: str = ""
+    run_pk: int | None = None
+
+
+@dataclass
+class InboxPage:
+    runs: list[Run]
+    # The id of the last run shown, when there are more: the next page starts after it.
+    next_after: int | None
+    needs_human: int
+
+
+def _ordering(filters: InboxFilters) -> list[tuple[str, bool]]:
+    """(field, descending) pairs. Needs-a-human first (attention 0), then the most recently
+    changed. With a status filter attention is constant, so it is left out and the query can
+    walk run_status_idx (status, -updated_at, -id); otherwise run_inbox_idx."""
+    order = [("updated_at", True), ("id", True)]
+    return order if filters.status else [("attention", False), *order]
+
+
+def _after(order: list[tuple[str, bool]], after_pk: int) -> Q:
+    """Rows strictly after run `after_pk` in `order` (keyset paging).
+
+    The cursor row's values are compared inside the database (a subquery per column) rather
+    than sent back as text: SQLite stores timestamps with millisecond text precision, and a
+    value round-tripped through Python would not compare equal to itself."""
+
+    def value(name: str):
+        if name == "id":
+            return after_pk
+        return Subquery(Run.objects.filter(pk=after_pk).values(name)[:1])
+
+    branches = []
+    for i, (name, descending) in enumerate(order):
+        equal = {prev: value(prev) for prev, _ in order[:i]}
+        beyond = {f"{name}__{'lt' if descending else 'gt'}": value(name)}
+        branches.append(Q(**equal, **beyond))
+    return reduce(or_, branches)
+
+
+def _filtered(filters: InboxFilters) -> QuerySet[Run]:
+    runs = Run.objects.all()
+    if filters.run_pk is not None:
+        runs = runs.filter(pk=filters.run_pk)
+    if filters.status:
+        runs = runs.filter(status=filters.status)
+    if filters.pipeline:
+        runs = runs.filter(pipeline=filters.pipeline)
+    if filters.stage:
+        runs = runs.filter(current_stage=filters.stage)
+    return runs
+
+
+def inbox_page(filters: InboxFilters, after: int | None, size: int = INBOX_PAGE_SIZE) -> InboxPage:
+    order = _ordering(filters)
+    runs = _filtered(filters).only(*INBOX_FIELDS)
+    if after is not None:
+        runs = runs.filter(_after(order, after))
+    runs = runs.order_by(*[f"-{name}" if desc else name for name, desc in order])
+    rows = list(runs[: size + 1])
+    more = len(rows) > size
+    rows = rows[:size]
+    return InboxPage(
+        runs=rows,
+        next_after=rows[-1].pk if more else None,
+        # An index-only count of the attention=0 prefix of run_inbox_idx.
+        needs_human=Run.objects.filter(attention=0).count(),
+    )
+
+
+def stage_choices() -> list[str]:
+    """Every stage of every registered pipeline, in pipeline order, once."""
+    seen: list[str] = []
+    for name in registry.names():
+        for stage in registry.get(name).stage_names:
+            if stage not in seen:
+                seen.append(stage)
+    return seen
+
+
+# --- One run ---------------------------------------------------------------------------------
+
+
+def get_run(pk: int) -> Run:
+    run = Run.objects.select_related("lease", "parent", "branch_checkpoint").filter(pk=pk).first()
+    if run is None:
+        raise Http404(f"There is no run-{pk}.")
+    return run
+
+
+@dataclass
+class Step:
+    stage: str
+    # verified | running | stopped | pending
+    state: str
+
+
+@dataclass
+class Progress:
+    steps: list[Step]
+    verified: int
+
+    @property
+    def total(self) -> int:
+        return len(self.steps)
+
+
+def progress(run: Run, checkpoint_stages: set[str] | None = None) -> Progress:
+    """The pipeline's stages with what this run has verified, and where it is now."""
+    try:
+        stage_names = registry.get(run.pipeline).stage_names
+    except UnknownPipeline:
+        stage_names = ()
+    if checkpoint_stages is None:
+        checkpoint_stages = set(
+            Checkpoint.objects.filter(run=run).values_list("stage", flat=True).distinct()
+        )
+    done = set(checkpoint_stages)
+    point = run.branch_checkpoint
+    if point is not None and point.stage in stage_names:
+        # A branch inherits every stage up to its branch point.
+        done |= set(stage_names[: stage_names.index(point.stage) + 1])
+    if run.status == Run.Status.SUCCEEDED:
+        done = set(stage_names)
+    steps = []
+    for name in stage_names:
+        if name in done and not (name == run.current_stage and run.is_active):
+            state = "verified"
+        elif name == run.current_stage and run.is_active:
+            state = "running"
+        elif name == run.current_stage and run.is_resumable:
+            state = "stopped"
+        else:
+            state = "pending"
+        steps.append(Step(name, state))
+    return Progress(steps, sum(1 for s in steps if s.state == "verified"))
+
+
+@dataclass
+class TimelinePage:
+    run: Run
+    events: list[Event]
+    # None means "the latest events" (the live view); a number is a fixed page of seq > after.
+    after: int | None
+    older_after: int | None
+    newer_after: int | None
+
+    @property
+    def live(self) -> bool:
+        """Poll while the run can still append events to what this page shows."""
+        return self.run.is_active and self.newer_after is None
+
+
+def timeline(run: Run, after: int | None, size: int = TIMELINE_PAGE_SIZE) -> TimelinePage:
+    """One page of the event log by seq (the (run, seq) unique index), oldest first.
+
+    Seqs are contiguous (the append path assigns last_seq + 1), so the previous page simply
+    starts `size` earlier."""
+    start = max(run.last_seq - size, 0) if after is None else max(after, 0)
+    rows = list(
+        Event.objects.filter(run=run, seq__gt=start)
+        .defer("hash", "prev_hash", "token")
+        .order_by("seq")[: size + 1]
+    )
+    newer = rows[size - 1].seq if len(rows) > size else None
+    return TimelinePage(
+        run=run,
+        events=rows[:size],
+        after=after,
+        older_after=max(start - size, 0) if start > 0 else None,
+        newer_after=newer,
+    )
+
+
+@dataclass
+class ArtifactRow:
+    stage: str
+    checkpoint: str
+    name: str
+    uri: str
+    sha256: str
+    size: int
+    content_type: str
+    artifact: Artifact | None
+    ok: bool
+    reason: str = ""
+
+
+def _verify_row(uri: str, expected: str, artifact: Artifact | None) -> tuple[bool, str]:
+    """runs.artifacts.verify() on a row this page already loaded: the same three checks (the
+    row exists, it records the manifest's hash, its blob still hashes to it) without a query
+    per artifact. The artifact's own page calls artifacts.verify() itself."""
+    if artifact is None:
+        return False, f"{uri} is not in the artifact table"
+    if artifact.sha256 != expected:
+        return False, f"{uri} is recorded with a different sha256 than the manifest"
+    try:
+        with default_storage.open(artifact.blob, "rb") as handle:
+            digest = hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError as exc:
+        return False, f"{uri}: blob {artifact.blob} is gone ({exc})"
+    if digest != expected:
+        return False, f"{uri} was altered: its blob hashes to {digest[:12]}…"
+    return True, ""
+
+
+def artifact_rows(checkpoints: list[Checkpoint]) -> list[ArtifactRow]:
+    entries = [(cp, entry) for cp in checkpoints for entry in cp.artifacts]
+    wanted = []
+    for _, entry in entries:
+        try:
+            wanted.append(artifact_store.parse_uri(entry.get("uri", "")))
+        except artifact_store.ArtifactMissing:
+            continue
+    found: dict[tuple[str, int], Artifact] = {}
+    if wanted:
+        query = reduce(or_, (Q(name=name, version=version) for name, version in wanted))
+        found = {(a.name, a.version): a for a in Artifact.objects.filter(query)}
+    rows = []
+    for cp, entry in entries:
+        uri = entry.get("uri", "")
+        try:
+            artifact = found.get(artifact_store.parse_uri(uri))
+        except artifact_store.ArtifactMissing:
+            artifact = None
+        ok, reason = _verify_row(uri, entry.get("sha256", ""), artifact)
+        rows.append(
+            ArtifactRow(
+                stage=cp.stage,
+                checkpoint=cp.id,
+                name=entry.get("name", ""),
+                uri=uri,
+                sha256=entry.get("sha256", ""),
+                size=entry.get("size", 0),
+                content_type=entry.get("content_type", ""),
+                artifact=artifact,
+                ok=ok,
+                reason=reason,
+            )
+        )
+    return rows
+
+
+@dataclass
+class RunFacts:
+    checkpoints: list[Checkpoint]
+    artifacts: list[ArtifactRow]
+    effects: list[Effect]
+
+    @property
+    def checkpoint_stages(self) -> set[str]:
+        return {cp.stage for cp in self.checkpoints}
+
+
+def run_facts(run: Run) -> RunFacts:
+    """What the run has verified, stored and done outside: one query per kind."""
+    checkpoints = list(Checkpoint.objects.filter(run=run).order_by("last_seq"))
+    return RunFacts(
+        checkpoints=checkpoints,
+        artifacts=artifact_rows(checkpoints),
+        effects=list(Effect.objects.filter(run=run).order_by("id")),
+    )
+
+
+@dataclass
+class RunPage:
+    run: Run
+    progress: Progress
+    timeline: TimelinePage
+    facts: RunFacts
+    branches: list[Run]
+    # Computed only for a run a human can resume: the plan asks targets reconcile questions.
+    plan: Plan | None = None
+
+
+def run_page(run: Run, after: int | None) -> RunPage:
+    facts = run_facts(run)
+    return RunPage(
+        run=run,
+        progress=progress(run, facts.checkpoint_stages),
+        timeline=timeline(run, after),
+        facts=facts,
+        branches=list(
+            run.branches.only(
+                "id", "status", "current_stage", "created_at", "branch_checkpoint"
+            ).order_by("id")
+        ),
+        plan=compute_plan(run) if run.is_resumable else None,
+    )
+
+
+@dataclass
+class TimelineUpdate:
+    """What one poll of the timeline sends: the page of events and the header; once the run
+    stops being live, also its facts, so the whole page agrees without a reload."""
+
+    run: Run
+    timeline: TimelinePage
+    progress: Progress
+    facts: RunFacts | None
+
+
+def timeline_update(run: Run, after: int | None) -> TimelineUpdate:
+    page = timeline(run, after)
+    facts = None if page.live else run_facts(run)
+    stages = facts.checkpoint_stages if facts is not None else None
+    return TimelineUpdate(run, page, progress(run, stages), facts)
+
+
+def approval_recorded(run_pk: int, fingerprint: str) -> bool:
+    """Has an approval of exactly this plan already been applied (a double-clicked button,
+    a re-sent form)? Then the second submission is the same decision, not a stale one."""
+    return Event.objects.filter(
+        run_id=run_pk, type=Event.Type.PLAN_APPROVED, payload__fingerprint=fingerprint
+    ).exists()
+
+
+# --- Artifacts -------------------------------------------------------------------------------
+
+
+def get_artifact(pk: int) -> Artifact:
+    artifact = Artifact.objects.select_related("run").filter(pk=pk).first()
+    if artifact is None:
+        raise Http404(f"There is no artifact {pk}.")
+    return artifact
+
+
+@dataclass
+class ArtifactView:
+    artifact: Artifact
+    check: artifact_store.Check
+    text: str | None
+    truncated: bool
+
+
+def artifact_view(artifact: Artifact) -> ArtifactView:
+    check = artifact_store.verify(artifact.uri, artifact.sha256)
+    text, truncated = None, False
+    if artifact.is_text and check.ok:
+        data = artifact_store.read(artifact.uri)
+        truncated = len(data) > TEXT_PREVIEW_BYTES
+        text = data[:TEXT_PREVIEW_BYTES].decode("utf-8", errors="replace")
+    return ArtifactView(artifact, check, text, truncated)

@@ -1,0 +1,72 @@
+"""Who may do what in the dashboard: three roles, kept as Django groups.
+
+    viewer      reads every run, plan, event and artifact
+    operator    also approves a resume (strict or upgrade)
+    supervisor  also edits the effect ledger in the admin (is_staff)
+
+Group membership is checked here, in one place, by every view and admin class, instead of
+model permissions: the roles are the product's vocabulary and need no migration. A superuser
+may do everything.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group, User
+
+VIEWER = "viewer"
+OPERATOR = "operator"
+SUPERVISOR = "supervisor"
+ROLES = (VIEWER, OPERATOR, SUPERVISOR)
+
+AnyUser = AbstractBaseUser | AnonymousUser
+
+
+def roles(user: AnyUser) -> frozenset[str]:
+    """The user's role groups, read once per request (cached on the user object)."""
+    if not user.is_authenticated or not user.is_active:
+        return frozenset()
+    cached = getattr(user, "_resumer_roles", None)
+    if cached is None:
+        if user.is_superuser:
+            cached = frozenset(ROLES)
+        else:
+            cached = frozenset(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
+        user._resumer_roles = cached  # type: ignore[union-attr]
+    return cached
+
+
+def can_view(user: AnyUser) -> bool:
+    return bool(roles(user))
+
+
+def can_approve(user: AnyUser) -> bool:
+    return bool(roles(user) & {OPERATOR, SUPERVISOR})
+
+
+def can_edit_ledger(user: AnyUser) -> bool:
+    # The ledger is edited in the admin, which only staff may enter.
+    return SUPERVISOR in roles(user) and bool(getattr(user, "is_staff", False))
+
+
+def label(user: AnyUser) -> str:
+    """The strongest role, for the page header."""
+    held = roles(user)
+    for role in (SUPERVISOR, OPERATOR, VIEWER):
+        if role in held:
+            return role
+    return "no role"
+
+
+def ensure_user(username: str, password: str, role: str) -> tuple[User, bool]:
+    """Create (or find) a user holding exactly `role`. An existing user keeps its password:
+    running the seed twice must not reset what somebody changed on purpose."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
+    group, _ = Group.objects.get_or_create(name=role)
+    user, created = User.objects.get_or_create(username=username)
+    if created:
+        user.set_password(password)
+    user.is_staff = role == SUPERVISOR
+    user.save()
+    user.groups.add(group)
+    return user, created

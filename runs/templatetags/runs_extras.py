@@ -1,0 +1,86 @@
+"""Template helpers for the dashboard.
+
+Nothing here marks text safe: tool results, drafts, titles and payloads come from an agent
+and are untrusted, so every helper returns a plain string and autoescaping applies.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import template
+
+from runs import roles
+from runs.planner import Action
+
+register = template.Library()
+
+PREVIEW_CHARS = 4000
+
+
+@register.filter
+def pretty_json(value: Any, limit: int = PREVIEW_CHARS) -> str:
+    """Indented JSON for a <pre>; long values are cut (the admin shows the whole row)."""
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    limit = int(limit)
+    return text if len(text) <= limit else text[:limit] + "\n… (cut)"
+
+
+@register.filter
+def short(value: Any, length: int = 12) -> str:
+    text = "" if value is None else str(value)
+    length = int(length)
+    return text if len(text) <= length else text[:length] + "…"
+
+
+@register.filter
+def duration(ms: Any) -> str:
+    try:
+        ms = int(ms)
+    except (TypeError, ValueError):
+        return ""
+    return f"{ms} ms" if ms < 1000 else f"{ms / 1000:.1f} s"
+
+
+ACTION_LABELS = {
+    Action.REUSE: "Reuse the recorded result (no call)",
+    Action.RETRY_SAME_KEY: "Call again with the same key (the target deduplicates)",
+    Action.RECORD_FOUND: "Record what the target has (no call)",
+    Action.CALL: "Call",
+    Action.SKIP: "Skip (abandoned by a supervisor)",
+    Action.BLOCKED: "Blocked: a supervisor decides",
+    Action.RERUN: "Run again (pure computation)",
+}
+
+
+@register.filter
+def action_label(action: str) -> str:
+    return ACTION_LABELS.get(action, action)
+
+
+@register.filter
+def role_label(user) -> str:
+    return roles.label(user)
+
+
+@register.filter
+def can_approve(user) -> bool:
+    return roles.can_approve(user)
+
+
+@register.filter
+def can_edit_ledger(user) -> bool:
+    return roles.can_edit_ledger(user)
+
+
+@register.filter
+def payload_get(payload: Any, key: str) -> Any:
+    """payload.key for dict payloads, "" otherwise (a template cannot do .get with hyphens)."""
+    return payload.get(key, "") if isinstance(payload, dict) else ""
+
+
+@register.filter
+def failing(lines: Any) -> list:
+    """The plan's artifact lines that no longer verify."""
+    return [line for line in lines or () if not getattr(line, "ok", True)]

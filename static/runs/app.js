@@ -1,0 +1,17 @@
+// Progressive enhancement only; every page works without this file.
+// A form that changes state is sent once: after the first submit its buttons are disabled, so
+// a double click cannot send a second approval (the server would refuse it anyway).
+document.addEventListener("submit", (event) => {
+  const form = event.target;
+  if (!(form instanceof HTMLFormElement) || form.method.toLowerCase() !== "post") return;
+  // After the browser has built the request: a disabled button is left out of the form data.
+  setTimeout(() => {
+    for (const button of form.querySelectorAll("button[type=submit]")) button.disabled = true;
+  }, 0);
+});
+
+// Coming back through the browser's history must not leave the buttons dead.
+window.addEventListener("pageshow", (event) => {
+  if (!event.persisted) return;
+  for (const button of document.querySelectorAll("form button[type=submit]")) button.disabled = false;
+});
