@@ -110,6 +110,9 @@ def validate_options(pipeline: Pipeline, options: dict[str, Any]) -> dict[str, A
                     stalls[point] = float(seconds)
                 except (TypeError, ValueError):
                     raise InvalidInput(f"stall {point}: {seconds!r} is not seconds") from None
+                # Checked here, not by time.sleep() halfway through a stage (negative, NaN).
+                if not 0 <= stalls[point] <= 3600:
+                    raise InvalidInput(f"stall {point}: must be between 0 and 3600 seconds")
             clean["stall"] = stalls
         else:
             raise InvalidInput(f"unknown run option {name!r}")
@@ -193,7 +196,7 @@ def execute(run_pk: int, stage_name: str, ticket: str, *, holder: str | None = N
     """Run one stage of one run. Returns a short outcome word for the job's result."""
     holder = holder or worker_identity()
     try:
-        token = leases.acquire(run_pk, holder)
+        token = _acquire_for_ticket(run_pk, ticket, holder)
     except leases.LeaseBusy:
         log.info(
             "run-%s is leased by another worker; job %s/%s skipped",
@@ -220,6 +223,30 @@ def execute(run_pk: int, stage_name: str, ticket: str, *, holder: str | None = N
         if heartbeat.is_alive():
             heartbeat.stop()
         leases.release(run_pk, token)
+
+
+def _ticket_pending(run_pk: int, ticket: str) -> bool:
+    return bool(ticket) and Run.objects.filter(pk=run_pk, ticket=ticket).exists()
+
+
+def _acquire_for_ticket(run_pk: int, ticket: str, holder: str) -> int:
+    """Take the lease for the job that owns the run's pending ticket.
+
+    While a ticket is pending no stage is executing, so whoever holds the lease holds it for
+    a moment: the previous stage's worker between its commit (which queued this job) and its
+    release, a duplicate delivery finding nothing to do, a sweeper or a supervisor's edit. A
+    job that gave up at once would be dropped with its ticket still pending, and the sweeper
+    would later interrupt a healthy run; so the owner waits, at most one lease TTL (by then
+    a holder that froze has expired). A job whose ticket is not pending (a duplicate, or a
+    stage already taken) gives up at once: it has nothing to do anyway."""
+    deadline = time.monotonic() + leases.ttl_seconds() + 1
+    while True:
+        try:
+            return leases.acquire(run_pk, holder)
+        except leases.LeaseBusy:
+            if time.monotonic() > deadline or not _ticket_pending(run_pk, ticket):
+                raise
+        time.sleep(min(0.1, leases.ttl_seconds() / 20))
 
 
 def _begin(writer: Writer, stage_name: str, ticket: str) -> Run | None:
@@ -472,6 +499,10 @@ class StageContext:
                         "cost": "0",
                     },
                 )
+                if existing.result is None:
+                    # A supervisor confirmed it by hand (ledger.edit_effect): the external id
+                    # is all that is known, and the stage must still see it, not "no result".
+                    return {"external_id": existing.external_id}
                 return existing.result
             if existing.status == Effect.Status.ABANDONED:
                 ledger.append(
@@ -524,6 +555,12 @@ class StageContext:
         )
         self._fault(call_id, "before")
         self._before_call(call_id)
+        # Fence the call itself, not only the writes around it: a worker that froze after
+        # its intent (GC pause, suspended VM, SIGSTOP) and wakes after a takeover would
+        # otherwise make the call the resumed run already made (a second card charge) and
+        # only then be refused at the write. The window left is this check to the call.
+        if not leases.holds(self.writer.run_id, self.writer.token):
+            raise LeaseLost(self.writer.run_id, self.writer.token)
         started = time.monotonic()
         try:
             result = tool.call(args, key)

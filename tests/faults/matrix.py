@@ -1,0 +1,785 @@
+"""The crash matrix's case runner, shared by pytest (tests/faults) and bench/fault_matrix.py.
+
+A case is one tool call of one stage of the demo pipeline and a moment: `before` the call is
+made (its intent is recorded, the outside world has not seen it) or `after` (the outside
+world has seen it, the ledger has not recorded its result). `run_case()` drives it the way
+production would go through it, with real Redis and real `rqworker` processes:
+
+    start the run with the crash point → the worker dies by SIGKILL → a healthy worker's
+    sweeper finds the run interrupted → compute the plan → (a NEVER effect with an unknown
+    outcome blocks: a supervisor looks the charge up at the card processor and resolves the
+    ledger) → strict resume → run to the end → check every invariant against the database.
+
+Nothing here needs pytest: the caller provides Django (configured, migrated, demo facts
+seeded) and a Harness that knows the database and Redis the workers must use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import Max
+
+ROOT = Path(__file__).resolve().parents[2]
+PIPELINE = "content"
+FULL_MATRIX_ENV = "RESUMER_FULL_MATRIX"
+
+# What plain `make test` runs: one SAFE call, one idempotent upload, the RECONCILE_FIRST
+# publish after the article went live, and the NEVER charge after the card was charged.
+REPRESENTATIVE = (
+    "research/search/before",
+    "visual/upload-cover/before",
+    "publish/publish/after",
+    "publish/promote-charge/after",
+)
+
+# Invariant ids, in report order, with what each one means.
+INVARIANTS: dict[str, str] = {
+    "crashed": "the worker died by SIGKILL at the crash point",
+    "interrupted": "the sweeper marked the run interrupted",
+    "resumes-at-crash": "the plan skips every stage before the crashed one",
+    "succeeded": "the strict resume ran the run to success",
+    "one-article": "one article on the platform",
+    "one-upload-per-asset": "one billed upload per asset",
+    "renders-billed-once": "each image rendered and billed once",
+    "charge-at-most-once": "the card charged at most once",
+    "ledger-settled": "every effect confirmed with its external id",
+    "outputs-match-world": "publish outputs name the live article and the charge",
+    "artifacts-equal": "final artifacts equal a run without a crash",
+    "seq-gap-free": "event seq gap-free, hash chain intact",
+    "checkpoints-verified": "every checkpoint seals its VERIFIED event",
+}
+
+
+def full_matrix() -> bool:
+    return os.environ.get(FULL_MATRIX_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class Case:
+    stage: str
+    call: str
+    when: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.stage}/{self.call}/{self.when}"
+
+    def __str__(self) -> str:
+        return self.id
+
+
+def all_cases() -> list[Case]:
+    """Every expected call of every stage, before and after: read from the pipeline itself,
+    so a call added to the demo is in the matrix without touching this file."""
+    from runs.engine import CRASH_WHEN
+    from runs.pipeline import registry
+
+    pipeline = registry.get(PIPELINE)
+    return [
+        Case(stage.name, call.call_id, when)
+        for stage in pipeline.stages
+        for call in stage.calls
+        for when in CRASH_WHEN
+    ]
+
+
+@dataclass
+class Check:
+    passed: bool
+    detail: str = ""
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    checks: dict[str, Check] = field(default_factory=dict)
+    error: str = ""
+    supervisor: str = ""
+    run_id: str = ""
+    seconds: float = 0.0
+    logs: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.error and all(c.passed for c in self.checks.values())
+
+    def check(self, name: str, passed: bool, detail: str = "") -> None:
+        assert name in INVARIANTS, name
+        self.checks[name] = Check(bool(passed), detail)
+
+    def describe(self) -> str:
+        lines = [f"{self.case} ({self.run_id or 'no run'}): {'PASS' if self.passed else 'FAIL'}"]
+        if self.error:
+            lines.append(f"  error: {self.error}")
+        if self.supervisor:
+            lines.append(f"  supervisor: {self.supervisor}")
+        for name, check in self.checks.items():
+            if not check.passed:
+                lines.append(f"  {name}: {check.detail or INVARIANTS[name]}")
+        if not self.passed and self.logs:
+            lines.append(f"  worker logs: {', '.join(self.logs)}")
+        return "\n".join(lines)
+
+
+# --- Waiting -------------------------------------------------------------------------------
+
+
+class Timeout(AssertionError):
+    pass
+
+
+class WorkersBroke(AssertionError):
+    """Every worker exited with an error (e.g. it could not even import the project)."""
+
+
+# Harnesses with workers to watch while waiting (see Harness.raise_if_broken).
+_LIVE_HARNESSES: weakref.WeakSet[Harness] = weakref.WeakSet()
+
+
+def wait_for(predicate: Callable[[], Any], *, timeout: float = 60, what: str = "condition") -> Any:
+    """Poll until predicate() is truthy. The timeout only bounds a hung case; nothing asserts
+    on how long anything took. If every worker has died of an error meanwhile, say so at once
+    instead of waiting out the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        for harness in list(_LIVE_HARNESSES):
+            harness.raise_if_broken(what)
+        if time.monotonic() > deadline:
+            raise Timeout(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def run_status(run_pk: int) -> str:
+    from runs.models import Run
+
+    return Run.objects.values_list("status", flat=True).get(pk=run_pk)
+
+
+def wait_settled(run_pk: int, *, timeout: float = 90) -> str:
+    """Wait until the run is neither pending, running nor resuming; return its status."""
+    from runs.models import Run
+
+    return wait_for(
+        lambda: (s := run_status(run_pk)) not in Run.ACTIVE and s,
+        timeout=timeout,
+        what=f"run-{run_pk} to stop being active",
+    )
+
+
+# --- Processes -----------------------------------------------------------------------------
+
+
+def database_url() -> str:
+    """A URL that points a worker process at the database this process is using."""
+    conf = connection.settings_dict
+    if conf["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{conf['NAME']}"
+    user = conf.get("USER") or ""
+    password = f":{conf['PASSWORD']}" if conf.get("PASSWORD") else ""
+    auth = f"{user}{password}@" if user else ""
+    host = conf.get("HOST") or "127.0.0.1"
+    return f"postgres://{auth}{host}:{conf.get('PORT') or 5432}/{conf['NAME']}"
+
+
+class Harness:
+    """Starts real `manage.py rqworker` processes (ResumerWorker: SimpleWorker + sweeper) on
+    the database this process uses and the given Redis, and makes sure none outlives it."""
+
+    def __init__(
+        self, log_dir: Path, *, redis_url: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.redis_url = redis_url or settings.REDIS_URL
+        self.extra_env = dict(env or {})
+        self.procs: list[subprocess.Popen] = []
+        self.log_paths: dict[int, Path] = {}
+        self.started = 0  # numbers the log files across cases
+        _LIVE_HARNESSES.add(self)
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            DATABASE_URL=database_url(),
+            REDIS_URL=self.redis_url,
+            MEDIA_ROOT=str(settings.MEDIA_ROOT),
+            RESUMER_LEASE_TTL=str(settings.RESUMER_LEASE_TTL),
+            RESUMER_SWEEP_INTERVAL=str(settings.RESUMER_SWEEP_INTERVAL),
+            RESUMER_QUEUE_GRACE=str(settings.RESUMER_QUEUE_GRACE),
+            RESUMER_QUEUE=settings.RESUMER_QUEUE,
+            RESUMER_TESTING="1",
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(self.extra_env)
+        return env
+
+    def start_worker(
+        self, label: str = "", *, burst: bool = False, env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
+        self.started += 1
+        name = f"worker-{self.started:03d}{'-' + label if label else ''}.log"
+        path = self.log_dir / name.replace("/", "_")
+        log = open(path, "wb")  # noqa: SIM115 - handed to the child, closed with it
+        cmd = [
+            sys.executable,
+            str(ROOT / "manage.py"),
+            "rqworker",
+            settings.RESUMER_QUEUE,
+            "--worker-class",
+            "runs.worker.ResumerWorker",
+        ]
+        if burst:
+            cmd.append("--burst")
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env={**self.env(), **(env or {})}, stdout=log, stderr=log
+        )
+        log.close()
+        self.procs.append(proc)
+        self.log_paths[proc.pid] = path
+        return proc
+
+    def raise_if_broken(self, what: str) -> None:
+        """Raise WorkersBroke when workers were started, none is alive, and one exited with
+        an error status (a SIGKILL or a clean exit is what the tests themselves cause)."""
+        codes = [proc.poll() for proc in self.procs]
+        if not codes or None in codes or not any(c is not None and c > 0 for c in codes):
+            return
+        broken = next(p for p in self.procs if (p.poll() or 0) > 0)
+        tail = "\n".join(self.log_of(broken).splitlines()[-15:])
+        raise WorkersBroke(
+            f"while waiting for {what}, every worker exited; worker {broken.pid} with status "
+            f"{broken.returncode}:\n{tail}"
+        )
+
+    def log_of(self, proc: subprocess.Popen) -> str:
+        path = self.log_paths.get(proc.pid)
+        return path.read_text(errors="replace") if path and path.exists() else ""
+
+    def stop(self, proc: subprocess.Popen) -> None:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)  # a test may have frozen it
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            self.stop(proc)
+        self.procs.clear()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class PrivateRedis:
+    """A redis-server of our own on a free port, without persistence, so a test can restart
+    or flush it without touching the Redis anyone else uses."""
+
+    def __init__(self, workdir: Path, port: int | None = None) -> None:
+        from runs.management.commands.ensure_redis import choose_binary
+
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.binary = choose_binary()[0]
+        self.port = port or free_port()
+        self.proc: subprocess.Popen | None = None
+
+    def url(self, db: int = 0) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+    def client(self):
+        import redis
+
+        return redis.Redis.from_url(self.url(), socket_connect_timeout=1, socket_timeout=5)
+
+    def start(self) -> PrivateRedis:
+        log = open(self.workdir / f"redis-{self.port}.log", "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
+            stdout=log,
+            stderr=log,
+        )
+        log.close()
+        wait_for(self._answers, timeout=20, what=f"redis-server on port {self.port}")
+        return self
+
+    def _answers(self) -> bool:
+        client = self.client()
+        try:
+            return bool(client.ping())
+        except Exception:
+            return False
+        finally:
+            client.close()
+
+    def kill(self) -> None:
+        """Die the way a crashed Redis does: no shutdown, no save (there is nothing to save)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def flush(self) -> None:
+        client = self.client()
+        try:
+            client.flushall()
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        self.kill()
+
+
+# --- The outside world's meters ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Marks:
+    """Highest primary keys of the simulated systems' tables before a case: whatever the
+    case creates is above them, so counts need no flush between cases."""
+
+    article: int
+    asset: int
+    render: int
+    charge: int
+    simcall: int
+
+    @classmethod
+    def now(cls) -> Marks:
+        from demo.models import Article, Asset, Charge, Render, SimCall
+
+        def top(model) -> int:
+            return model.objects.aggregate(m=Max("pk"))["m"] or 0
+
+        return cls(top(Article), top(Asset), top(Render), top(Charge), top(SimCall))
+
+
+@dataclass
+class World:
+    """What the simulated outside world received since a set of marks."""
+
+    articles: list
+    assets: list
+    renders: list
+    charges: list
+    publish_calls: int
+    uploads_billed: int
+    renders_billed: int
+
+    @classmethod
+    def since(cls, marks: Marks) -> World:
+        from demo.models import Article, Asset, Charge, Render, SimCall
+
+        calls = SimCall.objects.filter(pk__gt=marks.simcall)
+        return cls(
+            articles=list(Article.objects.filter(pk__gt=marks.article)),
+            assets=list(Asset.objects.filter(pk__gt=marks.asset)),
+            renders=list(Render.objects.filter(pk__gt=marks.render)),
+            charges=list(Charge.objects.filter(pk__gt=marks.charge)),
+            publish_calls=calls.filter(system="platform", operation="publish").count(),
+            uploads_billed=calls.filter(system="assets", billed=True).count(),
+            renders_billed=calls.filter(system="render", billed=True).count(),
+        )
+
+
+# --- Facts about one run -------------------------------------------------------------------
+
+
+def final_artifacts(run) -> dict[str, str]:
+    """sha256 per logical artifact name (facts, draft, image-*, form) of the newest checkpoint
+    of every stage: content, not uri, so two runs compare."""
+    from runs.engine import latest_checkpoint
+    from runs.pipeline import registry
+
+    hashes: dict[str, str] = {}
+    for stage in registry.get(run.pipeline).stage_names:
+        checkpoint = latest_checkpoint(run, stage)
+        if checkpoint is None:
+            continue
+        for entry in checkpoint.artifacts:
+            hashes[entry["name"]] = entry["sha256"]
+    return hashes
+
+
+def chain_problems(run_pk: int) -> list[str]:
+    """Seq must run 1..N without a gap and every hash link must hold."""
+    from runs.ledger import verify_chain
+    from runs.models import Event
+
+    problems = []
+    seqs = list(Event.objects.filter(run_id=run_pk).order_by("seq").values_list("seq", flat=True))
+    if seqs != list(range(1, len(seqs) + 1)):
+        problems.append(f"seqs are not 1..{len(seqs)}: {seqs}")
+    report = verify_chain(run_pk)
+    if not report.ok:
+        problems += report.problems
+    return problems
+
+
+def checkpoint_problems(run_pk: int) -> list[str]:
+    """Every checkpoint seals a VERIFIED event of its own stage on its own run, and every
+    VERIFIED event has its checkpoint: neither is ever observed without the other."""
+    from runs.models import Checkpoint, Event
+
+    problems = []
+    events = {
+        e.seq: e
+        for e in Event.objects.filter(run_id=run_pk, type=Event.Type.VERIFIED).only(
+            "seq", "stage", "type"
+        )
+    }
+    sealed = set()
+    for checkpoint in Checkpoint.objects.filter(run_id=run_pk):
+        event = events.get(checkpoint.last_seq)
+        if event is None or event.stage != checkpoint.stage:
+            problems.append(f"{checkpoint.id} seals seq {checkpoint.last_seq}, not a VERIFIED")
+        sealed.add(checkpoint.last_seq)
+    for seq in sorted(set(events) - sealed):
+        problems.append(f"VERIFIED #{seq} has no checkpoint")
+    return problems
+
+
+def once_problems(run, marks: Marks) -> list[str]:
+    """Everything the crash matrix asks of a finished run, as a list of what broke (empty
+    when nothing did): succeeded, every external effect once, every stage verified once
+    (nothing redone), the log gap-free and every checkpoint sealed by its VERIFIED."""
+    from runs.models import Event, Run
+
+    run.refresh_from_db()
+    world = World.since(marks)
+    problems = []
+    if run.status != Run.Status.SUCCEEDED:
+        problems.append(f"{run.public_id} is {run.status}, not succeeded")
+    if len(world.articles) != 1 or world.publish_calls != 1:
+        problems.append(f"{len(world.articles)} articles, {world.publish_calls} publish calls")
+    if sorted(a.name for a in world.assets) != ["body-1", "body-2", "cover"]:
+        problems.append(f"assets uploaded: {sorted(a.name for a in world.assets)}")
+    if world.uploads_billed != 3 or world.renders_billed != 3 or len(world.renders) != 3:
+        problems.append(
+            f"{world.uploads_billed} billed uploads, {len(world.renders)} renders "
+            f"({world.renders_billed} billed)"
+        )
+    if len(world.charges) > 1:
+        problems.append(f"the card was charged {len(world.charges)} times")
+    verified = list(
+        Event.objects.filter(run=run, type=Event.Type.VERIFIED).values_list("stage", flat=True)
+    )
+    if sorted(verified) != sorted(set(verified)):
+        problems.append(f"a stage was verified twice: {verified}")
+    return problems + chain_problems(run.pk) + checkpoint_problems(run.pk)
+
+
+def event_of(run_pk: int, type_: str, call: str = "", stage: str = ""):
+    """The newest event of a type (for a call, or in a stage), or None."""
+    from runs.models import Event
+
+    events = Event.objects.filter(run_id=run_pk, type=type_).order_by("-seq")
+    if stage:
+        events = events.filter(stage=stage)
+    for event in events:
+        if not call or event.payload.get("call") == call:
+            return event
+    return None
+
+
+# --- The supervisor ------------------------------------------------------------------------
+
+
+def resolve_never_effects(plan, *, actor: str = "user:supervisor") -> list[str]:
+    """What a supervisor does about a blocked NEVER charge: look it up at the card processor
+    by the reference the charge carried, and record what was found, with a reason. Returns a
+    line per resolution; a blocker it cannot resolve is left for the caller to report."""
+    from demo.models import Charge
+    from runs import ledger
+    from runs.models import Effect
+    from runs.planner import Action
+
+    done = []
+    for line in plan.effects:
+        if line.action != Action.BLOCKED or line.tool != "charge_card":
+            continue
+        effect = Effect.objects.get(delivery_key=line.delivery_key)
+        # demo.pipeline._charge passes key[:32] as the processor's reference.
+        charge = Charge.objects.filter(reference=effect.delivery_key[:32]).first()
+        if charge is not None:
+            ledger.edit_effect(
+                effect.pk,
+                {"status": Effect.Status.CONFIRMED, "external_id": charge.external_id},
+                reason=f"card processor shows {charge.external_id} for this reference",
+                actor=actor,
+            )
+            done.append(f"{line.call_id}: charged as {charge.external_id} → confirmed")
+        else:
+            ledger.edit_effect(
+                effect.pk,
+                {"status": Effect.Status.FAILED, "error": "no charge at the processor"},
+                reason="card processor shows no charge for this reference",
+                actor=actor,
+            )
+            done.append(f"{line.call_id}: not charged → failed (may be called)")
+    return done
+
+
+# --- Reference -----------------------------------------------------------------------------
+
+_REFERENCE: dict[str, str] | None = None
+
+
+def new_account(label: str) -> str:
+    """A fresh account per run: the platform's reconcile also matches by content hash within
+    an account, so runs of identical content under one account would find each other's
+    article. Artifacts do not depend on the account."""
+    return f"acct-{label}-{uuid.uuid4().hex[:8]}"[:64]
+
+
+def reference_artifacts(harness: Harness) -> dict[str, str]:
+    """The artifacts of a run without a crash; computed once per process (content only, so it
+    survives the test database being flushed between tests)."""
+    global _REFERENCE
+    if _REFERENCE is not None:
+        return _REFERENCE
+    from runs import engine
+    from runs.models import Run
+
+    run = engine.start_run(
+        PIPELINE, {"account": new_account("ref")}, actor="fault-matrix:reference"
+    )
+    worker = harness.start_worker("reference")
+    try:
+        status = wait_settled(run.pk, timeout=120)
+    finally:
+        harness.stop(worker)
+    if status != Run.Status.SUCCEEDED:
+        raise AssertionError(f"the reference run without a crash ended {status}")
+    run.refresh_from_db()
+    _REFERENCE = final_artifacts(run)
+    return _REFERENCE
+
+
+# --- One case ------------------------------------------------------------------------------
+
+
+def run_case(case: Case, harness: Harness, reference: dict[str, str]) -> CaseResult:
+    """Drive one crash case end to end and check every invariant. Never raises for a case
+    that fails: the result says what went wrong."""
+    started = time.monotonic()
+    result = CaseResult(case)
+    try:
+        _drive(case, harness, reference, result)
+    except Exception as exc:  # a hung or broken case is a failed case, reported as such
+        result.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        result.logs = [str(p) for p in harness.log_paths.values()]
+        harness.stop_all()
+        harness.log_paths.clear()
+        result.seconds = time.monotonic() - started
+    return result
+
+
+def _drive(case: Case, harness: Harness, reference: dict[str, str], result: CaseResult) -> None:
+    from runs import engine
+    from runs.models import Effect, Run
+    from runs.pipeline import registry
+    from runs.planner import compute_plan
+    from runs.resume import STRICT, approve
+
+    pipeline = registry.get(PIPELINE)
+    marks = Marks.now()
+    run = engine.start_run(
+        PIPELINE,
+        {"account": new_account(case.stage)},
+        actor="fault-matrix",
+        options={"crash": case.id},
+    )
+    result.run_id = run.public_id
+
+    doomed = harness.start_worker(f"{case.stage}-{case.call}-{case.when}-doomed")
+    # Either the worker dies at the crash point or the run stops for another reason (which
+    # is then reported instead of waiting out a long timeout).
+    wait_for(
+        lambda: doomed.poll() is not None or run_status(run.pk) not in Run.ACTIVE,
+        timeout=120,
+        what="the worker to reach the crash point",
+    )
+    crashed = doomed.poll() == -signal.SIGKILL
+    result.check("crashed", crashed, f"worker exit {doomed.poll()}, run {run_status(run.pk)}")
+    if not crashed:
+        return
+
+    harness.start_worker("healthy")  # its sweeper notices the dead worker's lease
+    wait_for(
+        lambda: run_status(run.pk) != Run.Status.RUNNING,
+        timeout=90,
+        what="the sweeper to notice the dead worker",
+    )
+    status = run_status(run.pk)
+    result.check("interrupted", status == Run.Status.INTERRUPTED, f"run is {status}")
+    if status != Run.Status.INTERRUPTED:
+        return
+
+    run.refresh_from_db()
+    plan = compute_plan(run)
+    before = list(pipeline.stage_names[: pipeline.index(case.stage)])
+    result.check(
+        "resumes-at-crash",
+        plan.next_stage == case.stage and plan.stages_skipped == before,
+        f"plan resumes at {plan.next_stage!r}, skipping {plan.stages_skipped}",
+    )
+    if plan.blockers:
+        result.supervisor = "; ".join(resolve_never_effects(plan)) or "nothing to resolve"
+        run.refresh_from_db()
+        plan = compute_plan(run)
+        if plan.blockers:
+            result.error = "the plan stays blocked: " + " ".join(plan.blockers)
+            return
+
+    approve(run, STRICT, plan.fingerprint, actor="user:fault-matrix")
+    status = wait_settled(run.pk, timeout=120)
+    run.refresh_from_db()
+    result.check("succeeded", status == Run.Status.SUCCEEDED, f"run ended {status}")
+
+    world = World.since(marks)
+    slots = sorted(a.name for a in world.assets)
+    account = run.inputs["account"]
+    result.check(
+        "one-article",
+        len(world.articles) == 1 and world.publish_calls == 1,
+        f"{len(world.articles)} article(s), {world.publish_calls} publish call(s)",
+    )
+    result.check(
+        "one-upload-per-asset",
+        slots == ["body-1", "body-2", "cover"] and world.uploads_billed == 3,
+        f"assets {slots}, {world.uploads_billed} billed upload(s)",
+    )
+    result.check(
+        "renders-billed-once",
+        len(world.renders) == 3 and world.renders_billed == 3,
+        f"{len(world.renders)} render(s), {world.renders_billed} billed",
+    )
+    charges = [c for c in world.charges if c.account == account]
+    result.check(
+        "charge-at-most-once",
+        len(world.charges) <= 1 and len(charges) == len(world.charges),
+        f"{len(world.charges)} charge(s)",
+    )
+
+    effects = list(Effect.objects.filter(run=run))
+    expected = [
+        (stage.name, call.call_id)
+        for stage in pipeline.stages
+        for call in stage.calls
+        if pipeline.tool(call.tool).policy != "SAFE"
+    ]
+    unsettled = [
+        f"{e.call_id}={e.status}"
+        for e in effects
+        if e.status != Effect.Status.CONFIRMED or not e.external_id
+    ]
+    result.check(
+        "ledger-settled",
+        not unsettled and sorted((e.stage, e.call_id) for e in effects) == sorted(expected),
+        f"{len(effects)} effect(s), unsettled: {unsettled}",
+    )
+
+    publish_cp = engine.latest_checkpoint(run, "publish")
+    outputs = publish_cp.outputs if publish_cp is not None else {}
+    live = [a.external_id for a in world.articles]
+    charged = [c.external_id for c in world.charges]
+    result.check(
+        "outputs-match-world",
+        publish_cp is not None
+        and [outputs.get("article_id")] == live
+        and [outputs.get("charge_id")] == charged,
+        f"outputs {outputs.get('article_id')!r}/{outputs.get('charge_id')!r}, "
+        f"world {live}/{charged}",
+    )
+
+    got = final_artifacts(run)
+    differ = sorted(
+        name for name in set(got) | set(reference) if got.get(name) != reference.get(name)
+    )
+    result.check("artifacts-equal", not differ, f"differ from the reference: {differ}")
+    problems = chain_problems(run.pk)
+    result.check("seq-gap-free", not problems, "; ".join(problems))
+    problems = checkpoint_problems(run.pk)
+    result.check("checkpoints-verified", not problems, "; ".join(problems))
+
+
+# --- Report --------------------------------------------------------------------------------
+
+
+def format_report(results: Iterable[CaseResult]) -> Iterator[str]:
+    """The matrix: one row per case, one column per invariant (✓ held, ✗ broken, · not
+    reached), then per-invariant counts, then the `N passed, M failed` line, last."""
+    results = list(results)
+    names = list(INVARIANTS)
+    width = max([len(r.case.id) for r in results] + [4])
+    yield "Fault matrix: crash before/after every tool call, strict resume, invariants"
+    yield ""
+    for i, name in enumerate(names):
+        yield f"  [{i + 1:>2}] {name}: {INVARIANTS[name]}"
+    yield ""
+    header = " ".join(f"{i + 1:>2}" for i in range(len(names)))
+    yield f"{'case':<{width}}  {header}  result   secs  supervisor"
+    for r in results:
+        marks = " ".join(
+            f"{('✓' if r.checks[n].passed else '✗') if n in r.checks else '·':>2}" for n in names
+        )
+        yield (
+            f"{r.case.id:<{width}}  {marks}  {'PASS' if r.passed else 'FAIL':<6} "
+            f"{r.seconds:>5.1f}  {r.supervisor}"
+        )
+    yield ""
+    yield "Invariants (held / checked):"
+    for name in names:
+        checked = [r.checks[name] for r in results if name in r.checks]
+        held = sum(1 for c in checked if c.passed)
+        yield f"  {name:<22} {held:>3} / {len(checked):<3} {INVARIANTS[name]}"
+    failed = [r for r in results if not r.passed]
+    if failed:
+        yield ""
+        yield "Failures:"
+        for r in failed:
+            yield r.describe()
+    yield ""
+    yield f"{len(results) - len(failed)} passed, {len(failed)} failed"
