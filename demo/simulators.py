@@ -192,12 +192,16 @@ def publish(account: str, platform: str, key: str, title: str, body: str, cover_
 
 
 def find_article(account: str, platform: str, key: str, chash: str) -> Article | None:
-    """The platform's query API: by delivery key, else by content hash."""
+    """The platform's query API: by delivery key; else an article with the same content that
+    carries no key at all (published by hand, outside any pipeline). An article with the same
+    content under another key is another delivery (another run's), never this one."""
     meter("platform", "query", key)
     by_key = Article.objects.filter(account=account, platform=platform, delivery_key=key).first()
     if by_key is not None:
         return by_key
-    return Article.objects.filter(account=account, platform=platform, content_hash=chash).first()
+    return Article.objects.filter(
+        account=account, platform=platform, content_hash=chash, delivery_key=""
+    ).first()
 
 
 # --- card processor (NEVER) ---------------------------------------------------------------

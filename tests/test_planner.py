@@ -202,6 +202,28 @@ def test_publish_found_with_different_content_blocks_the_plan(in_process):
     assert not plan.can_strict
 
 
+def test_same_content_under_another_delivery_key_is_not_taken_for_this_publish(in_process):
+    run = run_in_process({"timeout": "publish/publish/after"})
+    # The only article with this content belongs to another delivery (another run's key).
+    Article.objects.update(delivery_key="f" * 64)
+
+    line = lines_by_call(compute_plan(run))["publish"]
+
+    assert line.action == Action.CALL
+    assert "not found on the target" in line.answer
+
+
+def test_same_content_published_by_hand_without_a_key_is_recorded_not_republished(in_process):
+    run = run_in_process({"timeout": "publish/publish/after"})
+    # A human published it outside any pipeline: same title and content, no delivery key.
+    Article.objects.update(delivery_key="")
+
+    line = lines_by_call(compute_plan(run))["publish"]
+
+    assert line.action == Action.RECORD_FOUND
+    assert "do not publish again" in line.answer
+
+
 def test_never_effect_with_unknown_outcome_blocks_the_plan(in_process):
     run = run_in_process({"timeout": "publish/promote-charge/after"})
     assert run.status == Run.Status.FAILED
