@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db import connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
@@ -36,6 +37,9 @@ __all__ = [
 
 # Run fields the append path may set beside status; everything else about a run is fixed.
 MOVABLE_RUN_FIELDS = frozenset({"current_stage", "ticket", "queued_at", "attempt"})
+# Choices' .values builds a new list on every access; the append path checks these each time.
+EVENT_TYPES = frozenset(Event.Type.values)
+RUN_STATUSES = frozenset(Run.Status.values)
 
 
 class LedgerError(ValueError):
@@ -92,8 +96,8 @@ def _stage_names(pipeline: str) -> tuple[str, ...]:
     return registry.get(pipeline).stage_names
 
 
-def _prepare_payload(run_id: int, seq: int, payload: dict[str, Any] | None) -> tuple[dict, str]:
-    """Small payloads stay inline; large ones go to an artifact the event references."""
+def _encode_payload(payload: dict[str, Any] | None) -> tuple[dict[str, Any], bytes]:
+    """The payload and its canonical encoding; refuses one above the hard limit."""
     payload = payload or {}
     encoded = canonical_json(payload).encode()
     if len(encoded) > settings.RESUMER_MAX_PAYLOAD_BYTES:
@@ -101,12 +105,21 @@ def _prepare_payload(run_id: int, seq: int, payload: dict[str, Any] | None) -> t
             f"payload of {len(encoded)} bytes exceeds the limit of "
             f"{settings.RESUMER_MAX_PAYLOAD_BYTES} bytes"
         )
+    return payload, encoded
+
+
+def _place_payload(
+    run_id: int, seq: int, payload: dict[str, Any], encoded: bytes
+) -> tuple[dict[str, Any], str, str]:
+    """Small payloads stay inline; large ones go to an artifact the event references.
+    Returns the event's payload, its payload_ref and the payload's JSON text."""
     if len(encoded) <= settings.RESUMER_INLINE_PAYLOAD_BYTES:
-        return payload, ""
+        return payload, "", encoded.decode()
     from runs import artifacts
 
     stored = artifacts.store(f"payload/run-{run_id}/{seq}", encoded, "application/json")
-    return {"stored_as": stored.uri, "bytes": len(encoded)}, stored.uri
+    body = {"stored_as": stored.uri, "bytes": len(encoded)}
+    return body, stored.uri, canonical_json(body)
 
 
 def append(
@@ -126,62 +139,287 @@ def append(
     Raises LeaseLost (nothing written) when the token is stale or expired, LedgerError for an
     unknown type or stage, an illegal status move or an oversized payload.
     """
-    if type not in Event.Type.values:
+    if type not in EVENT_TYPES:
         raise LedgerError(f"unknown event type {type!r}")
-    if status is not None and status not in Run.Status.values:
+    if status is not None and status not in RUN_STATUSES:
         raise LedgerError(f"unknown run status {status!r}")
     unknown = set(run_fields) - MOVABLE_RUN_FIELDS
     if unknown:
         raise LedgerError(f"run fields {sorted(unknown)} are not set through events")
-    with transaction.atomic():
-        # The fencing check and the row lock are one statement: on PostgreSQL FOR UPDATE
-        # serialises appends to this run; on SQLite the IMMEDIATE transaction already holds
-        # the database's write lock.
-        run = (
-            Run.objects.select_for_update(of=("self",))
-            .filter(pk=writer.run_id)
-            .filter(leases.held_filter(writer.token))
-            .only("pk", "pipeline", "status", "last_seq", "head_hash")
-            .first()
+    payload, encoded = _encode_payload(payload)
+    connection = connections[DEFAULT_DB_ALIAS]
+    sql = _sql(connection)
+    refused: Exception
+    # No savepoint when nested: most appends run inside a caller's transaction (an effect
+    # intent, a checkpoint), and a savepoint would cost two more round trips each. What
+    # append refuses it raises *after* this block, having written nothing, so a refusal never
+    # poisons the caller's transaction; only a database error (which breaks it anyway) does.
+    with transaction.atomic(savepoint=False):
+        # PostgreSQL, the common case: this process wrote the run's last event under this
+        # token, so it knows the head. One statement then locks, fences (token, expiry *and*
+        # that the head is still the one it knows), inserts and moves the head. If anything
+        # moved, it writes nothing and the locked read below decides.
+        known = _known_heads.get((connection.alias, writer.run_id, writer.token))
+        if (
+            known is not None
+            and sql.guarded
+            and len(encoded) <= settings.RESUMER_INLINE_PAYLOAD_BYTES
+            and _refusal(known, stage, status, run_fields) is None
+        ):
+            event = _insert(
+                connection,
+                known,
+                writer.actor,
+                writer.token,
+                type,
+                stage,
+                payload,
+                encoded,
+                artifacts,
+                idempotency_key,
+                inputs,
+                status,
+                run_fields,
+                guarded=True,
+            )
+            if event is not None:
+                _remember(connection, writer.token, known, event, status)
+                return event
+        # The fencing check and the row lock are one statement. On PostgreSQL it locks the
+        # run row (serialising appends to the run) *and* the lease row: a takeover that
+        # commits while this write waits for the lock is then re-checked against the
+        # lease's newest version, not the one this statement first read. On SQLite the
+        # IMMEDIATE transaction already holds the database's write lock.
+        with connection.cursor() as cursor:
+            cursor.execute(sql.lock, [writer.run_id, writer.token])
+            row = cursor.fetchone()
+        if row is None:
+            if Run.objects.filter(pk=writer.run_id).exists():
+                refused = LeaseLost(writer.run_id, writer.token)
+            else:
+                refused = LedgerError(f"run-{writer.run_id} does not exist")
+        else:
+            head = _Head(writer.run_id, *row)
+            problem = _refusal(head, stage, status, run_fields)
+            if problem is None:
+                event = _insert(
+                    connection,
+                    head,
+                    writer.actor,
+                    writer.token,
+                    type,
+                    stage,
+                    payload,
+                    encoded,
+                    artifacts,
+                    idempotency_key,
+                    inputs,
+                    status,
+                    run_fields,
+                )
+                assert event is not None
+                _remember(connection, writer.token, head, event, status)
+                return event
+            refused = problem
+    raise refused
+
+
+@dataclass(frozen=True)
+class _Head:
+    """What the append path reads of the run, under its lock."""
+
+    pk: int
+    pipeline: str
+    status: str
+    last_seq: int
+    head_hash: str
+
+    @property
+    def public_id(self) -> str:
+        return f"run-{self.pk}"
+
+
+# Run heads this process wrote last, per (database, run, token): what the guarded append
+# needs to know. A stale entry costs one statement that writes nothing, never a wrong write.
+_known_heads: dict[tuple[str, int, int], _Head] = {}
+_known_heads_lock = threading.Lock()
+_KNOWN_HEADS_MAX = 1024
+
+
+def _remember(connection, token: int, head: _Head, event: Event, status: str | None) -> None:
+    with _known_heads_lock:
+        if len(_known_heads) >= _KNOWN_HEADS_MAX:
+            del _known_heads[next(iter(_known_heads))]  # the oldest entry
+        _known_heads[(connection.alias, head.pk, token)] = _Head(
+            head.pk, head.pipeline, status or head.status, event.seq, event.hash
         )
-        if run is None:
-            if not Run.objects.filter(pk=writer.run_id).exists():
-                raise LedgerError(f"run-{writer.run_id} does not exist")
-            raise LeaseLost(writer.run_id, writer.token)
-        return _insert(
-            run,
-            writer.actor,
-            writer.token,
-            type,
-            stage,
-            payload,
-            artifacts,
-            idempotency_key,
-            inputs,
-            status,
-            run_fields,
+
+
+def _refusal(
+    run: _Head, stage: str, status: str | None, run_fields: dict[str, Any]
+) -> LedgerError | None:
+    """What the ledger refuses to append to this run, before anything is written."""
+    if stage and stage not in _stage_names(run.pipeline):
+        return LedgerError(f"unknown stage {stage!r} for pipeline {run.pipeline!r}")
+    if status is not None and status != run.status and run.status in Run.TERMINAL:
+        return LedgerError(f"{run.public_id} is {run.status}; its status no longer moves")
+    for name, value in run_fields.items():
+        if hasattr(value, "resolve_expression") and not isinstance(value, Now):
+            return LedgerError(f"run field {name} takes a value or Now(), not {value!r}")
+    return None
+
+
+# The append path is the hottest code in Resumer (every tool call writes two events), so its
+# statements are written once per database vendor in SQL instead of being compiled by the ORM
+# on every call. On PostgreSQL, where each statement is a round trip, the event insert and
+# the run head update are one statement, and a writer that knows the head (it wrote the last
+# event) locks, fences, inserts and updates in a single one. bench/ledger_append.py measures
+# what this buys.
+EVENT_COLUMNS = (
+    "run_id",
+    "seq",
+    "stage",
+    "type",
+    "inputs",
+    "payload",
+    "payload_ref",
+    "artifacts",
+    "idempotency_key",
+    "actor",
+    "token",
+    "prev_hash",
+    "hash",
+)
+
+
+@dataclass(frozen=True)
+class _AppendSQL:
+    now: str
+    lock: str
+    # "INSERT ... RETURNING id, created_at"
+    insert: str
+    # PostgreSQL: "WITH e AS (<insert>), u AS (<update>) SELECT id, created_at FROM e";
+    # "" elsewhere (the update is its own statement).
+    insert_and_update: str
+    # "UPDATE run SET {sets} WHERE id = %s": the SET list depends on what an append moves.
+    update: str
+    # PostgreSQL: lock + fence + head check + insert + head update in one statement (see
+    # append); "" elsewhere.
+    guarded: str
+    returning: bool
+    created_at: tuple[Any, list[Any]]  # the column expression and its converters
+
+
+_SQL_CACHE: dict[str, _AppendSQL] = {}
+
+
+def _sql(connection) -> _AppendSQL:
+    cached = _SQL_CACHE.get(connection.vendor)
+    if cached is not None:
+        return cached
+    from django.db.models.sql import Query
+
+    qn = connection.ops.quote_name
+    # Django's own Now() for this backend, so every clock comparison agrees with the lease
+    # writes in leases.py (STATEMENT_TIMESTAMP() on PostgreSQL, STRFTIME on SQLite).
+    now, _ = Query(Run).get_compiler(connection=connection).compile(Now())
+    run_t, lease_t, event_t = (qn(m._meta.db_table) for m in (Run, Lease, Event))
+    lock_of = " FOR UPDATE OF r, l" if connection.features.has_select_for_update_of else ""
+    fence = (
+        f"FROM {run_t} r INNER JOIN {lease_t} l ON (l.{qn(Lease._meta.pk.column)} = r.{qn('id')}) "
+        f"WHERE r.{qn('id')} = %s AND l.{qn('token')} = %s AND l.{qn('expires_at')} > {now}"
+    )
+    lock = (
+        f"SELECT r.{qn('pipeline')}, r.{qn('status')}, r.{qn('last_seq')}, r.{qn('head_hash')} "
+        f"{fence}{lock_of}"
+    )
+    returning = connection.features.can_return_columns_from_insert
+    insert = (
+        f"INSERT INTO {event_t} ({', '.join(qn(c) for c in EVENT_COLUMNS)}) "
+        f"VALUES ({', '.join(['%s'] * len(EVENT_COLUMNS))})"
+    )
+    returned = f" RETURNING {qn('id')}, {qn('created_at')}" if returning else ""
+    update = f"UPDATE {run_t} SET {{sets}} WHERE {qn('id')} = %s"
+    insert_and_update = guarded = ""
+    if connection.vendor == "postgresql":
+        insert_and_update = (
+            f"WITH e AS ({insert}{returned}), u AS ({update}) "
+            f"SELECT {qn('id')}, {qn('created_at')} FROM e"
         )
+        # The JSON columns are cast: in INSERT ... SELECT an untyped literal is text, which
+        # has no assignment cast to jsonb.
+        selected = ", ".join(
+            "%s::jsonb" if c in ("inputs", "payload", "artifacts") else "%s" for c in EVENT_COLUMNS
+        )
+        guarded = (
+            f"WITH h AS (SELECT r.{qn('id')} {fence} AND r.{qn('last_seq')} = %s "
+            f"AND r.{qn('head_hash')} = %s{lock_of}), "
+            f"e AS (INSERT INTO {event_t} ({', '.join(qn(c) for c in EVENT_COLUMNS)}) "
+            f"SELECT {selected} FROM h{returned}), "
+            f"u AS (UPDATE {run_t} SET {{sets}} WHERE {qn('id')} = (SELECT {qn('id')} FROM h)) "
+            f"SELECT {qn('id')}, {qn('created_at')} FROM e"
+        )
+    created = Event._meta.get_field("created_at")
+    column = created.get_col(Event._meta.db_table)
+    cached = _SQL_CACHE[connection.vendor] = _AppendSQL(
+        now=now,
+        lock=lock,
+        insert=insert + returned,
+        insert_and_update=insert_and_update,
+        update=update,
+        guarded=guarded,
+        returning=returning,
+        created_at=(
+            column,
+            connection.ops.get_db_converters(column) + created.get_db_converters(connection),
+        ),
+    )
+    return cached
 
 
 def _insert(
-    run: Run,
+    connection,
+    run: _Head,
     actor: str,
     token: int | None,
     type: str,
     stage: str,
-    payload: dict[str, Any] | None,
+    payload: dict[str, Any],
+    encoded: bytes,
     artifact_uris: Sequence[str],
     idempotency_key: str,
     inputs: dict[str, Any] | None,
     status: str | None,
     run_fields: dict[str, Any],
-) -> Event:
-    if stage and stage not in _stage_names(run.pipeline):
-        raise LedgerError(f"unknown stage {stage!r} for pipeline {run.pipeline!r}")
-    if status is not None and status != run.status and run.status in Run.TERMINAL:
-        raise LedgerError(f"{run.public_id} is {run.status}; its status no longer moves")
+    *,
+    guarded: bool = False,
+) -> Event | None:
+    """Write the event and move the run's head. The caller has checked what _refusal()
+    checks, and holds the run's lock, or asks for the `guarded` statement, which takes the
+    lock itself and writes nothing (returns None) unless the lease is still the writer's and
+    the run's head is still `run`'s."""
+    sql = _sql(connection)
+    qn = connection.ops.quote_name
+    sets = [
+        f"{qn('last_seq')} = %s",
+        f"{qn('head_hash')} = %s",
+        f"{qn('version')} = {qn('version')} + 1",
+        f"{qn('updated_at')} = {sql.now}",
+    ]
+    set_params: list[Any] = []
+    if status is not None:
+        sets += [f"{qn('status')} = %s", f"{qn('attention')} = %s"]
+        set_params += [status, Run.attention_for(status)]
+    for name, value in run_fields.items():
+        field = Run._meta.get_field(name)
+        if isinstance(value, Now):
+            sets.append(f"{qn(field.column)} = {sql.now}")
+        else:
+            sets.append(f"{qn(field.column)} = %s")
+            set_params.append(field.get_db_prep_save(value, connection))
+
     seq = run.last_seq + 1
-    body, payload_ref = _prepare_payload(run.pk, seq, payload)
+    body, payload_ref, payload_json = _place_payload(run.pk, seq, payload, encoded)
     event = Event(
         run_id=run.pk,
         seq=seq,
@@ -197,19 +435,64 @@ def _insert(
         prev_hash=run.head_hash,
     )
     event.hash = event_hash(run.head_hash, _hashed_content(event))
-    event.save()
-    changes: dict[str, Any] = {
-        "last_seq": seq,
-        "head_hash": event.hash,
-        "version": F("version") + 1,
-        "updated_at": Now(),
-        **run_fields,
-    }
-    if status is not None:
-        changes["status"] = status
-        changes["attention"] = Run.attention_for(status)
-    Run.objects.filter(pk=run.pk).update(**changes)
+    # JSON columns get the canonical text the hash was computed over (the database parses
+    # it; PostgreSQL casts the literal to jsonb), instead of a second, differently spaced
+    # encoding.
+    values = [
+        run.pk,
+        seq,
+        stage,
+        type,
+        canonical_json(event.inputs),
+        payload_json,
+        payload_ref,
+        canonical_json(event.artifacts),
+        idempotency_key,
+        actor,
+        token,
+        event.prev_hash,
+        event.hash,
+    ]
+    update_params = [seq, event.hash, *set_params, run.pk]
+    set_list = ", ".join(sets)
+    with connection.cursor() as cursor:
+        if guarded:
+            cursor.execute(
+                sql.guarded.replace("{sets}", set_list),
+                [run.pk, token, run.last_seq, run.head_hash, *values, *update_params[:-1]],
+            )
+            row = cursor.fetchone()
+            if row is None:
+                return None
+            event.pk, created_at = row
+        elif sql.insert_and_update:
+            cursor.execute(
+                sql.insert_and_update.replace("{sets}", set_list), values + update_params
+            )
+            event.pk, created_at = cursor.fetchone()
+        else:
+            cursor.execute(sql.insert, values)
+            if sql.returning:
+                event.pk, created_at = cursor.fetchone()
+            else:
+                event.pk, created_at = cursor.lastrowid, None
+            cursor.execute(sql.update.replace("{sets}", set_list), update_params)
+    event.created_at = _from_db_created_at(created_at, sql, connection, event.pk)
+    # The row exists now: the instance is what a query would have returned.
+    event._state.adding = False
+    event._state.db = connection.alias
     return event
+
+
+def _from_db_created_at(value: Any, sql: _AppendSQL, connection, pk: int) -> Any:
+    """Run the returned created_at through the converters the ORM would apply (SQLite
+    returns text)."""
+    if value is None:
+        return Event.objects.values_list("created_at", flat=True).get(pk=pk)
+    column, converters = sql.created_at
+    for converter in converters:
+        value = converter(value, column, connection)
+    return value
 
 
 def create_run(
@@ -240,13 +523,16 @@ def create_run(
             queued_at=Now() if ticket else None,
         )
         Lease.objects.create(run=run, token=0, holder="")
+        body, encoded = _encode_payload(payload)
         _insert(
-            run,
+            connections[DEFAULT_DB_ALIAS],
+            _Head(run.pk, run.pipeline, run.status, 0, ""),
             actor,
             None,
             Event.Type.RUN_CREATED,
             "",
-            payload or {},
+            body,
+            encoded,
             (),
             "",
             inputs,

@@ -1,0 +1,86 @@
+"""The start_run and verify_chain commands: bad input is a CommandError and changes nothing."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
+
+from runs import leases, ledger
+from runs.ledger import Writer
+from runs.models import Event, Run
+
+
+def command(*args: str) -> str:
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("no-such-pipeline",),
+        ("content", "--input", "facts=v99"),
+        ("content", "--input", "facts"),
+        ("content", "--input", "=v3"),
+        ("content", "--input", "colour=blue"),
+        ("content", "--crash-at", "dream/search/before"),
+        ("content", "--crash-at", "visual/no-such-call/before"),
+        ("content", "--timeout-at", "visual/render-cover/sometime"),
+        ("content", "--delay", "600"),
+    ],
+)
+def test_start_run_command_refuses_bad_input_and_creates_no_run(facts, args):
+    with pytest.raises(CommandError):
+        command("start_run", *args, "--no-enqueue")
+    assert not Run.objects.exists()
+
+
+def test_start_run_command_creates_a_run_with_pinned_inputs(facts):
+    out = command("start_run", "content", "--input", "facts=v2", "--no-enqueue")
+    run = Run.objects.get()
+    assert out.startswith(f"{run.public_id} pending")
+    assert run.inputs["facts"] == "v2"
+    assert Event.objects.get(run=run).type == Event.Type.RUN_CREATED
+
+
+@pytest.mark.parametrize("run_id", ["run-999999", "999", "run-abc", "run-"])
+def test_verify_chain_command_refuses_an_unknown_or_malformed_run_id(db, run_id):
+    with pytest.raises(CommandError, match="unknown run"):
+        command("verify_chain", run_id)
+
+
+def make_run() -> Run:
+    run = ledger.create_run(
+        "content",
+        inputs={"topic": "resumable-agents", "facts": "v3"},
+        actor="test",
+        first_stage="research",
+    )
+    writer = Writer(run.pk, leases.acquire(run.pk, "w"), "w")
+    for n in range(3):
+        ledger.append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": n})
+    return run
+
+
+def test_verify_chain_command_reports_an_intact_run(db):
+    run = make_run()
+    assert command("verify_chain", run.public_id).strip() == f"{run.public_id}: ok (4 events)"
+
+
+def test_verify_chain_command_fails_on_an_altered_run_and_names_the_seq(db):
+    intact, altered = make_run(), make_run()
+    with ledger.maintenance(), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runs_event SET actor = 'mallory' WHERE run_id = %s AND seq = 3", [altered.pk]
+        )
+    out = StringIO()
+    with pytest.raises(CommandError, match="1 run"):
+        call_command("verify_chain", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert f"{intact.public_id}: ok (4 events)" in lines
+    assert any(line.startswith(f"{altered.public_id}: BROKEN at seq 3") for line in lines)

@@ -1,0 +1,121 @@
+"""Settings come from the environment. Each case starts `manage.py` in a subprocess with its
+own environment, so what is tested is what a deployment gets, not this test run's settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+# Variables this test process (or its CI) may carry that would change what a subprocess sees.
+SCRUBBED = ("DATABASE_URL", "RESUMER_ENV", "SECRET_KEY", "ALLOWED_HOSTS", "DEBUG")
+
+
+def manage(*args: str, env: dict[str, str], var_dir: Path) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
+    base.update(RESUMER_VAR_DIR=str(var_dir), **env)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        cwd=ROOT,
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def shell_json(code: str, *, env: dict[str, str], var_dir: Path) -> dict:
+    result = manage("shell", "-c", code, env=env, var_dir=var_dir)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+DATABASE_SETTINGS = """
+import json
+from django.conf import settings
+db = settings.DATABASES["default"]
+print(json.dumps({k: db.get(k) for k in ("ENGINE", "NAME", "HOST", "PORT", "USER", "OPTIONS")},
+                 default=str))
+"""
+
+SQLITE_BEHAVIOUR = """
+import json, sqlite3
+from django.db import connection, transaction
+with connection.cursor() as cursor:
+    cursor.execute("PRAGMA journal_mode")
+    journal = cursor.fetchone()[0]
+# IMMEDIATE: entering atomic() must already hold the write lock, before anything is written.
+# A second client asking for it without waiting is then refused.
+with transaction.atomic():
+    other = sqlite3.connect(connection.settings_dict["NAME"], timeout=0)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        held = False
+        other.rollback()
+    except sqlite3.OperationalError as exc:
+        held = "locked" in str(exc)
+    finally:
+        other.close()
+print(json.dumps({"vendor": connection.vendor, "journal_mode": journal,
+                  "write_lock_held_at_begin": held}))
+"""
+
+
+def test_sqlite_is_the_default_with_wal_and_immediate_transactions(tmp_path):
+    found = shell_json(SQLITE_BEHAVIOUR, env={}, var_dir=tmp_path)
+    assert found == {"vendor": "sqlite", "journal_mode": "wal", "write_lock_held_at_begin": True}
+
+
+def test_the_default_sqlite_file_lives_in_the_var_dir(tmp_path):
+    found = shell_json(DATABASE_SETTINGS, env={}, var_dir=tmp_path)
+    assert found["ENGINE"] == "django.db.backends.sqlite3"
+    assert found["NAME"] == str(tmp_path / "resumer.sqlite3")
+    assert found["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
+
+
+def test_database_url_switches_to_postgresql(tmp_path):
+    found = shell_json(
+        DATABASE_SETTINGS,
+        env={"DATABASE_URL": "postgres://resumer:s3cret@db.example:5433/resumer_prod"},
+        var_dir=tmp_path,
+    )
+    assert found["ENGINE"] == "django.db.backends.postgresql"
+    assert (found["NAME"], found["HOST"], found["PORT"], found["USER"]) == (
+        "resumer_prod",
+        "db.example",
+        5433,
+        "resumer",
+    )
+    # The SQLite-only options must not leak into a PostgreSQL connection.
+    assert "transaction_mode" not in (found["OPTIONS"] or {})
+
+
+def test_check_deploy_passes_in_production(tmp_path):
+    # A real key: Django's own security.W009 rejects a short one such as "x" by design.
+    result = manage(
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        env={
+            "RESUMER_ENV": "production",
+            "SECRET_KEY": secrets.token_urlsafe(50),
+            "ALLOWED_HOSTS": "example.com",
+        },
+        var_dir=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_production_refuses_to_start_without_a_secret_key(tmp_path):
+    result = manage(
+        "check", env={"RESUMER_ENV": "production", "ALLOWED_HOSTS": "example.com"}, var_dir=tmp_path
+    )
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set" in result.stderr
