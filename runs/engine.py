@@ -617,22 +617,7 @@ class StageContext:
                 f"{answer.detail}",
                 key=effect.delivery_key,
             )
-        ledger.record_outcome(
-            self.writer,
-            effect,
-            status=Effect.Status.CONFIRMED,
-            external_id=answer.external_id,
-            result=answer.result,
-            cost=effect.cost,
-            event_type=Event.Type.RECONCILED,
-            event_payload={
-                "call": effect.call_id,
-                "tool": effect.tool,
-                "found": True,
-                "external_id": answer.external_id,
-                "detail": answer.detail,
-            },
-        )
+        ledger.record_found(self.writer, effect, answer)
         return answer.result
 
     def _stop(self, status: str, event_type: str, reason: str, *, key: str = "") -> None:

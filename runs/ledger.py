@@ -25,6 +25,7 @@ from django.db.models.functions import Now
 from runs import leases
 from runs.leases import LeaseLost
 from runs.models import Checkpoint, Effect, Event, Lease, Run
+from runs.pipeline import Reconciliation
 
 __all__ = [
     "LeaseLost",
@@ -650,6 +651,27 @@ def record_outcome(
             updated_at=Now(),
         )
         return event
+
+
+def record_found(writer: Writer, effect: Effect, answer: Reconciliation) -> Event:
+    """The target says the effect happened and matches: confirm it with a RECONCILED event
+    (the engine on its own re-check, or an approval writing down what the plan showed)."""
+    return record_outcome(
+        writer,
+        effect,
+        status=Effect.Status.CONFIRMED,
+        external_id=answer.external_id,
+        result=answer.result,
+        cost=effect.cost,
+        event_type=Event.Type.RECONCILED,
+        event_payload={
+            "call": effect.call_id,
+            "tool": effect.tool,
+            "found": True,
+            "external_id": answer.external_id,
+            "detail": answer.detail,
+        },
+    )
 
 
 # --- Checkpoints ---------------------------------------------------------------------------

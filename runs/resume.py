@@ -139,22 +139,7 @@ def _record_reconciliations(writer: Writer, plan: Plan) -> None:
                 "showed; read the fresh plan and approve again",
                 None,
             )
-        ledger.record_outcome(
-            writer,
-            effect,
-            status=Effect.Status.CONFIRMED,
-            external_id=answer.external_id,
-            result=answer.result,
-            cost=effect.cost,
-            event_type=Event.Type.RECONCILED,
-            event_payload={
-                "call": effect.call_id,
-                "tool": effect.tool,
-                "found": True,
-                "external_id": answer.external_id,
-                "detail": answer.detail,
-            },
-        )
+        ledger.record_found(writer, effect, answer)
 
 
 def _strict(writer: Writer, run: Run, plan: Plan) -> Approval:
