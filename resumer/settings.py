@@ -155,6 +155,9 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles"))
 MEDIA_ROOT = Path(os.environ.get("MEDIA_ROOT", VAR_DIR / "media"))
+# Tests (and DEBUG) serve static files from the app folders, as runserver does, instead of
+# warning on every request that collectstatic has not filled STATIC_ROOT.
+WHITENOISE_AUTOREFRESH = DEBUG or TESTING
 MEDIA_URL = "media/"
 STORAGES = {
     # Artifacts go through the default storage: an S3-compatible backend is configuration.
