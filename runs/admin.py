@@ -204,6 +204,25 @@ class UnsettledRunFilter(admin.SimpleListFilter):
         return queryset.filter(run_id=pk) if pk is not None else queryset
 
 
+# What a supervisor reads but never edits: everything but the outcome.
+EFFECT_FACTS = [
+    "run",
+    "stage",
+    "call_id",
+    "tool",
+    "policy",
+    "target",
+    "delivery_key",
+    "request_hash",
+    "request",
+    "result",
+    "attempts",
+    "cost",
+    "created_at",
+    "updated_at",
+]
+
+
 @admin.register(Effect)
 class EffectAdmin(ReadOnlyAdmin):
     form = EffectLedgerForm
@@ -234,42 +253,10 @@ class EffectAdmin(ReadOnlyAdmin):
         ),
         (
             "The effect",
-            {
-                "fields": [
-                    "run",
-                    "stage",
-                    "call_id",
-                    "tool",
-                    "policy",
-                    "target",
-                    "delivery_key",
-                    "request_hash",
-                    "request",
-                    "result",
-                    "attempts",
-                    "cost",
-                    "created_at",
-                    "updated_at",
-                ]
-            },
+            {"fields": EFFECT_FACTS},
         ),
     ]
-    readonly_fields = [
-        "run",
-        "stage",
-        "call_id",
-        "tool",
-        "policy",
-        "target",
-        "delivery_key",
-        "request_hash",
-        "request",
-        "result",
-        "attempts",
-        "cost",
-        "created_at",
-        "updated_at",
-    ]
+    readonly_fields = EFFECT_FACTS
 
     @admin.display(description="run", ordering="run_id")
     def run_link(self, obj: Effect) -> str:

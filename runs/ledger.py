@@ -160,6 +160,9 @@ def append(
         # token, so it knows the head. One statement then locks, fences (token, expiry *and*
         # that the head is still the one it knows), inserts and moves the head. If anything
         # moved, it writes nothing and the locked read below decides.
+        # What to write, whichever path writes it.
+        what = (writer.actor, writer.token, type, stage, payload, encoded, artifacts)
+        what += (idempotency_key, inputs, status, run_fields)
         known = _known_heads.get((connection.alias, writer.run_id, writer.token))
         if (
             known is not None
@@ -167,22 +170,7 @@ def append(
             and len(encoded) <= settings.RESUMER_INLINE_PAYLOAD_BYTES
             and _refusal(known, stage, status, run_fields) is None
         ):
-            event = _insert(
-                connection,
-                known,
-                writer.actor,
-                writer.token,
-                type,
-                stage,
-                payload,
-                encoded,
-                artifacts,
-                idempotency_key,
-                inputs,
-                status,
-                run_fields,
-                guarded=True,
-            )
+            event = _insert(connection, known, *what, guarded=True)
             if event is not None:
                 _remember(connection, writer.token, known, event, status)
                 return event
@@ -203,21 +191,7 @@ def append(
             head = _Head(writer.run_id, *row)
             problem = _refusal(head, stage, status, run_fields)
             if problem is None:
-                event = _insert(
-                    connection,
-                    head,
-                    writer.actor,
-                    writer.token,
-                    type,
-                    stage,
-                    payload,
-                    encoded,
-                    artifacts,
-                    idempotency_key,
-                    inputs,
-                    status,
-                    run_fields,
-                )
+                event = _insert(connection, head, *what)
                 assert event is not None
                 _remember(connection, writer.token, head, event, status)
                 return event
