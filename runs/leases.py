@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Q, Value
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Value
 from django.db.models.functions import Now
 
 from runs.models import Lease
@@ -92,8 +92,3 @@ def release(run_id: int, token: int) -> bool:
 
 def holds(run_id: int, token: int) -> bool:
     return Lease.objects.filter(run_id=run_id, token=token, expires_at__gt=Now()).exists()
-
-
-def held_filter(token: int) -> Q:
-    """The fencing condition as a filter on Run, for use inside another statement."""
-    return Q(lease__token=token, lease__expires_at__gt=Now())

@@ -157,10 +157,6 @@ class Run(models.Model):
     def is_resumable(self) -> bool:
         return self.status in self.RESUMABLE
 
-    @property
-    def is_terminal(self) -> bool:
-        return self.status in self.TERMINAL
-
     def lineage(self) -> list[Run]:
         """This run and its ancestors, nearest first."""
         chain, node = [self], self
@@ -176,8 +172,6 @@ class Run(models.Model):
 
 class EventType(models.TextChoices):
     RUN_CREATED = "RUN_CREATED", "Run created"
-    LEASE_ACQUIRED = "LEASE_ACQUIRED", "Lease acquired"
-    LEASE_RELEASED = "LEASE_RELEASED", "Lease released"
     STARTED = "STARTED", "Stage started"
     TOOL_CALLED = "TOOL_CALLED", "Tool called"
     TOOL_RESULT = "TOOL_RESULT", "Tool result"

@@ -127,8 +127,6 @@ class Migration(migrations.Migration):
                     models.CharField(
                         choices=[
                             ("RUN_CREATED", "Run created"),
-                            ("LEASE_ACQUIRED", "Lease acquired"),
-                            ("LEASE_RELEASED", "Lease released"),
                             ("STARTED", "Stage started"),
                             ("TOOL_CALLED", "Tool called"),
                             ("TOOL_RESULT", "Tool result"),
@@ -402,8 +400,6 @@ class Migration(migrations.Migration):
                         "type__in",
                         [
                             "RUN_CREATED",
-                            "LEASE_ACQUIRED",
-                            "LEASE_RELEASED",
                             "STARTED",
                             "TOOL_CALLED",
                             "TOOL_RESULT",
