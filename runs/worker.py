@@ -11,7 +11,9 @@ database's leases, so detection does not wait on RQ's own abandoned-job cleanup.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
+from pathlib import Path
 
 from django.conf import settings
 from django.db import connection
@@ -46,3 +48,17 @@ class ResumerWorker(SimpleWorker):
             return super().work(*args, **kwargs)
         finally:
             thread.stopping.set()
+
+
+def command(*, queue: str | None = None, burst: bool = False) -> list[str]:
+    """The command line that runs one Resumer worker (`manage.py work`, the tests and the
+    fault matrix all start workers with it)."""
+    cmd = [
+        sys.executable,
+        str(Path(settings.BASE_DIR) / "manage.py"),
+        "rqworker",
+        queue or settings.RESUMER_QUEUE,
+        "--worker-class",
+        f"{ResumerWorker.__module__}.{ResumerWorker.__qualname__}",
+    ]
+    return [*cmd, "--burst"] if burst else cmd

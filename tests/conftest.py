@@ -11,7 +11,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from django.conf import settings
 from django.db import connection
 from django.test import TransactionTestCase
 
+from runs import worker
 from runs.ledger import maintenance
 from runs.models import Run
 
@@ -91,17 +91,9 @@ class Workers:
 
     def start(self, *, burst: bool = False, name: str = "") -> subprocess.Popen:
         log = open(self.log_dir / f"worker-{len(self.procs)}{name}.log", "wb")  # noqa: SIM115
-        cmd = [
-            sys.executable,
-            str(ROOT / "manage.py"),
-            "rqworker",
-            settings.RESUMER_QUEUE,
-            "--worker-class",
-            "runs.worker.ResumerWorker",
-        ]
-        if burst:
-            cmd.append("--burst")
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(), stdout=log, stderr=log)
+        proc = subprocess.Popen(
+            worker.command(burst=burst), cwd=ROOT, env=worker_env(), stdout=log, stderr=log
+        )
         self.procs.append(proc)
         return proc
 

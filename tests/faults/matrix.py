@@ -21,7 +21,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 import weakref
@@ -238,18 +237,15 @@ class Harness:
         name = f"worker-{self.started:03d}{'-' + label if label else ''}.log"
         path = self.log_dir / name.replace("/", "_")
         log = open(path, "wb")  # noqa: SIM115 - handed to the child, closed with it
-        cmd = [
-            sys.executable,
-            str(ROOT / "manage.py"),
-            "rqworker",
-            settings.RESUMER_QUEUE,
-            "--worker-class",
-            "runs.worker.ResumerWorker",
-        ]
-        if burst:
-            cmd.append("--burst")
+        # Imported here: bench/fault_matrix.py imports this module before django.setup().
+        from runs import worker
+
         proc = subprocess.Popen(
-            cmd, cwd=ROOT, env={**self.env(), **(env or {})}, stdout=log, stderr=log
+            worker.command(burst=burst),
+            cwd=ROOT,
+            env={**self.env(), **(env or {})},
+            stdout=log,
+            stderr=log,
         )
         log.close()
         self.procs.append(proc)

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-MANAGE = str(Path(settings.BASE_DIR) / "manage.py")
+from runs import worker
 
 
 class Command(BaseCommand):
@@ -23,14 +21,7 @@ class Command(BaseCommand):
         parser.add_argument("--queue", default=settings.RESUMER_QUEUE)
 
     def handle(self, *args, **opts) -> None:
-        cmd = [
-            sys.executable,
-            MANAGE,
-            "rqworker",
-            opts["queue"],
-            "--worker-class",
-            "runs.worker.ResumerWorker",
-        ]
+        cmd = worker.command(queue=opts["queue"])
         stopping = False
         child: subprocess.Popen | None = None
 
