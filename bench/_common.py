@@ -1,4 +1,4 @@
-"""Helpers shared by bench/ledger_append.py and bench/engine_overhead.py (not a bench itself).
+"""Helpers shared by the bench scripts (not a bench itself).
 
 Every bench measures one database per child process: Django can be set up once per process,
 and a child started with its own DATABASE_URL gets exactly the settings a deployment would.
@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -47,6 +50,30 @@ def drop_pg_database(database: str) -> None:
 
 def scratch_dir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+@contextmanager
+def scratch_database(db: str, pg_database: str, prefix: str) -> Iterator[tuple[str, Path] | None]:
+    """A throw-away database for one child: a SQLite file in a temp folder, or `pg_database`
+    created on the bench server. Yields (DATABASE_URL, var dir), or None (with a line saying
+    why) when PostgreSQL cannot be reached; everything is removed afterwards."""
+    var_dir = scratch_dir(prefix)
+    try:
+        if db == "sqlite":
+            yield f"sqlite:///{var_dir / 'bench.sqlite3'}", var_dir
+            return
+        try:
+            url = recreate_pg_database(pg_database)
+        except Exception as exc:
+            print(f"  postgres skipped: cannot create {pg_database} ({exc})")
+            yield None
+            return
+        try:
+            yield url, var_dir
+        finally:
+            drop_pg_database(pg_database)
+    finally:
+        shutil.rmtree(var_dir, ignore_errors=True)
 
 
 def child_env(database_url: str, var_dir: Path) -> dict[str, str]:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -264,28 +263,19 @@ def main() -> None:
     )
     summary = []
     for db in ("sqlite", "postgres") if args.db == "both" else (args.db,):
-        var_dir = _common.scratch_dir("resumer-enginebench-")
-        if db == "sqlite":
-            url = f"sqlite:///{var_dir / 'bench.sqlite3'}"
-        else:
-            try:
-                url = _common.recreate_pg_database(PG_DATABASE)
-            except Exception as exc:
-                print(f"  postgres: skipped, cannot create {PG_DATABASE} ({exc})")
+        with _common.scratch_database(db, PG_DATABASE, "resumer-enginebench-") as scratch:
+            if scratch is None:
                 continue
-        env = _common.child_env(url, var_dir)
-        env["REDIS_URL"] = REDIS_URL
-        try:
-            result = _common.run_child(
-                Path(__file__),
-                ["--child", db, "--runs", str(args.runs), "--rounds", str(args.rounds)],
-                env,
+            url, var_dir = scratch
+            env = _common.child_env(url, var_dir)
+            env["REDIS_URL"] = REDIS_URL
+            summary.append(
+                _common.run_child(
+                    Path(__file__),
+                    ["--child", db, "--runs", str(args.runs), "--rounds", str(args.rounds)],
+                    env,
+                )
             )
-            summary.append(result)
-        finally:
-            if db == "postgres":
-                _common.drop_pg_database(PG_DATABASE)
-            shutil.rmtree(var_dir, ignore_errors=True)
     print(
         "SUMMARY: "
         + "; ".join(

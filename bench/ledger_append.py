@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import shutil
 import statistics
 import sys
 import threading
@@ -222,33 +221,16 @@ def main() -> None:
     )
     summary: list[tuple[str, dict]] = []
     for db in ("sqlite", "postgres") if args.db == "both" else (args.db,):
-        var_dir = _common.scratch_dir("resumer-appendbench-")
-        if db == "sqlite":
-            url = f"sqlite:///{var_dir / 'bench.sqlite3'}"
-        else:
-            try:
-                url = _common.recreate_pg_database(PG_DATABASE)
-            except Exception as exc:
-                print(f"  postgres   skipped: cannot create {PG_DATABASE} ({exc})")
+        with _common.scratch_database(db, PG_DATABASE, "resumer-appendbench-") as scratch:
+            if scratch is None:
                 continue
-        try:
+            url, var_dir = scratch
             result = _common.run_child(
                 Path(__file__),
-                [
-                    "--child",
-                    db,
-                    "--events",
-                    str(args.events),
-                    "--rounds",
-                    str(args.rounds),
-                ],
+                ["--child", db, "--events", str(args.events), "--rounds", str(args.rounds)],
                 _common.child_env(url, var_dir),
             )
             summary.append((db, result["results"]))
-        finally:
-            if db == "postgres":
-                _common.drop_pg_database(PG_DATABASE)
-            shutil.rmtree(var_dir, ignore_errors=True)
 
     # The goal is about the shapes a deployment has: one writer per run (the lease allows no
     # other), one or several runs at once. "4 writers, 1 run" shares one token on purpose

@@ -221,16 +221,10 @@ def main() -> None:
     )
     summary: list[dict] = []
     for db in ("sqlite", "postgres") if args.db == "both" else (args.db,):
-        var_dir = _common.scratch_dir("resumer-planbench-")
-        if db == "sqlite":
-            url = f"sqlite:///{var_dir / 'planbench.sqlite3'}"
-        else:
-            try:
-                url = _common.recreate_pg_database(PG_DATABASE)
-            except Exception as exc:
-                print(f"  postgres skipped: cannot create {PG_DATABASE} ({exc})")
+        with _common.scratch_database(db, PG_DATABASE, "resumer-planbench-") as scratch:
+            if scratch is None:
                 continue
-        try:
+            url, var_dir = scratch
             summary.append(
                 _common.run_child(
                     Path(__file__),
@@ -238,9 +232,6 @@ def main() -> None:
                     _common.child_env(url, var_dir),
                 )
             )
-        finally:
-            if db == "postgres":
-                _common.drop_pg_database(PG_DATABASE)
 
     worst = max((r["ratio"] for r in summary), default=0.0)
     parts = [
