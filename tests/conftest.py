@@ -19,12 +19,12 @@ from typing import Any
 import django_rq
 import pytest
 from django.conf import settings
-from django.db import connection
 from django.test import TransactionTestCase
 
 from runs import worker
 from runs.ledger import maintenance
 from runs.models import Run
+from tests.faults.matrix import database_url
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,17 +54,6 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float = 60, what: str = "
 
 def run_status(run: Run) -> str:
     return Run.objects.values_list("status", flat=True).get(pk=run.pk)
-
-
-def database_url() -> str:
-    """A URL that points a worker process at the database this test is using."""
-    conf = connection.settings_dict
-    if conf["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{conf['NAME']}"
-    user = conf.get("USER") or ""
-    password = f":{conf['PASSWORD']}" if conf.get("PASSWORD") else ""
-    auth = f"{user}{password}@" if user else ""
-    return f"postgres://{auth}{conf.get('HOST') or '127.0.0.1'}:{conf.get('PORT') or 5432}/{conf['NAME']}"
 
 
 def worker_env() -> dict[str, str]:
