@@ -83,16 +83,28 @@ class RunStageFilter(StageFilter):
         return queryset.filter(current_stage=self.value()) if self.value() else queryset
 
 
-def _run_id(obj: Any) -> str:
-    return f"run-{obj.run_id}"
-
-
 def _public_id_search(
     queryset: QuerySet, term: str, field: str = "run_id"
 ) -> tuple[QuerySet, bool] | None:
     """Search boxes accept run ids as the dashboard prints them ("run-42")."""
     pk = Run.pk_from_public_id(term)
     return (queryset.filter(**{field: pk}), False) if pk is not None else None
+
+
+class RunRowAdmin(ReadOnlyAdmin):
+    """Rows that belong to one run: shown with the run's public id."""
+
+    @admin.display(description="run", ordering="run_id")
+    def run_link(self, obj: Any) -> str:
+        return f"run-{obj.run_id}"
+
+
+class RunSearchMixin:
+    """The search box also takes a run id ("run-42")."""
+
+    def get_search_results(self, request, queryset, search_term):
+        found = _public_id_search(queryset, search_term.strip())
+        return found or super().get_search_results(request, queryset, search_term)
 
 
 @admin.register(Run)
@@ -123,41 +135,25 @@ class RunAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Event)
-class EventAdmin(ReadOnlyAdmin):
+class EventAdmin(RunSearchMixin, RunRowAdmin):
     list_display = ["__str__", "run_link", "seq", "stage", "type", "actor", "key", "created_at"]
     list_filter = ["type", StageFilter]
     search_fields = ["=idempotency_key"]
     search_help_text = "An idempotency (delivery) key, or a run id like run-42"
     ordering = ["-id"]
 
-    @admin.display(description="run", ordering="run_id")
-    def run_link(self, obj: Event) -> str:
-        return _run_id(obj)
-
     @admin.display(description="idempotency key")
     def key(self, obj: Event) -> str:
         return obj.idempotency_key[:16]
 
-    def get_search_results(self, request, queryset, search_term):
-        found = _public_id_search(queryset, search_term.strip())
-        return found or super().get_search_results(request, queryset, search_term)
-
 
 @admin.register(Checkpoint)
-class CheckpointAdmin(ReadOnlyAdmin):
+class CheckpointAdmin(RunSearchMixin, RunRowAdmin):
     list_display = ["id", "run_link", "stage", "last_seq", "next_stage", "created_at"]
     list_filter = [StageFilter]
     search_fields = ["=id"]
     search_help_text = "A checkpoint id (run-42:visual-verified) or a run id (run-42)"
     ordering = ["-created_at"]
-
-    @admin.display(description="run", ordering="run_id")
-    def run_link(self, obj: Checkpoint) -> str:
-        return _run_id(obj)
-
-    def get_search_results(self, request, queryset, search_term):
-        found = _public_id_search(queryset, search_term.strip())
-        return found or super().get_search_results(request, queryset, search_term)
 
 
 @admin.register(Artifact)
@@ -172,14 +168,10 @@ class ArtifactAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Lease)
-class LeaseAdmin(ReadOnlyAdmin):
+class LeaseAdmin(RunRowAdmin):
     list_display = ["run_link", "holder", "token", "expires_at", "heartbeat_at", "acquired_at"]
     search_fields = ["holder"]
     ordering = ["-run_id"]
-
-    @admin.display(description="run", ordering="run_id")
-    def run_link(self, obj: Lease) -> str:
-        return _run_id(obj)
 
 
 class UnsettledRunFilter(admin.SimpleListFilter):
@@ -224,7 +216,7 @@ EFFECT_FACTS = [
 
 
 @admin.register(Effect)
-class EffectAdmin(ReadOnlyAdmin):
+class EffectAdmin(RunRowAdmin):
     form = EffectLedgerForm
     list_display = [
         "__str__",
@@ -257,10 +249,6 @@ class EffectAdmin(ReadOnlyAdmin):
         ),
     ]
     readonly_fields = EFFECT_FACTS
-
-    @admin.display(description="run", ordering="run_id")
-    def run_link(self, obj: Effect) -> str:
-        return _run_id(obj)
 
     def view_on_site(self, obj: Effect) -> str:
         return reverse("runs:run", args=[obj.run_id]) + "#effects"

@@ -24,7 +24,7 @@ from django.test import TransactionTestCase
 from runs import worker
 from runs.ledger import maintenance
 from runs.models import Run
-from tests.faults.matrix import database_url
+from tests.faults.matrix import worker_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,21 +54,6 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float = 60, what: str = "
 
 def run_status(run: Run) -> str:
     return Run.objects.values_list("status", flat=True).get(pk=run.pk)
-
-
-def worker_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        DATABASE_URL=database_url(),
-        REDIS_URL=settings.REDIS_URL,
-        MEDIA_ROOT=str(settings.MEDIA_ROOT),
-        RESUMER_LEASE_TTL=str(settings.RESUMER_LEASE_TTL),
-        RESUMER_SWEEP_INTERVAL=str(settings.RESUMER_SWEEP_INTERVAL),
-        RESUMER_QUEUE_GRACE=str(settings.RESUMER_QUEUE_GRACE),
-        RESUMER_TESTING="1",
-        PYTHONUNBUFFERED="1",
-    )
-    return env
 
 
 class Workers:

@@ -186,6 +186,24 @@ def wait_settled(run_pk: int, *, timeout: float = 90) -> str:
 # --- Processes -----------------------------------------------------------------------------
 
 
+def worker_env(redis_url: str | None = None) -> dict[str, str]:
+    """The environment that makes a worker process use this process's database, media,
+    queue and lease timings (and `redis_url`, or the configured Redis)."""
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=database_url(),
+        REDIS_URL=redis_url or settings.REDIS_URL,
+        MEDIA_ROOT=str(settings.MEDIA_ROOT),
+        RESUMER_LEASE_TTL=str(settings.RESUMER_LEASE_TTL),
+        RESUMER_SWEEP_INTERVAL=str(settings.RESUMER_SWEEP_INTERVAL),
+        RESUMER_QUEUE_GRACE=str(settings.RESUMER_QUEUE_GRACE),
+        RESUMER_QUEUE=settings.RESUMER_QUEUE,
+        RESUMER_TESTING="1",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
 def database_url() -> str:
     """A URL that points a worker process at the database this process is using."""
     conf = connection.settings_dict
@@ -215,20 +233,7 @@ class Harness:
         _LIVE_HARNESSES.add(self)
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(
-            DATABASE_URL=database_url(),
-            REDIS_URL=self.redis_url,
-            MEDIA_ROOT=str(settings.MEDIA_ROOT),
-            RESUMER_LEASE_TTL=str(settings.RESUMER_LEASE_TTL),
-            RESUMER_SWEEP_INTERVAL=str(settings.RESUMER_SWEEP_INTERVAL),
-            RESUMER_QUEUE_GRACE=str(settings.RESUMER_QUEUE_GRACE),
-            RESUMER_QUEUE=settings.RESUMER_QUEUE,
-            RESUMER_TESTING="1",
-            PYTHONUNBUFFERED="1",
-        )
-        env.update(self.extra_env)
-        return env
+        return {**worker_env(self.redis_url), **self.extra_env}
 
     def start_worker(
         self, label: str = "", *, burst: bool = False, env: dict[str, str] | None = None
