@@ -20,7 +20,7 @@ from django.urls import reverse
 
 from runs import roles
 from runs.forms import EffectLedgerForm
-from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run
+from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run, StoredPlan
 from runs.pipeline import registry
 
 admin.site.site_header = "Resumer admin"
@@ -172,6 +172,16 @@ class LeaseAdmin(RunRowAdmin):
     list_display = ["run_link", "holder", "token", "expires_at", "heartbeat_at", "acquired_at"]
     search_fields = ["holder"]
     ordering = ["-run_id"]
+
+
+@admin.register(StoredPlan)
+class StoredPlanAdmin(RunRowAdmin):
+    list_display = ["run_link", "fingerprint", "run_version", "blocked", "drifted", "computed_at"]
+    list_filter = ["blocked", "drifted"]
+    ordering = ["-computed_at"]
+
+    def view_on_site(self, obj: StoredPlan) -> str:
+        return reverse("runs:plan", args=[obj.run_id])
 
 
 class UnsettledRunFilter(admin.SimpleListFilter):

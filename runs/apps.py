@@ -24,3 +24,7 @@ class RunsConfig(AppConfig):
 
     def ready(self) -> None:
         connection_created.connect(_register_sqlite_guard, dispatch_uid="resumer_sqlite_guard")
+
+        from runs import signals, stored_plans
+
+        signals.run_stopped.connect(stored_plans.on_run_stopped, dispatch_uid="resumer_plan")

@@ -25,17 +25,18 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
-from runs import artifacts, leases, ledger
+from runs import artifacts, contract, leases, ledger
+from runs.contract import Contract, Usage
 from runs.ledger import LeaseLost, LedgerError, Writer
 from runs.models import Checkpoint, Effect, Event, ReplayPolicy, Run
 from runs.pipeline import (
     InvalidInput,
     Pipeline,
-    Reconciliation,
     StageOutput,
     ToolRejected,
     registry,
 )
+from runs.replay import Action, Recorded, asks_target, decide
 
 log = logging.getLogger("runs.engine")
 
@@ -284,7 +285,8 @@ def _begin(writer: Writer, stage_name: str, ticket: str) -> Run | None:
 def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
     pipeline = registry.get(run.pipeline)
     stage = pipeline.stage(stage_name)
-    ctx = StageContext(writer, run, pipeline, stage_name)
+    bound, deviated = contract.active(run)
+    ctx = StageContext(writer, run, pipeline, stage_name, contract=bound, deviated=deviated)
     try:
         output = stage.run(ctx)
         if not isinstance(output, StageOutput):
@@ -344,6 +346,7 @@ def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
             stage=stage_name,
             next_stage=next_stage,
             manifest=manifest,
+            usage=ctx.usage.to_dict(),
             status=Run.Status.RUNNING,
             current_stage=next_stage or stage_name,
             ticket=ticket,
@@ -352,8 +355,21 @@ def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
         if next_stage:
             transaction.on_commit(lambda: dispatch(run.pk, next_stage, ticket))
         else:
+            if ctx.contract is not None and not ctx.deviated:
+                _verdict(ctx)
             ledger.append(writer, Event.Type.SUCCEEDED, payload={}, status=Run.Status.SUCCEEDED)
     return "verified"
+
+
+def _verdict(ctx: StageContext) -> None:
+    """The end of resumed work that kept to its plan call by call: what it used, summed over
+    its verified stages, must also be what the plan priced."""
+    used = contract.used_since(ctx.run, ctx.contract)
+    shortfall = ctx.contract.shortfall(used)
+    if shortfall:
+        ctx.deviate(shortfall)
+        return
+    ledger.append(ctx.writer, Event.Type.PLAN_KEPT, payload=ctx.contract.verdict_payload(used))
 
 
 # --- The context a stage function sees -----------------------------------------------------
@@ -367,13 +383,28 @@ class StageContext:
     """What a stage function may do: read its pinned inputs and upstream outputs, and call
     tools through the effect ledger."""
 
-    def __init__(self, writer: Writer, run: Run, pipeline: Pipeline, stage: str) -> None:
+    def __init__(
+        self,
+        writer: Writer,
+        run: Run,
+        pipeline: Pipeline,
+        stage: str,
+        *,
+        contract: Contract | None = None,
+        deviated: bool = False,
+    ) -> None:
         self.writer = writer
         self.run = run
         self.pipeline = pipeline
         self.stage = stage
         self._spec = pipeline.stage(stage)
         self.inputs = {name: run.inputs.get(name) for name in self._spec.consumes}
+        # The approved plan this resumed work is bound by (None on a first execution), and
+        # whether it was already departed from.
+        self.contract = contract
+        self.deviated = deviated
+        # What this stage used: recorded in its VERIFIED event, summed against the plan.
+        self.usage = Usage()
 
     @property
     def run_id(self) -> str:
@@ -441,6 +472,7 @@ class StageContext:
         return self._call_effect(call_id, tool, args)
 
     def _call_safe(self, call_id: str, tool, args: dict[str, Any]) -> Any:
+        self._keep_contract(call_id, tool, Action.RERUN)
         ledger.append(
             self.writer,
             Event.Type.TOOL_CALLED,
@@ -455,6 +487,7 @@ class StageContext:
         self._fault(call_id, "before")
         self._before_call(call_id)
         started = time.monotonic()
+        self.usage.add_call(tool.name, tool.cost)
         result = tool.call(args, "")
         if self._timed_out(call_id):
             raise OutcomeUnknown(f"{tool.name} timed out")
@@ -473,65 +506,80 @@ class StageContext:
         )
         return result
 
+    def _decide(self, call_id: str, tool, existing: Effect | None, req_hash: str):
+        """replay.decide() on what the ledger holds, asking the target only where the
+        decision needs it: the one decision the planner predicted with."""
+        recorded = Recorded.of(existing)
+        answer, unanswered = None, ""
+        if asks_target(tool.policy, recorded):
+            self.usage.add_query(tool.name)
+            try:
+                answer = tool.reconcile(existing)
+            except Exception as exc:  # a target that cannot answer is never guessed about
+                unanswered = str(exc) or type(exc).__name__
+        decision = decide(
+            tool=tool.name,
+            call_id=call_id,
+            policy=tool.policy,
+            recorded=recorded,
+            request_hash=req_hash,
+            answer=answer,
+            unanswered=unanswered,
+            verb=tool.verb,
+            target=existing.target if existing else "",
+        )
+        return decision, answer
+
     def _call_effect(self, call_id: str, tool, args: dict[str, Any]) -> Any:
         parts = tool.key(self, args)
         key = parts.key
         req_hash = request_hash(tool.name, args)
         existing = Effect.objects.filter(delivery_key=key).first()
-        if existing is not None:
-            if existing.request_hash != req_hash:
-                self._stop(
-                    Run.Status.FAILED,
-                    Event.Type.FAILED,
-                    f"delivery key {key[:12]}… was used for a different {tool.name} request",
-                )
-            if existing.status == Effect.Status.CONFIRMED:
-                ledger.append(
-                    self.writer,
-                    Event.Type.TOOL_RESULT,
-                    stage=self.stage,
-                    idempotency_key=key,
-                    payload={
-                        "call": call_id,
-                        "tool": tool.name,
-                        "reused": True,
-                        "external_id": existing.external_id,
-                        "cost": "0",
-                    },
-                )
-                if existing.result is None:
-                    # A supervisor confirmed it by hand (ledger.edit_effect): the external id
-                    # is all that is known, and the stage must still see it, not "no result".
-                    return {"external_id": existing.external_id}
-                return existing.result
-            if existing.status == Effect.Status.ABANDONED:
-                ledger.append(
-                    self.writer,
-                    Event.Type.TOOL_RESULT,
-                    stage=self.stage,
-                    idempotency_key=key,
-                    payload={
-                        "call": call_id,
-                        "tool": tool.name,
-                        "skipped": True,
-                        "reason": "a supervisor abandoned this effect",
-                    },
-                )
-                return None
-            if existing.status in (Effect.Status.INTENT, Effect.Status.UNKNOWN):
-                if tool.policy == ReplayPolicy.NEVER:
-                    self._stop(
-                        Run.Status.NEEDS_APPROVAL,
-                        Event.Type.NEEDS_APPROVAL,
-                        f"{tool.name} ({call_id}) may already have happened and is never "
-                        "re-run automatically: a supervisor must resolve it in the ledger",
-                        key=key,
-                    )
-                if tool.reconcile is not None:
-                    answer = tool.reconcile(existing)
-                    found = self._apply_reconciliation(existing, answer)
-                    if found is not None:
-                        return found
+        decision, answer = self._decide(call_id, tool, existing, req_hash)
+        self._keep_contract(call_id, tool, decision.action)
+        if decision.action == Action.REFUSE:
+            self._stop(Run.Status.FAILED, Event.Type.FAILED, decision.reason, key=key)
+        if decision.action == Action.BLOCKED:
+            self._stop(
+                Run.Status.NEEDS_APPROVAL, Event.Type.NEEDS_APPROVAL, decision.reason, key=key
+            )
+        if decision.action == Action.REUSE:
+            ledger.append(
+                self.writer,
+                Event.Type.TOOL_RESULT,
+                stage=self.stage,
+                idempotency_key=key,
+                payload={
+                    "call": call_id,
+                    "tool": tool.name,
+                    "reused": True,
+                    "external_id": existing.external_id,
+                    "cost": "0",
+                },
+            )
+            if existing.result is None:
+                # A supervisor confirmed it by hand (ledger.edit_effect): the external id is
+                # all that is known, and the stage must still see it, not "no result".
+                return {"external_id": existing.external_id}
+            return existing.result
+        if decision.action == Action.SKIP:
+            ledger.append(
+                self.writer,
+                Event.Type.TOOL_RESULT,
+                stage=self.stage,
+                idempotency_key=key,
+                payload={
+                    "call": call_id,
+                    "tool": tool.name,
+                    "skipped": True,
+                    "reason": "a supervisor abandoned this effect",
+                },
+            )
+            return None
+        if decision.action == Action.RECORD_FOUND:
+            ledger.record_found(self.writer, existing, answer)
+            return answer.result
+        # CALL or RETRY_SAME_KEY: intent first, then the call.
         effect = ledger.record_intent(
             self.writer,
             {
@@ -562,6 +610,7 @@ class StageContext:
         if not leases.holds(self.writer.run_id, self.writer.token):
             raise LeaseLost(self.writer.run_id, self.writer.token)
         started = time.monotonic()
+        self.usage.add_call(tool.name, tool.cost)
         try:
             result = tool.call(args, key)
             if self._timed_out(call_id):
@@ -606,19 +655,44 @@ class StageContext:
         )
         return result
 
-    def _apply_reconciliation(self, effect: Effect, answer: Reconciliation) -> Any:
-        if not answer.found:
-            return None
-        if not answer.matches:
+    # The approved plan ------------------------------------------------------------------
+
+    def _keep_contract(self, call_id: str, tool, action: str) -> None:
+        """Hold the decision about to be acted on against the approved plan's line. The first
+        difference is recorded (PLAN_DEVIATED); a call the plan did not promise on a tool that
+        must never be guessed about (RECONCILE_FIRST, NEVER) is not made: the run stops for a
+        human before it."""
+        if self.contract is None:
+            return
+        difference = self.contract.difference(self.stage, call_id, tool.name, tool.policy, action)
+        if difference is None:
+            return
+        if not self.deviated:
+            self.deviate(difference.describe(), difference=difference.to_dict())
+        if difference.stop_before:
             self._stop(
                 Run.Status.NEEDS_APPROVAL,
                 Event.Type.NEEDS_APPROVAL,
-                f"{effect.tool} ({effect.call_id}) found on the target but it differs: "
-                f"{answer.detail}",
-                key=effect.delivery_key,
+                f"{difference.describe()}; the approved plan did not promise this call, so it "
+                "was not made: read the fresh plan and approve again",
             )
-        ledger.record_found(self.writer, effect, answer)
-        return answer.result
+
+    def deviate(self, reason: str, **details: Any) -> None:
+        """Append PLAN_DEVIATED, once per approved plan, with what was used against it."""
+        used = contract.used_since(self.run, self.contract)
+        used.add(self.usage)
+        ledger.append(
+            self.writer,
+            Event.Type.PLAN_DEVIATED,
+            stage=self.stage,
+            payload={
+                **self.contract.verdict_payload(used),
+                "reason": reason,
+                **details,
+            },
+            deviated=True,
+        )
+        self.deviated = True
 
     def _stop(self, status: str, event_type: str, reason: str, *, key: str = "") -> None:
         ledger.append(

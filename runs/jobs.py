@@ -37,3 +37,23 @@ def execute_stage(run_pk: int, stage: str, ticket: str) -> str:
     finally:
         # The worker's process lives on between jobs; never carry a connection across them.
         connections.close_all()
+
+
+def enqueue_plan(run_pk: int) -> None:
+    queue().enqueue(compute_plan, run_pk, result_ttl=600, failure_ttl=24 * 3600)
+
+
+def compute_plan(run_pk: int) -> str:
+    """Compute and store a stopped run's plan (it asks the run's targets)."""
+    from runs import stored_plans
+    from runs.models import Run
+
+    close_old_connections()
+    try:
+        run = Run.objects.filter(pk=run_pk).first()
+        if run is None:
+            return "no-such-run"
+        plan = stored_plans.refresh(run)
+        return plan.fingerprint[:12]
+    finally:
+        connections.close_all()

@@ -22,7 +22,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from runs import leases
+from runs import leases, signals
 from runs.leases import LeaseLost
 from runs.models import Checkpoint, Effect, Event, Lease, Run
 from runs.pipeline import Reconciliation
@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 # Run fields the append path may set beside status; everything else about a run is fixed.
-MOVABLE_RUN_FIELDS = frozenset({"current_stage", "ticket", "queued_at", "attempt"})
+MOVABLE_RUN_FIELDS = frozenset({"current_stage", "ticket", "queued_at", "attempt", "deviated"})
 # Choices' .values builds a new list on every access; the append path checks these each time.
 EVENT_TYPES = frozenset(Event.Type.values)
 RUN_STATUSES = frozenset(Run.Status.values)
@@ -172,7 +172,8 @@ def append(
         ):
             event = _insert(connection, known, *what, guarded=True)
             if event is not None:
-                _remember(connection, writer.token, known, event, status)
+                _remember(connection, writer.token, known, event, status, run_fields)
+                _announce(writer.run_id, status)
                 return event
         # The fencing check and the row lock are one statement. On PostgreSQL it locks the
         # run row (serialising appends to the run) *and* the lease row: a takeover that
@@ -193,10 +194,21 @@ def append(
             if problem is None:
                 event = _insert(connection, head, *what)
                 assert event is not None
-                _remember(connection, writer.token, head, event, status)
+                _remember(connection, writer.token, head, event, status, run_fields)
+                _announce(writer.run_id, status)
                 return event
             refused = problem
     raise refused
+
+
+def _announce(run_id: int, status: str | None) -> None:
+    """A run that stopped where a human resolves it is announced once the append commits
+    (its plan is computed then); a receiver's failure never undoes the stop."""
+    if status in Run.RESUMABLE:
+        transaction.on_commit(
+            lambda: signals.run_stopped.send(sender=Run, run_pk=run_id, status=status),
+            robust=True,
+        )
 
 
 @dataclass(frozen=True)
@@ -208,6 +220,7 @@ class _Head:
     status: str
     last_seq: int
     head_hash: str
+    deviated: bool = False
 
     @property
     def public_id(self) -> str:
@@ -221,12 +234,19 @@ _known_heads_lock = threading.Lock()
 _KNOWN_HEADS_MAX = 1024
 
 
-def _remember(connection, token: int, head: _Head, event: Event, status: str | None) -> None:
+def _remember(
+    connection, token: int, head: _Head, event: Event, status: str | None, run_fields: dict
+) -> None:
     with _known_heads_lock:
         if len(_known_heads) >= _KNOWN_HEADS_MAX:
             del _known_heads[next(iter(_known_heads))]  # the oldest entry
         _known_heads[(connection.alias, head.pk, token)] = _Head(
-            head.pk, head.pipeline, status or head.status, event.seq, event.hash
+            head.pk,
+            head.pipeline,
+            status or head.status,
+            event.seq,
+            event.hash,
+            bool(run_fields.get("deviated", head.deviated)),
         )
 
 
@@ -305,8 +325,8 @@ def _sql(connection) -> _AppendSQL:
         f"WHERE r.{qn('id')} = %s AND l.{qn('token')} = %s AND l.{qn('expires_at')} > {now}"
     )
     lock = (
-        f"SELECT r.{qn('pipeline')}, r.{qn('status')}, r.{qn('last_seq')}, r.{qn('head_hash')} "
-        f"{fence}{lock_of}"
+        f"SELECT r.{qn('pipeline')}, r.{qn('status')}, r.{qn('last_seq')}, r.{qn('head_hash')}, "
+        f"r.{qn('deviated')} {fence}{lock_of}"
     )
     returning = connection.features.can_return_columns_from_insert
     insert = (
@@ -383,8 +403,13 @@ def _insert(
     ]
     set_params: list[Any] = []
     if status is not None:
-        sets += [f"{qn('status')} = %s", f"{qn('attention')} = %s"]
-        set_params += [status, Run.attention_for(status)]
+        sets.append(f"{qn('status')} = %s")
+        set_params.append(status)
+    if status is not None or "deviated" in run_fields:
+        # A run whose resumed work departed from its plan stays with those that need a human.
+        deviated = bool(run_fields.get("deviated", run.deviated))
+        sets.append(f"{qn('attention')} = %s")
+        set_params.append(Run.attention_for(status or run.status, deviated))
     for name, value in run_fields.items():
         field = Run._meta.get_field(name)
         if isinstance(value, Now):
@@ -665,6 +690,7 @@ def write_checkpoint(
     next_stage: str,
     manifest: dict[str, Any],
     status: str,
+    usage: dict[str, Any] | None = None,
     **run_fields: Any,
 ) -> Checkpoint:
     """Append VERIFIED and seal the checkpoint on that seq, in one transaction: a checkpoint
@@ -675,7 +701,12 @@ def write_checkpoint(
             Event.Type.VERIFIED,
             stage=stage,
             inputs=manifest.get("inputs", {}),
-            payload={"rules": manifest.get("rules", []), "next_stage": next_stage},
+            payload={
+                "rules": manifest.get("rules", []),
+                "next_stage": next_stage,
+                # What the stage's calls used: a resume's plan is held against the sum.
+                "usage": usage or {},
+            },
             artifacts=[a["uri"] for a in manifest.get("artifacts", [])],
             status=status,
             **run_fields,
@@ -777,6 +808,8 @@ def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: 
                 error=after["error"],
                 updated_at=Now(),
             )
+            # The facts the stored plan was computed from changed: compute it again.
+            _announce(run.pk, run.status)
         return event
     finally:
         leases.release(run.pk, token)

@@ -102,6 +102,9 @@ class Run(models.Model):
     queued_at = models.DateTimeField(null=True, blank=True)
     # How many approvals resumed this run (0 for the original execution).
     attempt = models.PositiveIntegerField(default=0)
+    # The resumed work departed from its approved plan (a PLAN_DEVIATED event): the run
+    # stays with those that need a human whatever its status, until the next approval.
+    deviated = models.BooleanField(default=False)
     # Demo knobs: per-call delay and fault injection (crash / stall points), see engine.py.
     options = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(db_default=Now())
@@ -142,8 +145,8 @@ class Run(models.Model):
         return int(match.group(1)) if match else None
 
     @classmethod
-    def attention_for(cls, status: str) -> int:
-        if status in cls.RESUMABLE:
+    def attention_for(cls, status: str, deviated: bool = False) -> int:
+        if status in cls.RESUMABLE or deviated:
             return 0
         if status in cls.ACTIVE:
             return 1
@@ -186,6 +189,9 @@ class EventType(models.TextChoices):
     SUCCEEDED = "SUCCEEDED", "Succeeded"
     CANCELLED = "CANCELLED", "Cancelled"
     LEDGER_EDITED = "LEDGER_EDITED", "Ledger edited"
+    # The verdict on resumed work against the approved plan (runs/contract.py).
+    PLAN_KEPT = "PLAN_KEPT", "Plan kept"
+    PLAN_DEVIATED = "PLAN_DEVIATED", "Plan deviated"
 
 
 class Event(AppendOnlyModel):
@@ -400,3 +406,33 @@ class Lease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} token={self.token} holder={self.holder or '-'}"
+
+
+class StoredPlan(models.Model):
+    """The reconcile plan of a run as it was last computed: when the run stopped, when a ledger
+    edit changed the facts, or when an operator asked the targets again. Pages show it and
+    never compute one (a plan asks targets reconcile questions); an approval always computes
+    a fresh plan and compares fingerprints. One row per run, replaced on every computation."""
+
+    run = models.OneToOneField(
+        Run, on_delete=models.CASCADE, primary_key=True, related_name="stored_plan"
+    )
+    fingerprint = models.CharField(max_length=64)
+    # The run's version the plan was computed at: a different version now means the facts
+    # moved since, and the page says so.
+    run_version = models.PositiveIntegerField()
+    computed_at = models.DateTimeField(db_default=Now())
+    # planner.Plan.to_dict(); Plan.from_dict() gives the value back.
+    data = models.JSONField()
+    # What the inbox shows without reading `data`.
+    blocked = models.BooleanField(default=False)
+    drifted = models.BooleanField(default=False)
+    resume_money = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    fresh_money = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+
+    def __str__(self) -> str:
+        return f"plan of run-{self.run_id} ({self.fingerprint[:12]})"
+
+    @property
+    def is_current(self) -> bool:
+        return self.run_version == self.run.version

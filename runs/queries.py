@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import reduce
 from operator import or_
+from typing import Any
 
 from django.core.files.storage import default_storage
 from django.db.models import Q, QuerySet, Subquery
 from django.http import Http404
 
 from runs import artifacts as artifact_store
-from runs.models import Artifact, Checkpoint, Effect, Event, Run
+from runs import stored_plans
+from runs.contract import Usage
+from runs.models import Artifact, Checkpoint, Effect, Event, Run, StoredPlan
 from runs.pipeline import UnknownPipeline, registry
-from runs.planner import Plan, compute_plan
+from runs.planner import Plan
 
 INBOX_PAGE_SIZE = 50
 TIMELINE_PAGE_SIZE = 100
@@ -36,6 +40,7 @@ INBOX_FIELDS = (
     "pipeline",
     "status",
     "attention",
+    "deviated",
     "current_stage",
     "attempt",
     "last_seq",
@@ -320,8 +325,14 @@ class RunPage:
     timeline: TimelinePage
     facts: RunFacts
     branches: list[Run]
-    # Computed only for a run a human can resume: the plan asks targets reconcile questions.
+    # The stored plan of a run a human can resume (pages never compute one: a plan asks
+    # targets reconcile questions), with its row: when it was computed, and whether the run
+    # moved since.
     plan: Plan | None = None
+    stored_plan: StoredPlan | None = None
+    # The verdict on the latest approved plan (PLAN_KEPT / PLAN_DEVIATED), if the resumed
+    # work reached one.
+    verdict: Verdict | None = None
 
 
 def run_page(run: Run, after: int | None) -> RunPage:
@@ -336,7 +347,64 @@ def run_page(run: Run, after: int | None) -> RunPage:
                 "id", "status", "current_stage", "created_at", "branch_checkpoint"
             ).order_by("id")
         ),
-        plan=compute_plan(run) if run.is_resumable else None,
+        **_shown_plan(run),
+        verdict=verdict(run),
+    )
+
+
+def _shown_plan(run: Run) -> dict[str, Any]:
+    shown = stored_plans.shown(run) if run.is_resumable else None
+    if shown is None:
+        return {}
+    return {"plan": shown[0], "stored_plan": shown[1]}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kept: bool
+    seq: int
+    fingerprint: str
+    mode: str
+    promised: Usage
+    used: Usage
+    reason: str
+
+    @property
+    def summary(self) -> str:
+        used = self.used
+        calls = f"{used.tool_calls} call{'s' if used.tool_calls != 1 else ''}"
+        if self.kept:
+            return f"Plan kept: {calls}, ${used.money.quantize(Decimal('0.0001'))}, as approved"
+        promised = self.promised
+        return (
+            f"Plan deviated: {self.reason or 'the resumed work departed from the plan'} "
+            f"(approved: {promised.tool_calls} calls, "
+            f"${promised.money.quantize(Decimal('0.0001'))}; so far: {calls}, "
+            f"${used.money.quantize(Decimal('0.0001'))})"
+        )
+
+
+def verdict(run: Run) -> Verdict | None:
+    """The newest verdict event of the run: one indexed read from the end of its log."""
+    if run.attempt == 0 and run.parent_id is None:
+        return None  # never approved: no plan to keep
+    row = (
+        Event.objects.filter(run=run, type__in=(Event.Type.PLAN_KEPT, Event.Type.PLAN_DEVIATED))
+        .order_by("-seq")
+        .values_list("seq", "type", "payload")
+        .first()
+    )
+    if row is None:
+        return None
+    seq, type_, payload = row
+    return Verdict(
+        kept=type_ == Event.Type.PLAN_KEPT,
+        seq=seq,
+        fingerprint=payload.get("fingerprint", ""),
+        mode=payload.get("mode", ""),
+        promised=Usage.from_dict(payload.get("promised")),
+        used=Usage.from_dict(payload.get("used")),
+        reason=payload.get("reason", ""),
     )
 
 

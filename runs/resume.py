@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models.functions import Now
 
-from runs import engine, leases, ledger
+from runs import engine, leases, ledger, replay
+from runs.contract import Contract
 from runs.ledger import Writer
 from runs.models import Checkpoint, Effect, Event, Run
 from runs.pipeline import registry
@@ -124,19 +125,37 @@ def _check(plan: Plan, action: str, fingerprint: str) -> None:
 
 
 def _record_reconciliations(writer: Writer, plan: Plan) -> None:
-    """Write down what the reconcile queries found, now that a human approved the plan."""
+    """Write down what the reconcile queries found, now that a human approved the plan. The
+    target is asked once more and the answer goes through the same replay.decide() as the
+    plan's: if it no longer says "record it", nothing is recorded."""
+    pipeline = registry.get(plan.pipeline)
     for line in plan.effects:
         if line.action != Action.RECORD_FOUND:
             continue
         effect = Effect.objects.get(delivery_key=line.delivery_key)
-        pipeline = registry.get(plan.pipeline)
-        answer = pipeline.tool(effect.tool).reconcile(effect)
-        if not (answer.found and answer.matches and answer.external_id):
+        tool = pipeline.tool(effect.tool)
+        try:
+            answer = tool.reconcile(effect)
+        except Exception as exc:
+            answer, unanswered = None, str(exc) or type(exc).__name__
+        else:
+            unanswered = ""
+        decision = replay.decide(
+            tool=tool.name,
+            call_id=effect.call_id,
+            policy=tool.policy,
+            recorded=replay.Recorded.of(effect),
+            answer=answer,
+            unanswered=unanswered,
+            verb=tool.verb,
+            target=effect.target,
+        )
+        if decision.action != Action.RECORD_FOUND:
             # The target's answer moved between the plan and this approval: the transaction
             # rolls back and the operator gets the fresh plan, not a half-recorded effect.
             raise StalePlan(
                 f"{effect.tool} ({effect.call_id}): the target no longer confirms what the plan "
-                "showed; read the fresh plan and approve again",
+                f"showed ({decision.answer}); read the fresh plan and approve again",
                 None,
             )
         ledger.record_found(writer, effect, answer)
@@ -153,8 +172,14 @@ def _strict(writer: Writer, run: Run, plan: Plan) -> Approval:
             "checkpoint": plan.checkpoint,
             "next_stage": plan.next_stage,
             "pinned_inputs": run.inputs,
+            # The approved plan's promise: the engine holds every call of the resumed work
+            # against it (runs/contract.py).
+            "contract": Contract.from_plan(
+                plan.fingerprint, STRICT, plan.effects, plan.cost_resume
+            ).to_payload(),
         },
         status=Run.Status.RESUMING,
+        deviated=False,
         current_stage=plan.next_stage,
         ticket=ticket,
         queued_at=Now(),
@@ -184,6 +209,9 @@ def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
             "checkpoint": upgrade.branch_checkpoint,
             "upgraded": {d.input: [d.pinned, d.current] for d in plan.drift},
             "warnings": upgrade.warnings,
+            "contract": Contract.from_plan(
+                plan.fingerprint, UPGRADE, upgrade.effects, upgrade.cost
+            ).to_payload(),
         },
         ticket=ticket,
     )

@@ -20,9 +20,9 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from runs import artifacts as artifact_store
-from runs import queries, roles
+from runs import queries, roles, stored_plans
 from runs.forms import ApproveForm, InboxFilterForm
-from runs.models import Artifact
+from runs.models import Artifact, StoredPlan
 from runs.planner import Plan, compute_plan
 from runs.resume import ResumeRefused, approve
 
@@ -110,20 +110,41 @@ def run_timeline(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 @viewer_required
 def plan(request: HttpRequest, pk: int) -> HttpResponse:
+    """The stored plan: a GET never asks a target anything (see runs/stored_plans.py)."""
     run = queries.get_run(pk)
-    return _render_plan(request, run, compute_plan(run))
+    shown = stored_plans.shown(run)
+    if shown is None:
+        return _render_plan(request, run, None)
+    return _render_plan(request, run, shown[0], stored=shown[1])
+
+
+@require_POST
+@operator_required
+def check_targets(request: HttpRequest, pk: int) -> HttpResponse:
+    """ "Check targets again": compute the plan now, asking each target, and store it."""
+    run = queries.get_run(pk)
+    stored_plans.refresh(run)
+    messages.info(request, "The plan was computed again with the targets' answers of now.")
+    return redirect("runs:plan", pk=run.pk)
 
 
 def _render_plan(
     request: HttpRequest,
     run,
-    plan: Plan,
+    plan: Plan | None,
     *,
+    stored: StoredPlan | None = None,
     refusal: str = "",
     form: ApproveForm | None = None,
     status: int = 200,
 ) -> HttpResponse:
-    context = {"run": run, "plan": plan, "refusal": refusal, "form": form}
+    context = {
+        "run": run,
+        "plan": plan,
+        "stored_plan": stored,
+        "refusal": refusal,
+        "form": form,
+    }
     return render(request, "runs/plan.html", context, status=status)
 
 
@@ -133,7 +154,9 @@ def approve_plan(request: HttpRequest, pk: int) -> HttpResponse:
     run = queries.get_run(pk)
     form = ApproveForm(request.POST)
     if not form.is_valid():
-        return _render_plan(request, run, compute_plan(run), form=form, status=400)
+        shown = stored_plans.shown(run)
+        plan, stored = shown if shown is not None else (None, None)
+        return _render_plan(request, run, plan, stored=stored, form=form, status=400)
     action, fingerprint = form.cleaned_data["action"], form.cleaned_data["fingerprint"]
     actor = f"user:{request.user.get_username()}"
     try:
@@ -144,9 +167,11 @@ def approve_plan(request: HttpRequest, pk: int) -> HttpResponse:
             # second submission is the same decision, so it lands where the first one did.
             messages.info(request, "This plan was already approved; nothing more was done.")
             return redirect("runs:run", pk=run.pk)
-        return _render_plan(
-            request, run, exc.plan or compute_plan(run), refusal=str(exc), status=409
-        )
+        # The refusal comes with the fresh plan (or the target's answer moved under it): that
+        # is now the run's stored plan.
+        fresh = exc.plan if exc.plan is not None else compute_plan(run)
+        stored = stored_plans.store(fresh)
+        return _render_plan(request, run, fresh, stored=stored, refusal=str(exc), status=409)
     if approval.branch is not None:
         messages.success(
             request,

@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from runs import engine, leases, ledger, roles
+from runs import engine, leases, ledger, roles, stored_plans
 from runs.ledger import Writer
 from runs.management.commands.seed_demo import run_inline
 from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run
@@ -191,7 +191,9 @@ def test_ledger_edit_with_a_reason_goes_through_the_ledger_and_unblocks_the_plan
     after = compute_plan(run)
     assert not after.blocked
     assert {e.call_id: e.action for e in after.effects}["promote-charge"] == Action.CALL
-    # The dashboard shows the unblocked plan.
+    # The dashboard shows the unblocked plan once the edit's plan job stored it (this test's
+    # transaction never commits, so it is run here).
+    stored_plans.refresh(run)
     html = supervisor.get(f"/runs/{run.public_id}/plan/").content.decode()
     assert "Blocked: a human decides first" not in html
     assert ">Strict resume</button>" in html

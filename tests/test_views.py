@@ -16,10 +16,11 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from demo import simulators
-from runs import engine, leases, ledger, queries, roles, sweeper
+from demo.models import SimCall
+from runs import engine, leases, ledger, queries, roles, stored_plans, sweeper
 from runs.ledger import Writer
 from runs.management.commands.seed_demo import run_inline
-from runs.models import Effect, Event, Run
+from runs.models import Effect, Event, Run, StoredPlan
 from runs.planner import compute_plan
 
 pytestmark = pytest.mark.django_db
@@ -68,9 +69,17 @@ def started(**options) -> Run:
     return engine.start_run("content", {}, actor="test", options=options, enqueue=False)
 
 
+def with_its_plan(run: Run) -> Run:
+    """What the worker's plan job does once a run stops (these tests' transactions never
+    commit, so the job is never queued): compute the plan and store it for the pages."""
+    if run.is_resumable:
+        stored_plans.refresh(run)
+    return run
+
+
 def executed(inputs: dict | None = None, **options) -> Run:
     run = engine.start_run("content", inputs or {}, actor="test", options=options, enqueue=False)
-    return run_inline(run.pk)
+    return with_its_plan(run_inline(run.pk))
 
 
 def interrupted() -> Run:
@@ -78,7 +87,7 @@ def interrupted() -> Run:
     run = started()
     sweeper.interrupt(sweeper.Finding(run.pk, "test: the worker vanished", {}), takeover=True)
     run.refresh_from_db()
-    return run
+    return with_its_plan(run)
 
 
 def approvals(run: Run) -> int:
@@ -644,7 +653,7 @@ def test_no_control_reruns_a_run_from_the_start(operator, facts):
         assert ">retry<" not in html and "restart" not in html and "run again from" not in html
         # The only state-changing forms on our pages: approve (and log out).
         actions = set(re.findall(r'<form method="post" action="([^"]+)"', html))
-        assert actions <= {url(run, "approve/"), "/logout/"}
+        assert actions <= {url(run, "approve/"), url(run, "plan/check/"), "/logout/"}
 
 
 def test_plan_of_a_long_run_reads_only_the_end_of_its_log(operator, facts):
@@ -653,14 +662,16 @@ def test_plan_of_a_long_run_reads_only_the_end_of_its_log(operator, facts):
     run = interrupted()
     _add_events(run, 2000)
     with CaptureQueriesContext(connection) as ctx:
-        html = operator.get(url(run, "plan/")).content.decode()
-    assert f"{2000 + 2}" in html  # events after the (missing) checkpoint
+        stored_plans.refresh(run)  # what "Check targets again" and the plan job do
+    # Read before the next request: a request resets the connection's query log.
     reads = [
         q["sql"]
         for q in ctx.captured_queries
         if 'FROM "runs_event"' in q["sql"] and "COUNT(" not in q["sql"]
     ]
     assert reads and all("LIMIT" in sql for sql in reads), reads
+    html = operator.get(url(run, "plan/")).content.decode()
+    assert f"{2000 + 2}" in html  # events after the (missing) checkpoint
 
 
 def test_logout_is_a_post(users):
@@ -699,3 +710,62 @@ def test_deploy_check_reports_nothing(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "System check identified no issues" in result.stdout, result.stdout + result.stderr
+
+
+# --- the stored plan ---------------------------------------------------------------------------
+
+
+def platform_queries() -> int:
+    return SimCall.objects.filter(system="platform", operation="query").count()
+
+
+def test_reading_a_plan_never_asks_a_target(viewer, operator, facts):
+    # The publish outcome is unknown: computing its plan asks the platform.
+    run = executed(timeout="publish/publish/after")
+    asked = platform_queries()
+    for path in (url(run), url(run, "plan/"), url(run, "timeline/")):
+        assert viewer.get(path).status_code == 200
+        assert operator.get(path).status_code == 200
+    assert platform_queries() == asked
+
+
+def test_check_targets_again_asks_them_and_stores_the_fresh_plan(operator, facts):
+    run = executed(timeout="publish/publish/after")
+    asked = platform_queries()
+    before = StoredPlan.objects.get(run=run).computed_at
+
+    response = operator.post(url(run, "plan/check/"))
+
+    assert response.status_code == 302
+    assert platform_queries() == asked + 1
+    stored = StoredPlan.objects.get(run=run)
+    assert stored.computed_at >= before
+    assert stored.fingerprint == compute_plan(run).fingerprint
+
+
+def test_a_viewer_cannot_make_the_targets_be_asked(viewer, facts):
+    run = executed(timeout="publish/publish/after")
+    asked = platform_queries()
+    assert viewer.post(url(run, "plan/check/")).status_code == 403
+    assert platform_queries() == asked
+
+
+def test_a_run_without_a_stored_plan_says_so_and_offers_to_compute_it(operator, facts):
+    run = started()
+    sweeper.interrupt(sweeper.Finding(run.pk, "test: the worker vanished", {}), takeover=True)
+    html = operator.get(url(run, "plan/")).content.decode()
+    assert "No plan has been computed for this run yet" in html
+    assert "Check targets again</button>" in html
+    assert 'name="fingerprint"' not in html
+
+
+def test_the_plan_page_says_when_the_run_changed_since_its_plan(operator, facts):
+    run = executed(timeout="publish/promote-charge/after")
+    ledger.edit_effect(
+        Effect.objects.get(run=run, call_id="promote-charge").pk,
+        {"status": Effect.Status.FAILED},
+        reason="card processor shows no charge",
+        actor="user:supervisor",
+    )
+    html = operator.get(url(run, "plan/")).content.decode()
+    assert "the run changed since" in html

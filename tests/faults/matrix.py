@@ -61,6 +61,18 @@ INVARIANTS: dict[str, str] = {
     "artifacts-equal": "final artifacts equal a run without a crash",
     "seq-gap-free": "event seq gap-free, hash chain intact",
     "checkpoints-verified": "every checkpoint seals its VERIFIED event",
+    "plan-kept": "the resume made exactly the calls, target requests and money its plan priced",
+}
+
+# Which simulated system each demo tool reaches: the world's own meters (SimCall) are held
+# against the plan's prediction per tool, independently of what the engine says it did.
+TOOL_SYSTEMS = {
+    "search": "search",
+    "generate_draft": "llm",
+    "render_image": "render",
+    "upload_asset": "assets",
+    "publish_article": "platform",
+    "charge_card": "card",
 }
 
 
@@ -523,6 +535,59 @@ def event_of(run_pk: int, type_: str, call: str = "", stage: str = ""):
     return None
 
 
+def event_payload(event) -> dict:
+    """An event's payload, wherever it is stored (a large one is an artifact)."""
+    import json
+
+    from runs import artifacts
+
+    return json.loads(artifacts.read(event.payload_ref)) if event.payload_ref else event.payload
+
+
+def plan_kept_problems(run, plan, approved: Marks) -> list[str]:
+    """The approved plan as a contract, checked from outside the engine: the calls the log
+    shows after RESUMED, and the requests the simulated systems metered after the approval,
+    per tool, must equal the plan's prediction exactly, and the engine must say PLAN_KEPT."""
+    from collections import Counter
+    from decimal import Decimal
+
+    from demo.models import SimCall
+    from runs.models import Event
+    from runs.pipeline import registry
+
+    pipeline = registry.get(run.pipeline)
+    problems = []
+    resumed = Event.objects.filter(run=run, type=Event.Type.RESUMED).order_by("-seq").first()
+    if resumed is None:
+        return ["no RESUMED event"]
+    after = Event.objects.filter(run=run, seq__gt=resumed.seq)
+    calls = Counter(event_payload(e)["tool"] for e in after.filter(type=Event.Type.TOOL_CALLED))
+    predicted = plan.cost_resume
+    if dict(calls) != predicted.calls:
+        problems.append(f"calls {dict(calls)}, the plan said {predicted.calls}")
+    money = sum((pipeline.tool(t).cost * n for t, n in calls.items()), Decimal(0))
+    if money != Decimal(predicted.money):
+        problems.append(f"calls cost ${money}, the plan said ${predicted.money}")
+    metered = Counter(
+        SimCall.objects.filter(pk__gt=approved.simcall).values_list("system", flat=True)
+    )
+    expected = Counter()
+    for tool, n in predicted.calls.items():
+        expected[TOOL_SYSTEMS[tool]] += n
+    for tool, n in predicted.queries.items():
+        expected[TOOL_SYSTEMS[tool]] += n
+    if metered != expected:
+        problems.append(f"targets metered {dict(metered)}, the plan said {dict(expected)}")
+    verdicts = list(
+        after.filter(type__in=(Event.Type.PLAN_KEPT, Event.Type.PLAN_DEVIATED)).values_list(
+            "type", "payload"
+        )
+    )
+    if [v[0] for v in verdicts] != [Event.Type.PLAN_KEPT]:
+        problems.append(f"verdicts {verdicts}, not one PLAN_KEPT")
+    return problems
+
+
 # --- The supervisor ------------------------------------------------------------------------
 
 
@@ -675,9 +740,12 @@ def _drive(case: Case, harness: Harness, reference: dict[str, str], result: Case
             return
 
     approve(run, STRICT, plan.fingerprint, actor="user:fault-matrix")
+    approved = Marks.now()  # what the resumed work does to the world is above these
     status = wait_settled(run.pk, timeout=120)
     run.refresh_from_db()
     result.check("succeeded", status == Run.Status.SUCCEEDED, f"run ended {status}")
+    problems = plan_kept_problems(run, plan, approved)
+    result.check("plan-kept", not problems, "; ".join(problems))
 
     world = World.since(marks)
     slots = sorted(a.name for a in world.assets)
