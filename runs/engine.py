@@ -25,8 +25,11 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
-from runs import artifacts, leases, ledger
-from runs.ledger import LeaseLost, LedgerError, Writer
+from runs import artifacts, leases
+from runs.append import LeaseLost, LedgerError, Writer, append, create_run
+from runs.chain import canonical_json
+from runs.checkpoints import latest_checkpoint, write_checkpoint
+from runs.effects import record_found, record_intent, record_outcome
 from runs.models import Checkpoint, Effect, Event, ReplayPolicy, Run
 from runs.pipeline import (
     InvalidInput,
@@ -133,7 +136,7 @@ def start_run(
     clean = validate_options(pipeline, dict(options or {}))
     ticket = uuid.uuid4().hex
     with transaction.atomic():
-        run = ledger.create_run(
+        run = create_run(
             pipeline.name,
             inputs=pinned,
             actor=actor,
@@ -263,7 +266,7 @@ def _begin(writer: Writer, stage_name: str, ticket: str) -> Run | None:
             return None
         pipeline = registry.get(run.pipeline)
         stage = pipeline.stage(stage_name)
-        ledger.append(
+        append(
             writer,
             Event.Type.STARTED,
             stage=stage_name,
@@ -292,7 +295,7 @@ def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
     except (LeaseLost, StageStopped):
         raise  # the run's status and its event are written already, or cannot be
     except Exception as exc:
-        ledger.append(
+        append(
             writer,
             Event.Type.FAILED,
             stage=stage_name,
@@ -304,7 +307,7 @@ def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
     results = [rule.evaluate(output) for rule in stage.rules]
     failed = [r for r in results if not r["passed"]]
     if failed:
-        ledger.append(
+        append(
             writer,
             Event.Type.FAILED,
             stage=stage_name,
@@ -338,7 +341,7 @@ def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
             "rules": results,
             "outputs": output.outputs,
         }
-        ledger.write_checkpoint(
+        write_checkpoint(
             writer,
             run,
             stage=stage_name,
@@ -352,7 +355,7 @@ def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
         if next_stage:
             transaction.on_commit(lambda: dispatch(run.pk, next_stage, ticket))
         else:
-            ledger.append(writer, Event.Type.SUCCEEDED, payload={}, status=Run.Status.SUCCEEDED)
+            append(writer, Event.Type.SUCCEEDED, payload={}, status=Run.Status.SUCCEEDED)
     return "verified"
 
 
@@ -360,7 +363,7 @@ def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
 
 
 def request_hash(tool: str, args: dict[str, Any]) -> str:
-    return hashlib.sha256(ledger.canonical_json({"tool": tool, "args": args}).encode()).hexdigest()
+    return hashlib.sha256(canonical_json({"tool": tool, "args": args}).encode()).hexdigest()
 
 
 class StageContext:
@@ -441,7 +444,7 @@ class StageContext:
         return self._call_effect(call_id, tool, args)
 
     def _call_safe(self, call_id: str, tool, args: dict[str, Any]) -> Any:
-        ledger.append(
+        append(
             self.writer,
             Event.Type.TOOL_CALLED,
             stage=self.stage,
@@ -459,7 +462,7 @@ class StageContext:
         if self._timed_out(call_id):
             raise OutcomeUnknown(f"{tool.name} timed out")
         self._fault(call_id, "after")
-        ledger.append(
+        append(
             self.writer,
             Event.Type.TOOL_RESULT,
             stage=self.stage,
@@ -486,7 +489,7 @@ class StageContext:
                     f"delivery key {key[:12]}… was used for a different {tool.name} request",
                 )
             if existing.status == Effect.Status.CONFIRMED:
-                ledger.append(
+                append(
                     self.writer,
                     Event.Type.TOOL_RESULT,
                     stage=self.stage,
@@ -500,12 +503,12 @@ class StageContext:
                     },
                 )
                 if existing.result is None:
-                    # A supervisor confirmed it by hand (ledger.edit_effect): the external id
+                    # A supervisor confirmed it by hand (edits.edit_effect): the external id
                     # is all that is known, and the stage must still see it, not "no result".
                     return {"external_id": existing.external_id}
                 return existing.result
             if existing.status == Effect.Status.ABANDONED:
-                ledger.append(
+                append(
                     self.writer,
                     Event.Type.TOOL_RESULT,
                     stage=self.stage,
@@ -532,7 +535,7 @@ class StageContext:
                     found = self._apply_reconciliation(existing, answer)
                     if found is not None:
                         return found
-        effect = ledger.record_intent(
+        effect = record_intent(
             self.writer,
             {
                 "delivery_key": key,
@@ -567,11 +570,11 @@ class StageContext:
             if self._timed_out(call_id):
                 raise OutcomeUnknown(f"{tool.name} did not answer in time")
         except ToolRejected as exc:
-            ledger.record_outcome(self.writer, effect, status=Effect.Status.FAILED, error=str(exc))
+            record_outcome(self.writer, effect, status=Effect.Status.FAILED, error=str(exc))
             raise
         except Exception as exc:
             # We cannot tell whether the call happened: say so, never guess.
-            ledger.record_outcome(
+            record_outcome(
                 self.writer,
                 effect,
                 status=Effect.Status.UNKNOWN,
@@ -587,7 +590,7 @@ class StageContext:
             )
             raise StageStopped(str(exc)) from exc
         self._fault(call_id, "after")
-        ledger.record_outcome(
+        record_outcome(
             self.writer,
             effect,
             status=Effect.Status.CONFIRMED,
@@ -617,11 +620,11 @@ class StageContext:
                 f"{answer.detail}",
                 key=effect.delivery_key,
             )
-        ledger.record_found(self.writer, effect, answer)
+        record_found(self.writer, effect, answer)
         return answer.result
 
     def _stop(self, status: str, event_type: str, reason: str, *, key: str = "") -> None:
-        ledger.append(
+        append(
             self.writer,
             event_type,
             stage=self.stage,
@@ -630,25 +633,6 @@ class StageContext:
             status=status,
         )
         raise StageStopped(reason)
-
-
-def latest_checkpoint(run: Run, stage: str) -> Checkpoint | None:
-    """The newest checkpoint of `stage` this run can build on: its own, else those its
-    branch point inherits (up to that checkpoint's seq, on whichever ancestor holds it)."""
-    node: Run | None = run
-    limit: int | None = None
-    while node is not None:
-        query = Checkpoint.objects.filter(run=node, stage=stage)
-        if limit is not None:
-            query = query.filter(last_seq__lte=limit)
-        found = query.order_by("-last_seq").first()
-        if found is not None:
-            return found
-        point = node.branch_checkpoint
-        if point is None:  # a root run, or a branch that starts from the beginning
-            return None
-        node, limit = point.run, point.last_seq
-    return None
 
 
 def _ms(started: float) -> int:

@@ -18,8 +18,8 @@ from decimal import Decimal
 from typing import Any
 
 from runs import artifacts
-from runs.engine import latest_checkpoint
-from runs.ledger import canonical_json
+from runs.chain import canonical_json
+from runs.checkpoints import latest_checkpoint
 from runs.models import Checkpoint, Effect, Event, ReplayPolicy, Run
 from runs.pipeline import Call, Pipeline, registry
 

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models.functions import Now
 
-from runs import engine, leases, ledger
-from runs.ledger import Writer
+from runs import engine, leases
+from runs.append import Writer, append, create_run
+from runs.effects import record_found
 from runs.models import Checkpoint, Effect, Event, Run
 from runs.pipeline import registry
 from runs.planner import Action, Plan, compute_plan
@@ -77,7 +78,7 @@ def approve(run: Run, action: str, fingerprint: str, *, actor: str) -> Approval:
             )
         token = leases.acquire(run.pk, actor, takeover=True)
         writer = Writer(run.pk, token, actor)
-        ledger.append(
+        append(
             writer,
             Event.Type.PLAN_APPROVED,
             stage=plan.next_stage,
@@ -139,12 +140,12 @@ def _record_reconciliations(writer: Writer, plan: Plan) -> None:
                 "showed; read the fresh plan and approve again",
                 None,
             )
-        ledger.record_found(writer, effect, answer)
+        record_found(writer, effect, answer)
 
 
 def _strict(writer: Writer, run: Run, plan: Plan) -> Approval:
     ticket = uuid.uuid4().hex
-    ledger.append(
+    append(
         writer,
         Event.Type.RESUMED,
         stage=plan.next_stage,
@@ -170,7 +171,7 @@ def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
         Checkpoint.objects.get(pk=upgrade.branch_checkpoint) if upgrade.branch_checkpoint else None
     )
     ticket = uuid.uuid4().hex
-    branch = ledger.create_run(
+    branch = create_run(
         run.pipeline,
         inputs=upgrade.inputs,
         actor=actor,
@@ -187,7 +188,7 @@ def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
         },
         ticket=ticket,
     )
-    ledger.append(
+    append(
         writer,
         Event.Type.BRANCHED,
         payload={

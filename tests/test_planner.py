@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 
 from demo.models import Article, Charge
 from demo.simulators import content_hash
-from runs.ledger import edit_effect
+from runs.edits import edit_effect
 from runs.models import Effect, Event, Run
 from runs.planner import Action, compute_plan
 from tests.plan_support import (

@@ -16,8 +16,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from demo import simulators
-from runs import engine, leases, ledger, queries, roles, sweeper
-from runs.ledger import Writer
+from runs import engine, leases, queries, roles, sweeper
+from runs.append import Writer, append
+from runs.edits import edit_effect
 from runs.management.commands.seed_demo import run_inline
 from runs.models import Effect, Event, Run
 from runs.planner import compute_plan
@@ -415,7 +416,7 @@ def test_agent_output_is_rendered_as_text(viewer, facts):
     run = executed({"topic": topic}, timeout="visual/render-cover/after")
     token = leases.acquire(run.pk, "test", takeover=True)
     writer = Writer(run.pk, token, "test")
-    ledger.append(
+    append(
         writer,
         Event.Type.TOOL_RESULT,
         stage="visual",
@@ -573,7 +574,7 @@ def test_stale_plan_is_refused_with_the_fresh_plan(operator, facts):
     old = compute_plan(run)
     # Something happens after the operator read the plan: a supervisor edits the ledger.
     effect = Effect.objects.get(run=run, call_id="render-cover")
-    ledger.edit_effect(effect.pk, {"error": "checked: not rendered"}, reason="checked", actor="t")
+    edit_effect(effect.pk, {"error": "checked: not rendered"}, reason="checked", actor="t")
     fresh = compute_plan(run)
     assert fresh.fingerprint != old.fingerprint
     response = operator.post(

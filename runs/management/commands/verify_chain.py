@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from runs.ledger import verify_chain
+from runs.chain import verify_chain
 from runs.models import Run
 from runs.resume import ResumeRefused, load_run
 

@@ -1,0 +1,71 @@
+"""Verified checkpoints: naming, sealing one on its VERIFIED event, and finding the newest one
+a run can build on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from runs.append import Writer, append
+from runs.models import Checkpoint, Event, Run
+
+__all__ = ["checkpoint_id", "latest_checkpoint", "write_checkpoint"]
+
+
+def checkpoint_id(run: Run, stage: str) -> str:
+    base = f"{run.public_id}:{stage}-verified"
+    taken = Checkpoint.objects.filter(run=run, stage=stage).count()
+    return base if taken == 0 else f"{base}-{taken + 1}"
+
+
+def write_checkpoint(
+    writer: Writer,
+    run: Run,
+    *,
+    stage: str,
+    next_stage: str,
+    manifest: dict[str, Any],
+    status: str,
+    **run_fields: Any,
+) -> Checkpoint:
+    """Append VERIFIED and seal the checkpoint on that seq, in one transaction: a checkpoint
+    without its VERIFIED event (or the reverse) can never be observed."""
+    with transaction.atomic():
+        verified = append(
+            writer,
+            Event.Type.VERIFIED,
+            stage=stage,
+            inputs=manifest.get("inputs", {}),
+            payload={"rules": manifest.get("rules", []), "next_stage": next_stage},
+            artifacts=[a["uri"] for a in manifest.get("artifacts", [])],
+            status=status,
+            **run_fields,
+        )
+        return Checkpoint.objects.create(
+            id=checkpoint_id(run, stage),
+            run=run,
+            last_seq=verified.seq,
+            stage=stage,
+            next_stage=next_stage,
+            manifest=manifest,
+        )
+
+
+def latest_checkpoint(run: Run, stage: str) -> Checkpoint | None:
+    """The newest checkpoint of `stage` this run can build on: its own, else those its
+    branch point inherits (up to that checkpoint's seq, on whichever ancestor holds it)."""
+    node: Run | None = run
+    limit: int | None = None
+    while node is not None:
+        query = Checkpoint.objects.filter(run=node, stage=stage)
+        if limit is not None:
+            query = query.filter(last_seq__lte=limit)
+        found = query.order_by("-last_seq").first()
+        if found is not None:
+            return found
+        point = node.branch_checkpoint
+        if point is None:  # a root run, or a branch that starts from the beginning
+            return None
+        node, limit = point.run, point.last_seq
+    return None
