@@ -1,16 +1,27 @@
-"""Verified checkpoints: naming, sealing one on its VERIFIED event, and finding the newest one
-a run can build on."""
+"""Verified checkpoints: naming, sealing one on its VERIFIED event, finding the newest one a
+run can build on, and whether its manifest is still the one that was verified."""
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Sequence
+from functools import reduce
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 
 from runs.append import Writer, append
+from runs.chain import manifest_hash, manifest_ok
 from runs.models import Checkpoint, Event, Run
 
-__all__ = ["checkpoint_id", "latest_checkpoint", "write_checkpoint"]
+__all__ = [
+    "checkpoint_id",
+    "latest_checkpoint",
+    "manifest_ok",
+    "manifest_problems",
+    "write_checkpoint",
+]
 
 
 def checkpoint_id(run: Run, stage: str) -> str:
@@ -37,7 +48,13 @@ def write_checkpoint(
             Event.Type.VERIFIED,
             stage=stage,
             inputs=manifest.get("inputs", {}),
-            payload={"rules": manifest.get("rules", []), "next_stage": next_stage},
+            # The manifest's hash goes into the chain with this event: a manifest changed
+            # afterwards no longer matches it (manifest_ok).
+            payload={
+                "rules": manifest.get("rules", []),
+                "next_stage": next_stage,
+                "manifest_sha256": manifest_hash(manifest),
+            },
             artifacts=[a["uri"] for a in manifest.get("artifacts", [])],
             status=status,
             **run_fields,
@@ -69,3 +86,18 @@ def latest_checkpoint(run: Run, stage: str) -> Checkpoint | None:
             return None
         node, limit = point.run, point.last_seq
     return None
+
+
+def manifest_problems(checkpoints: Sequence[Checkpoint]) -> dict[str, str]:
+    """Checkpoint id -> why its manifest no longer matches its VERIFIED event, for those of
+    `checkpoints` that do not; their VERIFIED events are read in one query."""
+    if not checkpoints:
+        return {}
+    sealing = reduce(operator.or_, (Q(run_id=c.run_id, seq=c.last_seq) for c in checkpoints))
+    events = {(e.run_id, e.seq): e for e in Event.objects.filter(sealing)}
+    problems = {}
+    for checkpoint in checkpoints:
+        reason = manifest_ok(checkpoint, events.get((checkpoint.run_id, checkpoint.last_seq)))
+        if reason:
+            problems[checkpoint.id] = reason
+    return problems

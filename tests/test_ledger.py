@@ -7,6 +7,7 @@ the data, so the `db` fixture's rollback keeps them fast.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 
 import pytest
@@ -18,7 +19,8 @@ from runs.append import LeaseLost, LedgerError, Writer, append, create_run
 from runs.chain import canonical_json, verify_chain
 from runs.checkpoints import write_checkpoint
 from runs.maintenance import maintenance
-from runs.models import Event, Run
+from runs.models import Checkpoint, Event, Run
+from tests.plan_support import change_manifest
 
 
 def new_run() -> Run:
@@ -206,6 +208,57 @@ def test_verify_chain_reports_a_truncated_tail_against_the_run_head(run, writer)
     report = verify_chain(run.pk)
     assert report.ok is False
     assert "the log ends at seq 3" in report.problems[-1]
+
+
+# --- checkpoints ---------------------------------------------------------------------------------
+
+
+def write_research_checkpoint(run, writer, **outputs):
+    return write_checkpoint(
+        writer,
+        run,
+        stage="research",
+        next_stage="draft",
+        manifest={"inputs": {"facts": "v3"}, "artifacts": [], "rules": [], "outputs": outputs},
+        status=Run.Status.RUNNING,
+    )
+
+
+def test_verified_event_records_the_sha256_of_the_checkpoint_manifest(run, writer):
+    checkpoint = write_research_checkpoint(run, writer, summary="three facts")
+    verified = Event.objects.get(run=run, seq=checkpoint.last_seq)
+    stored = Checkpoint.objects.get(pk=checkpoint.pk).manifest
+    assert verified.payload["manifest_sha256"] == (
+        hashlib.sha256(canonical_json(stored).encode()).hexdigest()
+    )
+    assert verify_chain(run.pk).ok
+
+
+def test_verify_chain_reports_a_checkpoint_whose_manifest_was_changed(run, writer):
+    checkpoint = write_research_checkpoint(run, writer, summary="three facts")
+    change_manifest(checkpoint, outputs={"summary": "four facts"})
+    report = verify_chain(run.pk)
+    assert report.ok is False
+    assert report.problems == [
+        f"checkpoint {checkpoint.id}: its manifest was changed: it no longer matches the hash "
+        f"its VERIFIED event (seq {checkpoint.last_seq}) recorded"
+    ]
+
+
+def test_a_changed_manifest_is_caught_when_the_verified_payload_went_to_an_artifact(run, writer):
+    rules = [{"rule": "r" * 100, "passed": True}] * (settings.RESUMER_INLINE_PAYLOAD_BYTES // 100)
+    checkpoint = write_checkpoint(
+        writer,
+        run,
+        stage="research",
+        next_stage="draft",
+        manifest={"artifacts": [], "rules": rules, "outputs": {"summary": "three facts"}},
+        status=Run.Status.RUNNING,
+    )
+    assert Event.objects.get(run=run, seq=checkpoint.last_seq).payload_ref
+    assert verify_chain(run.pk).ok
+    change_manifest(checkpoint, outputs={"summary": "four facts"})
+    assert "its manifest was changed" in verify_chain(run.pk).problems[0]
 
 
 def test_checkpoint_is_sealed_on_its_verified_event(run, writer):

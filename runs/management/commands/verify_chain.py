@@ -8,7 +8,10 @@ from runs.resume import ResumeRefused, load_run
 
 
 class Command(BaseCommand):
-    help = "Walk runs' event hash chains; exits non-zero if any history was altered."
+    help = (
+        "Walk runs' event hash chains and their checkpoints' manifests; exits non-zero if "
+        "any history was altered."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("runs", nargs="*", help="run ids (default: all runs)")
@@ -25,9 +28,9 @@ class Command(BaseCommand):
                 self.stdout.write(f"{run.public_id}: ok ({report.checked} events)")
             else:
                 broken += 1
+                where = f" at seq {report.first_bad_seq}" if report.first_bad_seq else ""
                 self.stdout.write(
-                    f"{run.public_id}: BROKEN at seq {report.first_bad_seq}: "
-                    + "; ".join(report.problems[:3])
+                    f"{run.public_id}: BROKEN{where}: " + "; ".join(report.problems[:3])
                 )
         if broken:
             raise CommandError(f"{broken} run(s) have an altered history")
