@@ -19,7 +19,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models.functions import Now
 
 from runs import dialects
-from runs.chain import canonical_json, event_hash, hashed_content
+from runs.chain import canonical_json, event_hash, hashed_content, head_anchor
 from runs.leases import LeaseLost
 from runs.models import Checkpoint, Event, Lease, Run
 
@@ -267,7 +267,12 @@ def _write(connection, run: _Head, new: NewEvent, *, guarded: bool = False) -> E
         event.prev_hash,
         event.hash,
     )
-    moves: dialects.Moves = {"last_seq": seq, "head_hash": event.hash}
+    # The anchor is computed here, in Python, and moves with the head in the same statement.
+    moves: dialects.Moves = {
+        "last_seq": seq,
+        "head_hash": event.hash,
+        "head_anchor": head_anchor(run.pk, seq, event.hash),
+    }
     if new.status is not None:
         moves["status"] = new.status
         moves["attention"] = Run.attention_for(new.status)

@@ -23,4 +23,6 @@ class RunsConfig(AppConfig):
     verbose_name = "Resumer runs"
 
     def ready(self) -> None:
+        from runs import checks  # noqa: F401  (registers the system checks)
+
         connection_created.connect(_register_sqlite_guard, dispatch_uid="resumer_sqlite_guard")

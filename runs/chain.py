@@ -4,30 +4,45 @@ Every event's hash is sha256 over its predecessor's hash and the canonical JSON 
 writer decided (`hashed_content`), so an event changed, removed or inserted outside the append
 path shows up as a broken link or a changed hash when `verify_chain` walks the run.
 
-A checkpoint's manifest is brought under the chain too: its sha256 is in the payload of the
-VERIFIED event that seals it, so a manifest changed afterwards no longer matches
-(`manifest_ok`).
+Two things extend the chain past the events themselves:
+
+* a checkpoint's manifest: its sha256 is in the payload of the VERIFIED event that seals it, so
+  a manifest changed afterwards no longer matches (`manifest_ok`);
+* the run's head: the chain alone cannot tell a log rewritten end to end (every later hash and
+  the head recomputed) from the real one. The append path therefore stores an HMAC of the head
+  under RESUMER_CHAIN_KEY, a key the database never holds (`head_anchor`). Someone who can write
+  to the database but lacks the key cannot produce the anchor of a head they made up. It does
+  not help against someone who has the key, nor against a rollback of the whole database (or of
+  one run's rows, anchor included) to an older state the application itself wrote, nor against
+  a run deleted outright.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from django.conf import settings
 
 from runs import artifacts
 from runs.models import Checkpoint, Event, Run
 
 __all__ = [
+    "ANCHORS_NOT_CHECKED",
     "ChainReport",
     "canonical_json",
     "event_hash",
     "hashed_content",
+    "head_anchor",
     "manifest_hash",
     "manifest_ok",
     "verify_chain",
 ]
+
+ANCHORS_NOT_CHECKED = "anchors not checked: RESUMER_CHAIN_KEY is not set"
 
 
 @dataclass
@@ -37,6 +52,10 @@ class ChainReport:
     ok: bool = True
     first_bad_seq: int | None = None
     problems: list[str] = field(default_factory=list)
+    # False when RESUMER_CHAIN_KEY is not set: the head's anchor was not (could not be) checked,
+    # and `notes` says so.
+    anchors_checked: bool = False
+    notes: list[str] = field(default_factory=list)
 
 
 def canonical_json(value: Any) -> str:
@@ -91,10 +110,20 @@ def manifest_ok(checkpoint: Checkpoint, verified: Event | None) -> str:
     return ""
 
 
+def head_anchor(run_id: int, last_seq: int, head_hash: str) -> str:
+    """HMAC-SHA256 of the run's head under RESUMER_CHAIN_KEY; "" when no key is set."""
+    key = settings.RESUMER_CHAIN_KEY
+    if not key:
+        return ""
+    message = f"{run_id}:{last_seq}:{head_hash}".encode()
+    return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
+
+
 def verify_chain(run_id: int, *, batch: int = 2000) -> ChainReport:
     """Walk a run's events in seq order and recompute every hash. A gap, a broken link or a
-    changed row (edited outside the application) is reported with its seq; so is a checkpoint
-    whose manifest no longer matches its VERIFIED event."""
+    changed row (edited outside the application) is reported with its seq; so are a checkpoint
+    whose manifest no longer matches its VERIFIED event and, when RESUMER_CHAIN_KEY is set, a
+    run head whose anchor does not match it."""
     report = ChainReport(run_id=run_id)
     verified: dict[int, Event] = {}
     prev_hash, expected_seq = "", 1
@@ -125,10 +154,27 @@ def verify_chain(run_id: int, *, batch: int = 2000) -> ChainReport:
         if reason:
             report.ok = False
             report.problems.append(f"checkpoint {checkpoint.id}: {reason}")
-    head = Run.objects.filter(pk=run_id).values("last_seq", "head_hash").first()
+    head = Run.objects.filter(pk=run_id).values("last_seq", "head_hash", "head_anchor").first()
     if head and (head["last_seq"] != last_seq or head["head_hash"] != prev_hash):
         report.ok = False
         report.problems.append(
             f"run head says seq {head['last_seq']}, the log ends at seq {last_seq}"
         )
+    if not settings.RESUMER_CHAIN_KEY:
+        report.notes.append(ANCHORS_NOT_CHECKED)
+    elif head:
+        report.anchors_checked = True
+        expected = head_anchor(run_id, head["last_seq"], head["head_hash"])
+        if not head["head_anchor"]:
+            report.ok = False
+            report.problems.append(
+                "run head carries no anchor: it was written without RESUMER_CHAIN_KEY, "
+                "or its anchor was removed"
+            )
+        elif not hmac.compare_digest(head["head_anchor"], expected):
+            report.ok = False
+            report.problems.append(
+                "run head's anchor does not match it under RESUMER_CHAIN_KEY: the head was "
+                "rewritten by someone without the key (or under another key)"
+            )
     return report

@@ -85,6 +85,9 @@ class Run(models.Model):
     # Head of the event log: the last seq and its chained hash. Only append.py writes them.
     last_seq = models.PositiveIntegerField(default=0)
     head_hash = models.CharField(max_length=64, blank=True)
+    # HMAC of (run, last_seq, head_hash) under RESUMER_CHAIN_KEY, which the database never holds
+    # (chain.head_anchor); written in the same statement that moves the head, "" without a key.
+    head_anchor = models.CharField(max_length=64, blank=True)
     # Input versions pinned when the run was created, e.g. {"facts": "v3", "topic": "..."}.
     inputs = models.JSONField(default=dict)
     parent = models.ForeignKey(

@@ -8,6 +8,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
+from django.test import override_settings
 
 from runs import leases
 from runs.append import Writer, append, create_run
@@ -85,3 +86,13 @@ def test_verify_chain_command_fails_on_an_altered_run_and_names_the_seq(db):
     lines = out.getvalue().splitlines()
     assert f"{intact.public_id}: ok (4 events)" in lines
     assert any(line.startswith(f"{altered.public_id}: BROKEN at seq 3") for line in lines)
+
+
+def test_verify_chain_command_says_first_that_anchors_are_not_checked_without_a_key(db):
+    run = make_run()
+    with override_settings(RESUMER_CHAIN_KEY=""):
+        lines = command("verify_chain", run.public_id).splitlines()
+    assert lines == [
+        "anchors not checked: RESUMER_CHAIN_KEY is not set",
+        f"{run.public_id}: ok (4 events)",
+    ]

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import json
 
 import pytest
 from django.conf import settings
 from django.db import connection, transaction
+from django.test import override_settings
 
 from runs import artifacts, leases
 from runs.append import LeaseLost, LedgerError, Writer, append, create_run
-from runs.chain import canonical_json, verify_chain
+from runs.chain import canonical_json, event_hash, hashed_content, verify_chain
 from runs.checkpoints import write_checkpoint
 from runs.maintenance import maintenance
 from runs.models import Checkpoint, Event, Run
@@ -208,6 +210,83 @@ def test_verify_chain_reports_a_truncated_tail_against_the_run_head(run, writer)
     report = verify_chain(run.pk)
     assert report.ok is False
     assert "the log ends at seq 3" in report.problems[-1]
+
+
+# --- anchored heads ----------------------------------------------------------------------------
+
+
+def expected_anchor(run_pk: int) -> str:
+    head = Run.objects.get(pk=run_pk)
+    message = f"{run_pk}:{head.last_seq}:{head.head_hash}".encode()
+    return hmac.new(settings.RESUMER_CHAIN_KEY.encode(), message, hashlib.sha256).hexdigest()
+
+
+def rewrite_history(run: Run, seq: int, actor: str) -> None:
+    """What a database writer without the key does: change event `seq`, recompute its hash and
+    every later one, and move the run's head to the new end, so the chain links again."""
+    prev = ""
+    with maintenance(), connection.cursor() as cursor:
+        for event in Event.objects.filter(run=run).order_by("seq"):
+            if event.seq == seq:
+                event.actor = actor
+            if event.seq >= seq:
+                event.prev_hash, event.hash = prev, event_hash(prev, hashed_content(event))
+                cursor.execute(
+                    "UPDATE runs_event SET actor = %s, prev_hash = %s, hash = %s WHERE id = %s",
+                    [event.actor, event.prev_hash, event.hash, event.pk],
+                )
+            prev = event.hash
+    Run.objects.filter(pk=run.pk).update(head_hash=prev)
+
+
+def test_every_append_anchors_the_run_head_under_the_chain_key(run, writer):
+    assert settings.RESUMER_CHAIN_KEY, "the tests run with a chain key"
+    anchors = [Run.objects.get(pk=run.pk).head_anchor]
+    assert anchors[0] == expected_anchor(run.pk)  # create_run's RUN_CREATED
+    # On PostgreSQL the second append is the one-statement guarded path (the head is known).
+    for n in range(2):
+        append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": n})
+        anchors.append(Run.objects.get(pk=run.pk).head_anchor)
+        assert anchors[-1] == expected_anchor(run.pk)
+    assert len(set(anchors)) == 3
+
+
+def test_a_history_rewritten_with_every_hash_recomputed_fails_on_its_head_anchor(run, writer):
+    for n in range(4):
+        append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": n})
+    rewrite_history(run, 3, "mallory")
+    report = verify_chain(run.pk)
+    assert (report.ok, report.anchors_checked) == (False, True)
+    assert report.first_bad_seq is None  # the chain itself links: only the anchor tells
+    assert report.problems == [
+        "run head's anchor does not match it under RESUMER_CHAIN_KEY: the head was rewritten "
+        "by someone without the key (or under another key)"
+    ]
+
+
+def test_without_a_key_verify_chain_says_the_anchors_were_not_checked(run, writer):
+    for n in range(4):
+        append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": n})
+    rewrite_history(run, 3, "mallory")
+    with override_settings(RESUMER_CHAIN_KEY=""):
+        report = verify_chain(run.pk)
+    assert (report.ok, report.anchors_checked) == (True, False)
+    assert report.notes == ["anchors not checked: RESUMER_CHAIN_KEY is not set"]
+
+
+def test_a_head_written_without_a_key_fails_once_a_key_is_set(run, writer):
+    with override_settings(RESUMER_CHAIN_KEY=""):
+        append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": 1})
+    assert Run.objects.get(pk=run.pk).head_anchor == ""
+    report = verify_chain(run.pk)
+    assert report.ok is False
+    assert "run head carries no anchor" in report.problems[0]
+
+
+def test_a_head_anchored_under_another_key_fails(run, writer):
+    with override_settings(RESUMER_CHAIN_KEY="some-other-key"):
+        append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": 1})
+    assert verify_chain(run.pk).ok is False
 
 
 # --- checkpoints ---------------------------------------------------------------------------------
