@@ -15,7 +15,7 @@ so the plan also asks the platform about one effect):
 Both runs are real: the engine executes every stage in this process (the same code a worker
 runs: lease, STARTED, effects, VERIFIED + checkpoint), so the last checkpoint (prefill) sits a
 few events before the end of each log. The difference is filler history right after
-RUN_CREATED. For speed the filler goes around ledger.append(): it is bulk-INSERTed (the
+RUN_CREATED. For speed the filler goes around the append path: it is bulk-INSERTed (the
 append-only triggers refuse UPDATE and DELETE only) with its seq and hash chain computed by the
 ledger's own event_hash, and the run's head (last_seq, head_hash, version) is moved past it,
 so the stages that follow append onto a chain that verify_chain() accepts end to end.
@@ -70,7 +70,7 @@ def add_filler(run, count: int, batch: int = 5000) -> None:
     from django.db import transaction
     from django.db.models import F
 
-    from runs import ledger
+    from runs.chain import event_hash, hashed_content
     from runs.models import Event, Run
 
     with transaction.atomic():
@@ -97,7 +97,7 @@ def add_filler(run, count: int, batch: int = 5000) -> None:
                 prev_hash=prev,
             )
             # The ledger's own hashing (what append() and verify_chain() use).
-            event.hash = ledger.event_hash(prev, ledger._hashed_content(event))
+            event.hash = event_hash(prev, hashed_content(event))
             prev = event.hash
             pending.append(event)
             if len(pending) == batch:
@@ -136,7 +136,7 @@ def child(db: str, long_events: int, repeat: int) -> None:
     from django.test.utils import CaptureQueriesContext
 
     from demo.simulators import ensure_topic
-    from runs.ledger import verify_chain
+    from runs.chain import verify_chain
     from runs.models import Checkpoint, Run
     from runs.planner import compute_plan
 

@@ -36,6 +36,9 @@ if TESTING:
     os.environ.setdefault("RESUMER_LEASE_TTL", "4")
     os.environ.setdefault("RESUMER_SWEEP_INTERVAL", "0.5")
     os.environ.setdefault("RESUMER_QUEUE_GRACE", "2")
+    # Tests anchor run heads, so the anchors are exercised; a test that needs no key
+    # overrides the setting. Worker processes started by the tests inherit this variable.
+    os.environ.setdefault("RESUMER_CHAIN_KEY", "test-only-chain-key-not-secret")
 
 DEBUG = env_bool("DEBUG", not PRODUCTION)
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
@@ -198,6 +201,10 @@ RESUMER_PIPELINES = ["demo.pipeline.content_pipeline"]
 # Payloads above this size are stored as an artifact and referenced from the event.
 RESUMER_INLINE_PAYLOAD_BYTES = 8 * 1024
 RESUMER_MAX_PAYLOAD_BYTES = 5 * 1024 * 1024
+# Key of the HMAC that anchors each run's head (runs/chain.py). It lives in the environment,
+# never in the database: a database writer without it cannot forge a rewritten history. Unset,
+# heads are not anchored and verify_chain says so; production warns (runs/checks.py).
+RESUMER_CHAIN_KEY = os.environ.get("RESUMER_CHAIN_KEY", "")
 
 if PRODUCTION:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)

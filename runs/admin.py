@@ -2,8 +2,8 @@
 effect ledger.
 
 Runs, events, checkpoints, artifacts and leases only ever change through the append path
-(runs/ledger.py), so here they can be looked at, never added, changed or deleted. An effect
-can be changed by a supervisor, and the change goes through ledger.edit_effect(): a reason is
+(runs/append.py), so here they can be looked at, never added, changed or deleted. An effect
+can be changed by a supervisor, and the change goes through edits.edit_effect(): a reason is
 required and a LEDGER_EDITED event records who changed what. Access follows the dashboard's
 roles (runs/roles.py), not model permissions: any staff user with a role may look, only a
 supervisor may edit the ledger.
@@ -279,7 +279,7 @@ class EffectAdmin(RunRowAdmin):
         return type(form.__name__, (form,), {"actor": f"user:{request.user.get_username()}"})
 
     def save_model(self, request, obj, form, change) -> None:
-        # Nothing to save: EffectLedgerForm applied the edit through ledger.edit_effect()
+        # Nothing to save: EffectLedgerForm applied the edit through edits.edit_effect()
         # when it validated (a plain save would bypass the event log).
         event = getattr(form, "ledger_event", None)
         if event is not None:

@@ -23,6 +23,8 @@ class RunsConfig(AppConfig):
     verbose_name = "Resumer runs"
 
     def ready(self) -> None:
+        from runs import checks  # noqa: F401  (registers the system checks)
+
         connection_created.connect(_register_sqlite_guard, dispatch_uid="resumer_sqlite_guard")
 
         from runs import signals, stored_plans

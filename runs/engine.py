@@ -25,9 +25,12 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
-from runs import artifacts, contract, leases, ledger
+from runs import artifacts, contract, leases
+from runs.append import LeaseLost, LedgerError, Writer, append, create_run
+from runs.chain import canonical_json
+from runs.checkpoints import latest_checkpoint, write_checkpoint
 from runs.contract import Contract, Usage
-from runs.ledger import LeaseLost, LedgerError, Writer
+from runs.effects import record_found, record_intent, record_outcome
 from runs.models import Checkpoint, Effect, Event, ReplayPolicy, Run
 from runs.pipeline import (
     InvalidInput,
@@ -134,7 +137,7 @@ def start_run(
     clean = validate_options(pipeline, dict(options or {}))
     ticket = uuid.uuid4().hex
     with transaction.atomic():
-        run = ledger.create_run(
+        run = create_run(
             pipeline.name,
             inputs=pinned,
             actor=actor,
@@ -264,7 +267,7 @@ def _begin(writer: Writer, stage_name: str, ticket: str) -> Run | None:
             return None
         pipeline = registry.get(run.pipeline)
         stage = pipeline.stage(stage_name)
-        ledger.append(
+        append(
             writer,
             Event.Type.STARTED,
             stage=stage_name,
@@ -294,7 +297,7 @@ def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
     except (LeaseLost, StageStopped):
         raise  # the run's status and its event are written already, or cannot be
     except Exception as exc:
-        ledger.append(
+        append(
             writer,
             Event.Type.FAILED,
             stage=stage_name,
@@ -306,7 +309,7 @@ def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
     results = [rule.evaluate(output) for rule in stage.rules]
     failed = [r for r in results if not r["passed"]]
     if failed:
-        ledger.append(
+        append(
             writer,
             Event.Type.FAILED,
             stage=stage_name,
@@ -340,7 +343,7 @@ def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
             "rules": results,
             "outputs": output.outputs,
         }
-        ledger.write_checkpoint(
+        write_checkpoint(
             writer,
             run,
             stage=stage_name,
@@ -357,7 +360,7 @@ def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
         else:
             if ctx.contract is not None and not ctx.deviated:
                 _verdict(ctx)
-            ledger.append(writer, Event.Type.SUCCEEDED, payload={}, status=Run.Status.SUCCEEDED)
+            append(writer, Event.Type.SUCCEEDED, payload={}, status=Run.Status.SUCCEEDED)
     return "verified"
 
 
@@ -369,14 +372,14 @@ def _verdict(ctx: StageContext) -> None:
     if shortfall:
         ctx.deviate(shortfall)
         return
-    ledger.append(ctx.writer, Event.Type.PLAN_KEPT, payload=ctx.contract.verdict_payload(used))
+    append(ctx.writer, Event.Type.PLAN_KEPT, payload=ctx.contract.verdict_payload(used))
 
 
 # --- The context a stage function sees -----------------------------------------------------
 
 
 def request_hash(tool: str, args: dict[str, Any]) -> str:
-    return hashlib.sha256(ledger.canonical_json({"tool": tool, "args": args}).encode()).hexdigest()
+    return hashlib.sha256(canonical_json({"tool": tool, "args": args}).encode()).hexdigest()
 
 
 class StageContext:
@@ -473,7 +476,7 @@ class StageContext:
 
     def _call_safe(self, call_id: str, tool, args: dict[str, Any]) -> Any:
         self._keep_contract(call_id, tool, Action.RERUN)
-        ledger.append(
+        append(
             self.writer,
             Event.Type.TOOL_CALLED,
             stage=self.stage,
@@ -492,7 +495,7 @@ class StageContext:
         if self._timed_out(call_id):
             raise OutcomeUnknown(f"{tool.name} timed out")
         self._fault(call_id, "after")
-        ledger.append(
+        append(
             self.writer,
             Event.Type.TOOL_RESULT,
             stage=self.stage,
@@ -544,7 +547,7 @@ class StageContext:
                 Run.Status.NEEDS_APPROVAL, Event.Type.NEEDS_APPROVAL, decision.reason, key=key
             )
         if decision.action == Action.REUSE:
-            ledger.append(
+            append(
                 self.writer,
                 Event.Type.TOOL_RESULT,
                 stage=self.stage,
@@ -558,12 +561,12 @@ class StageContext:
                 },
             )
             if existing.result is None:
-                # A supervisor confirmed it by hand (ledger.edit_effect): the external id is
+                # A supervisor confirmed it by hand (edits.edit_effect): the external id is
                 # all that is known, and the stage must still see it, not "no result".
                 return {"external_id": existing.external_id}
             return existing.result
         if decision.action == Action.SKIP:
-            ledger.append(
+            append(
                 self.writer,
                 Event.Type.TOOL_RESULT,
                 stage=self.stage,
@@ -577,10 +580,10 @@ class StageContext:
             )
             return None
         if decision.action == Action.RECORD_FOUND:
-            ledger.record_found(self.writer, existing, answer)
+            record_found(self.writer, existing, answer)
             return answer.result
         # CALL or RETRY_SAME_KEY: intent first, then the call.
-        effect = ledger.record_intent(
+        effect = record_intent(
             self.writer,
             {
                 "delivery_key": key,
@@ -616,11 +619,11 @@ class StageContext:
             if self._timed_out(call_id):
                 raise OutcomeUnknown(f"{tool.name} did not answer in time")
         except ToolRejected as exc:
-            ledger.record_outcome(self.writer, effect, status=Effect.Status.FAILED, error=str(exc))
+            record_outcome(self.writer, effect, status=Effect.Status.FAILED, error=str(exc))
             raise
         except Exception as exc:
             # We cannot tell whether the call happened: say so, never guess.
-            ledger.record_outcome(
+            record_outcome(
                 self.writer,
                 effect,
                 status=Effect.Status.UNKNOWN,
@@ -636,7 +639,7 @@ class StageContext:
             )
             raise StageStopped(str(exc)) from exc
         self._fault(call_id, "after")
-        ledger.record_outcome(
+        record_outcome(
             self.writer,
             effect,
             status=Effect.Status.CONFIRMED,
@@ -681,7 +684,7 @@ class StageContext:
         """Append PLAN_DEVIATED, once per approved plan, with what was used against it."""
         used = contract.used_since(self.run, self.contract)
         used.add(self.usage)
-        ledger.append(
+        append(
             self.writer,
             Event.Type.PLAN_DEVIATED,
             stage=self.stage,
@@ -695,7 +698,7 @@ class StageContext:
         self.deviated = True
 
     def _stop(self, status: str, event_type: str, reason: str, *, key: str = "") -> None:
-        ledger.append(
+        append(
             self.writer,
             event_type,
             stage=self.stage,
@@ -704,25 +707,6 @@ class StageContext:
             status=status,
         )
         raise StageStopped(reason)
-
-
-def latest_checkpoint(run: Run, stage: str) -> Checkpoint | None:
-    """The newest checkpoint of `stage` this run can build on: its own, else those its
-    branch point inherits (up to that checkpoint's seq, on whichever ancestor holds it)."""
-    node: Run | None = run
-    limit: int | None = None
-    while node is not None:
-        query = Checkpoint.objects.filter(run=node, stage=stage)
-        if limit is not None:
-            query = query.filter(last_seq__lte=limit)
-        found = query.order_by("-last_seq").first()
-        if found is not None:
-            return found
-        point = node.branch_checkpoint
-        if point is None:  # a root run, or a branch that starts from the beginning
-            return None
-        node, limit = point.run, point.last_seq
-    return None
 
 
 def _ms(started: float) -> int:

@@ -6,7 +6,9 @@ from typing import Any
 
 from django import forms
 
-from runs import ledger, queries
+from runs import queries
+from runs.append import LedgerError
+from runs.edits import EDITABLE_EFFECT_FIELDS, edit_effect
 from runs.models import Effect, Run
 from runs.pipeline import registry
 from runs.resume import STRICT, UPGRADE
@@ -63,7 +65,7 @@ class ApproveForm(forms.Form):
 
 
 class EffectLedgerForm(forms.ModelForm):
-    """A supervisor's correction of one effect. It is applied through ledger.edit_effect()
+    """A supervisor's correction of one effect. It is applied through edit_effect()
     (reason required, the run's lease taken, LEDGER_EDITED appended), never a plain save."""
 
     reason = forms.CharField(
@@ -77,7 +79,7 @@ class EffectLedgerForm(forms.ModelForm):
 
     class Meta:
         model = Effect
-        fields = list(ledger.EDITABLE_EFFECT_FIELDS)
+        fields = list(EDITABLE_EFFECT_FIELDS)
 
     def is_valid(self) -> bool:
         # The admin saves whatever form is valid. Some refusals only the ledger can make (the
@@ -91,14 +93,14 @@ class EffectLedgerForm(forms.ModelForm):
             return True
         changes = {
             name: self.cleaned_data[name]
-            for name in ledger.EDITABLE_EFFECT_FIELDS
+            for name in EDITABLE_EFFECT_FIELDS
             if name in self.changed_data
         }
         try:
-            self.ledger_event = ledger.edit_effect(
+            self.ledger_event = edit_effect(
                 self.instance.pk, changes, reason=self.cleaned_data["reason"], actor=self.actor
             )
-        except ledger.LedgerError as exc:
+        except LedgerError as exc:
             self.add_error(None, str(exc))
             self._restore_instance()
             return False
@@ -108,6 +110,6 @@ class EffectLedgerForm(forms.ModelForm):
         # Validation copied the submitted values onto the instance; the page that shows the
         # error names the effect by it ("charge_card:promote-charge [failed]"), which must
         # say what the ledger holds, not what was refused.
-        for name in ledger.EDITABLE_EFFECT_FIELDS:
+        for name in EDITABLE_EFFECT_FIELDS:
             if name in self.initial:
                 setattr(self.instance, name, self.initial[name])

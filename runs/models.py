@@ -2,7 +2,8 @@
 content-addressed artifacts and the single-writer lease.
 
 Rules about one row's state live here. Flows that touch several rows live in plain modules:
-`ledger.py` (the one append path), `leases.py`, `engine.py`, `planner.py`, `resume.py`.
+`append.py` (the one append path), `effects.py`, `checkpoints.py`, `edits.py`, `leases.py`,
+`engine.py`, `planner.py`, `resume.py`.
 """
 
 from __future__ import annotations
@@ -81,9 +82,12 @@ class Run(models.Model):
     current_stage = models.CharField(max_length=64, blank=True)
     # Bumped by every append; approvals compare-and-set on it (optimistic concurrency).
     version = models.PositiveIntegerField(default=0)
-    # Head of the event log: the last seq and its chained hash. Only ledger.append writes them.
+    # Head of the event log: the last seq and its chained hash. Only append.py writes them.
     last_seq = models.PositiveIntegerField(default=0)
     head_hash = models.CharField(max_length=64, blank=True)
+    # HMAC of (run, last_seq, head_hash) under RESUMER_CHAIN_KEY, which the database never holds
+    # (chain.head_anchor); written in the same statement that moves the head, "" without a key.
+    head_anchor = models.CharField(max_length=64, blank=True)
     # Input versions pinned when the run was created, e.g. {"facts": "v3", "topic": "..."}.
     inputs = models.JSONField(default=dict)
     parent = models.ForeignKey(

@@ -18,8 +18,8 @@ from decimal import Decimal
 from typing import Any
 
 from runs import artifacts
-from runs.engine import latest_checkpoint
-from runs.ledger import canonical_json
+from runs.chain import canonical_json
+from runs.checkpoints import latest_checkpoint, manifest_problems
 from runs.models import Checkpoint, Effect, Event, ReplayPolicy, Run
 from runs.pipeline import Call, Pipeline, registry
 from runs.replay import CALLING, Action, Recorded, asks_target, decide
@@ -177,11 +177,12 @@ def _candidate_checkpoints(run: Run, pipeline: Pipeline) -> list[tuple[str, Chec
 def _verified_prefix(
     run: Run, pipeline: Pipeline
 ) -> tuple[Checkpoint | None, list[ArtifactLine], list[str]]:
-    """The longest prefix of stages whose checkpoints' artifacts still verify."""
+    """The longest prefix of stages whose checkpoints' manifests and artifacts still verify."""
     lines: list[ArtifactLine] = []
     fallbacks: list[str] = []
     chosen: Checkpoint | None = None
     candidates = _candidate_checkpoints(run, pipeline)
+    altered = manifest_problems([cp for _, cp in candidates])
     for index, (stage, cp) in enumerate(candidates):
         checks = [
             artifacts.verify(entry["uri"], entry["sha256"])
@@ -189,6 +190,8 @@ def _verified_prefix(
         ]
         lines += [ArtifactLine(stage, cp.id, c.uri, c.ok, c.reason) for c in checks]
         bad = [c for c in checks if not c.ok]
+        if cp.id in altered:  # its manifest is not the one its VERIFIED event recorded
+            bad.insert(0, artifacts.Check(cp.id, False, altered[cp.id]))
         if bad:
             dropped = [c.id for _, c in candidates[index:]]
             fallbacks.append(

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models.functions import Now
 
-from runs import engine, leases, ledger, replay
+from runs import engine, leases, replay
+from runs.append import Writer, append, create_run
 from runs.contract import Contract
-from runs.ledger import Writer
+from runs.effects import record_found
 from runs.models import Checkpoint, Effect, Event, Run
 from runs.pipeline import registry
 from runs.planner import Action, Plan, compute_plan
@@ -78,7 +79,7 @@ def approve(run: Run, action: str, fingerprint: str, *, actor: str) -> Approval:
             )
         token = leases.acquire(run.pk, actor, takeover=True)
         writer = Writer(run.pk, token, actor)
-        ledger.append(
+        append(
             writer,
             Event.Type.PLAN_APPROVED,
             stage=plan.next_stage,
@@ -158,12 +159,12 @@ def _record_reconciliations(writer: Writer, plan: Plan) -> None:
                 f"showed ({decision.answer}); read the fresh plan and approve again",
                 None,
             )
-        ledger.record_found(writer, effect, answer)
+        record_found(writer, effect, answer)
 
 
 def _strict(writer: Writer, run: Run, plan: Plan) -> Approval:
     ticket = uuid.uuid4().hex
-    ledger.append(
+    append(
         writer,
         Event.Type.RESUMED,
         stage=plan.next_stage,
@@ -195,7 +196,7 @@ def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
         Checkpoint.objects.get(pk=upgrade.branch_checkpoint) if upgrade.branch_checkpoint else None
     )
     ticket = uuid.uuid4().hex
-    branch = ledger.create_run(
+    branch = create_run(
         run.pipeline,
         inputs=upgrade.inputs,
         actor=actor,
@@ -215,7 +216,7 @@ def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
         },
         ticket=ticket,
     )
-    ledger.append(
+    append(
         writer,
         Event.Type.BRANCHED,
         payload={

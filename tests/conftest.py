@@ -2,7 +2,7 @@
 
 Tests that start workers use `transactional_db`: the worker processes read what the test
 wrote, so it has to be committed. Their teardown flushes the tables, which the append-only
-triggers refuse; the flush runs inside ledger.maintenance() for this connection only.
+triggers refuse; the flush runs inside runs.maintenance.maintenance() for this connection only.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from django.conf import settings
 from django.test import TransactionTestCase
 
 from runs import worker
-from runs.ledger import maintenance
+from runs.maintenance import maintenance
 from runs.models import Run
 from tests.faults.matrix import worker_env
 

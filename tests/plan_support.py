@@ -14,6 +14,7 @@ Two ways to get an unfinished run:
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 from collections.abc import Iterator
 from typing import Any
@@ -21,8 +22,10 @@ from typing import Any
 import django_rq
 from django.conf import settings
 from django.core.files.storage import default_storage
+from django.db import connection
 
 from runs import artifacts, engine
+from runs.maintenance import maintenance
 from runs.models import Checkpoint, Effect, Event, Lease, Run
 from tests.conftest import Workers, run_status, wait_for
 
@@ -104,6 +107,18 @@ def checkpoint(run: Run, stage: str) -> Checkpoint:
 
 def effect(run: Run, call_id: str) -> Effect:
     return Effect.objects.get(run=run, call_id=call_id)
+
+
+def change_manifest(checkpoint: Checkpoint, **changes: Any) -> None:
+    """What someone who can write to the database does to a sealed checkpoint: lift the
+    append-only triggers and rewrite its manifest with raw SQL."""
+    manifest = {**checkpoint.manifest, **changes}
+    cast = "::jsonb" if connection.vendor == "postgresql" else ""
+    with maintenance(), connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE runs_checkpoint SET manifest = %s{cast} WHERE id = %s",
+            [json.dumps(manifest), checkpoint.id],
+        )
 
 
 def blob_file(uri: str) -> str:

@@ -1,5 +1,5 @@
 """The admin: the ledger is read-only there, except the effect ledger a supervisor corrects
-through ledger.edit_effect() with a reason."""
+through edit_effect() with a reason."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from runs import engine, leases, ledger, roles, stored_plans
-from runs.ledger import Writer
+from runs import engine, leases, roles, stored_plans
+from runs.append import Writer
+from runs.effects import record_intent
 from runs.management.commands.seed_demo import run_inline
 from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run
 from runs.planner import Action, compute_plan
@@ -222,7 +223,7 @@ def test_ledger_refusals_are_form_errors(supervisor, facts, data, message):
 def test_ledger_edit_of_an_active_run_is_refused(supervisor, facts):
     run = engine.start_run("content", {}, actor="test", enqueue=False)
     token = leases.acquire(run.pk, "worker:test")
-    effect = ledger.record_intent(
+    effect = record_intent(
         Writer(run.pk, token, "worker:test"),
         {
             "delivery_key": "d" * 64,

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
-from runs import engine, leases, ledger, roles
-from runs.ledger import Writer
+from runs import engine, leases, roles
+from runs.append import Writer, append
 from runs.management.commands.seed_demo import run_inline
 from runs.models import Event, Run
 
@@ -188,7 +188,7 @@ def test_viewer_reads_the_plan_but_has_no_approve_control(page, live_server, use
     run = executed(timeout="visual/render-cover/after")
     # An agent's tool result with markup in it: it must read as text and do nothing.
     token = leases.acquire(run.pk, "test", takeover=True)
-    ledger.append(
+    append(
         Writer(run.pk, token, "test"),
         Event.Type.TOOL_RESULT,
         stage="visual",

@@ -12,7 +12,8 @@ import pytest
 
 from demo.models import Article, Asset, Render, SimCall
 from demo.simulators import meter
-from runs import artifacts, engine, leases, ledger
+from runs import artifacts, engine, leases
+from runs.chain import verify_chain
 from runs.models import Checkpoint, Effect, Event, ReplayPolicy, Run
 from runs.pipeline import (
     Input,
@@ -130,7 +131,7 @@ def test_a_run_completes_through_a_worker_process_with_a_consistent_ledger(worke
     run.refresh_from_db()
     seqs = list(Event.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, run.last_seq + 1))
-    assert ledger.verify_chain(run.pk).ok
+    assert verify_chain(run.pk).ok
 
     checkpoints = list(Checkpoint.objects.filter(run=run).order_by("last_seq"))
     assert [c.stage for c in checkpoints] == ["research", "draft", "visual", "prefill", "publish"]

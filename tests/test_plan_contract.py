@@ -136,7 +136,7 @@ def test_an_unpromised_call_on_a_reconcile_first_tool_is_not_made(in_process_run
 def in_process_run(transactional_db, facts, redis_conn) -> Run:
     """A run whose promotion charge timed out (outcome unknown, run failed) and which a
     supervisor resolved as "not charged": its plan reuses the article and charges again."""
-    from runs.ledger import edit_effect
+    from runs.edits import edit_effect
     from tests.plan_support import run_in_process
 
     run = run_in_process({"timeout": "publish/promote-charge/after"})

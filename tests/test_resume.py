@@ -15,7 +15,7 @@ from rq.job import Job
 from demo.models import Article, Asset, Charge, Render, SimCall
 from demo.simulators import publish_facts
 from runs import artifacts, jobs
-from runs.ledger import edit_effect
+from runs.edits import edit_effect
 from runs.models import Checkpoint, Effect, Event, Run
 from runs.planner import compute_plan
 from runs.resume import STRICT, UPGRADE, ResumeRefused, StalePlan, approve, load_run

@@ -13,7 +13,14 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 # Variables this test process (or its CI) may carry that would change what a subprocess sees.
-SCRUBBED = ("DATABASE_URL", "RESUMER_ENV", "SECRET_KEY", "ALLOWED_HOSTS", "DEBUG")
+SCRUBBED = (
+    "DATABASE_URL",
+    "RESUMER_ENV",
+    "SECRET_KEY",
+    "ALLOWED_HOSTS",
+    "DEBUG",
+    "RESUMER_CHAIN_KEY",
+)
 
 
 def manage(*args: str, env: dict[str, str], var_dir: Path) -> subprocess.CompletedProcess:
@@ -106,11 +113,26 @@ def test_check_deploy_passes_in_production(tmp_path):
             "RESUMER_ENV": "production",
             "SECRET_KEY": secrets.token_urlsafe(50),
             "ALLOWED_HOSTS": "example.com",
+            "RESUMER_CHAIN_KEY": secrets.token_urlsafe(32),
         },
         var_dir=tmp_path,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
+
+
+def test_production_without_a_chain_key_warns_that_heads_are_not_anchored(tmp_path):
+    result = manage(
+        "check",
+        env={
+            "RESUMER_ENV": "production",
+            "SECRET_KEY": secrets.token_urlsafe(50),
+            "ALLOWED_HOSTS": "example.com",
+        },
+        var_dir=tmp_path,
+    )
+    assert "runs.W001" in result.stderr + result.stdout
+    assert "RESUMER_CHAIN_KEY is not set" in result.stderr + result.stdout
 
 
 def test_production_refuses_to_start_without_a_secret_key(tmp_path):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from demo.models import SimCall
-from runs import ledger
+from runs.edits import edit_effect
 from runs.models import Effect, Run, StoredPlan
 from runs.planner import compute_plan
 from tests.conftest import wait_for
@@ -28,7 +28,7 @@ def test_a_ledger_edit_has_the_plan_computed_again(workers):
     assert wait_for(lambda: stored_for(run), what="the plan job").blocked
     charge = Effect.objects.get(run=run, call_id="promote-charge")
 
-    ledger.edit_effect(
+    edit_effect(
         charge.pk, {"status": Effect.Status.FAILED}, reason="no charge", actor="user:supervisor"
     )
 
@@ -43,7 +43,7 @@ def test_an_older_plan_never_replaces_a_newer_one(transactional_db, facts, redis
 
     run = run_in_process({"timeout": "publish/promote-charge/after"})
     old = compute_plan(run)
-    ledger.edit_effect(
+    edit_effect(
         Effect.objects.get(run=run, call_id="promote-charge").pk,
         {"status": Effect.Status.FAILED},
         reason="no charge",

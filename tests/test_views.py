@@ -17,8 +17,9 @@ from django.test.utils import CaptureQueriesContext
 
 from demo import simulators
 from demo.models import SimCall
-from runs import engine, leases, ledger, queries, roles, stored_plans, sweeper
-from runs.ledger import Writer
+from runs import engine, leases, queries, roles, stored_plans, sweeper
+from runs.append import Writer, append
+from runs.edits import edit_effect
 from runs.management.commands.seed_demo import run_inline
 from runs.models import Effect, Event, Run, StoredPlan
 from runs.planner import compute_plan
@@ -424,7 +425,7 @@ def test_agent_output_is_rendered_as_text(viewer, facts):
     run = executed({"topic": topic}, timeout="visual/render-cover/after")
     token = leases.acquire(run.pk, "test", takeover=True)
     writer = Writer(run.pk, token, "test")
-    ledger.append(
+    append(
         writer,
         Event.Type.TOOL_RESULT,
         stage="visual",
@@ -582,7 +583,7 @@ def test_stale_plan_is_refused_with_the_fresh_plan(operator, facts):
     old = compute_plan(run)
     # Something happens after the operator read the plan: a supervisor edits the ledger.
     effect = Effect.objects.get(run=run, call_id="render-cover")
-    ledger.edit_effect(effect.pk, {"error": "checked: not rendered"}, reason="checked", actor="t")
+    edit_effect(effect.pk, {"error": "checked: not rendered"}, reason="checked", actor="t")
     fresh = compute_plan(run)
     assert fresh.fingerprint != old.fingerprint
     response = operator.post(
@@ -761,7 +762,7 @@ def test_a_run_without_a_stored_plan_says_so_and_offers_to_compute_it(operator, 
 
 def test_the_plan_page_says_when_the_run_changed_since_its_plan(operator, facts):
     run = executed(timeout="publish/promote-charge/after")
-    ledger.edit_effect(
+    edit_effect(
         Effect.objects.get(run=run, call_id="promote-charge").pk,
         {"status": Effect.Status.FAILED},
         reason="card processor shows no charge",

@@ -16,7 +16,8 @@ import time
 from rq.job import Job
 
 from demo.models import Article, Render, SimCall
-from runs import engine, jobs, ledger
+from runs import engine, jobs
+from runs.chain import verify_chain
 from runs.models import Event, Lease, Run
 from runs.planner import compute_plan
 from runs.resume import STRICT, approve
@@ -87,4 +88,4 @@ def test_a_frozen_worker_woken_after_a_takeover_writes_nothing_and_images_bill_o
     assert Render.objects.count() == 3
     assert SimCall.objects.filter(system="render", billed=True).count() == 3
     assert Article.objects.count() == 1
-    assert ledger.verify_chain(run.pk).ok
+    assert verify_chain(run.pk).ok

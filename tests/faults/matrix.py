@@ -441,7 +441,7 @@ class World:
 def final_artifacts(run) -> dict[str, str]:
     """sha256 per logical artifact name (facts, draft, image-*, form) of the newest checkpoint
     of every stage: content, not uri, so two runs compare."""
-    from runs.engine import latest_checkpoint
+    from runs.checkpoints import latest_checkpoint
     from runs.pipeline import registry
 
     hashes: dict[str, str] = {}
@@ -456,7 +456,7 @@ def final_artifacts(run) -> dict[str, str]:
 
 def chain_problems(run_pk: int) -> list[str]:
     """Seq must run 1..N without a gap and every hash link must hold."""
-    from runs.ledger import verify_chain
+    from runs.chain import verify_chain
     from runs.models import Event
 
     problems = []
@@ -596,7 +596,7 @@ def resolve_never_effects(plan, *, actor: str = "user:supervisor") -> list[str]:
     by the reference the charge carried, and record what was found, with a reason. Returns a
     line per resolution; a blocker it cannot resolve is left for the caller to report."""
     from demo.models import Charge
-    from runs import ledger
+    from runs.edits import edit_effect
     from runs.models import Effect
     from runs.planner import Action
 
@@ -608,7 +608,7 @@ def resolve_never_effects(plan, *, actor: str = "user:supervisor") -> list[str]:
         # demo.pipeline._charge passes key[:32] as the processor's reference.
         charge = Charge.objects.filter(reference=effect.delivery_key[:32]).first()
         if charge is not None:
-            ledger.edit_effect(
+            edit_effect(
                 effect.pk,
                 {"status": Effect.Status.CONFIRMED, "external_id": charge.external_id},
                 reason=f"card processor shows {charge.external_id} for this reference",
@@ -616,7 +616,7 @@ def resolve_never_effects(plan, *, actor: str = "user:supervisor") -> list[str]:
             )
             done.append(f"{line.call_id}: charged as {charge.external_id} → confirmed")
         else:
-            ledger.edit_effect(
+            edit_effect(
                 effect.pk,
                 {"status": Effect.Status.FAILED, "error": "no charge at the processor"},
                 reason="card processor shows no charge for this reference",
@@ -684,6 +684,7 @@ def run_case(case: Case, harness: Harness, reference: dict[str, str]) -> CaseRes
 
 def _drive(case: Case, harness: Harness, reference: dict[str, str], result: CaseResult) -> None:
     from runs import engine
+    from runs.checkpoints import latest_checkpoint
     from runs.models import Effect, Run
     from runs.pipeline import registry
     from runs.planner import compute_plan
@@ -790,7 +791,7 @@ def _drive(case: Case, harness: Harness, reference: dict[str, str], result: Case
         f"{len(effects)} effect(s), unsettled: {unsettled}",
     )
 
-    publish_cp = engine.latest_checkpoint(run, "publish")
+    publish_cp = latest_checkpoint(run, "publish")
     outputs = publish_cp.outputs if publish_cp is not None else {}
     live = [a.external_id for a in world.articles]
     charged = [c.external_id for c in world.charges]

@@ -20,8 +20,9 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from demo.simulators import publish_facts
-from runs import artifacts, engine, jobs, ledger, roles
-from runs.ledger import LedgerError
+from runs import artifacts, engine, jobs, roles
+from runs.append import LedgerError, Writer, append
+from runs.edits import edit_effect
 from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run
 from runs.pipeline import InvalidInput, UnknownPipeline
 from runs.planner import compute_plan
@@ -273,7 +274,7 @@ def test_another_runs_fingerprint_is_refused_and_changes_nothing(failed_run):
 def test_a_fingerprint_gone_stale_by_a_ledger_edit_is_refused(failed_run):
     stale = compute_plan(failed_run).fingerprint
     upload = Effect.objects.get(run=failed_run, call_id="upload-cover")
-    ledger.edit_effect(
+    edit_effect(
         upload.pk,
         {"status": Effect.Status.FAILED},
         reason="the asset store shows no upload",
@@ -353,14 +354,14 @@ def test_a_bad_ledger_edit_is_refused_and_changes_nothing(changes, reason, messa
     assert charge.status == Effect.Status.UNKNOWN
     before = snapshot()
     with pytest.raises(LedgerError, match=message):
-        ledger.edit_effect(charge.pk, changes, reason=reason, actor="user:supervisor")
+        edit_effect(charge.pk, changes, reason=reason, actor="user:supervisor")
     assert snapshot() == before
 
 
 def test_a_ledger_edit_of_an_unknown_effect_is_refused(blocked_run):
     before = snapshot()
     with pytest.raises(LedgerError, match="does not exist"):
-        ledger.edit_effect(999999, {"status": "failed"}, reason="x", actor="user:supervisor")
+        edit_effect(999999, {"status": "failed"}, reason="x", actor="user:supervisor")
     assert snapshot() == before
 
 
@@ -440,11 +441,11 @@ def test_a_deleted_artifact_in_the_dashboard_is_a_404(operator_client, draft_blo
 
 def test_an_oversized_event_payload_is_refused_and_writes_nothing(failed_run, settings):
     token = engine.leases.acquire(failed_run.pk, "test:writer")
-    writer = ledger.Writer(failed_run.pk, token, "test:writer")
+    writer = Writer(failed_run.pk, token, "test:writer")
     before = snapshot()
     huge = {"blob": "x" * (settings.RESUMER_MAX_PAYLOAD_BYTES + 1)}
     with pytest.raises(LedgerError, match="exceeds the limit"):
-        ledger.append(writer, Event.Type.TOOL_RESULT, stage="visual", payload=huge)
+        append(writer, Event.Type.TOOL_RESULT, stage="visual", payload=huge)
     assert snapshot() == before
     engine.leases.release(failed_run.pk, token)
 

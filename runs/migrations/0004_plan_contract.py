@@ -19,7 +19,7 @@ def reinstall_triggers(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runs", "0002_append_only_triggers"),
+        ("runs", "0003_run_head_anchor"),
     ]
 
     operations = [
