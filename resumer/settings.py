@@ -195,6 +195,8 @@ RESUMER_SWEEP_INTERVAL = float(os.environ.get("RESUMER_SWEEP_INTERVAL", "15"))
 RESUMER_QUEUE_GRACE = float(os.environ.get("RESUMER_QUEUE_GRACE", "10"))
 RESUMER_QUEUE = os.environ.get("RESUMER_QUEUE", "default")
 RESUMER_PIPELINES = ["demo.pipeline.content_pipeline"]
+# Called around every tool call a worker makes (runs/hooks.py): the demo's fault injection.
+RESUMER_CALL_HOOKS = os.environ.get("RESUMER_CALL_HOOKS", "demo.faults.FaultHooks")
 # Payloads above this size are stored as an artifact and referenced from the event.
 RESUMER_INLINE_PAYLOAD_BYTES = 8 * 1024
 RESUMER_MAX_PAYLOAD_BYTES = 5 * 1024 * 1024

@@ -14,22 +14,20 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import signal
 import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
 from runs import artifacts, leases, ledger
+from runs.hooks import CallHooks
 from runs.ledger import LeaseLost, LedgerError, Writer
 from runs.models import Checkpoint, Effect, Event, ReplayPolicy, Run
 from runs.pipeline import (
-    InvalidInput,
     Pipeline,
     Reconciliation,
     StageOutput,
@@ -39,15 +37,9 @@ from runs.pipeline import (
 
 log = logging.getLogger("runs.engine")
 
-CRASH_WHEN = ("before", "after")
-
 
 class StageStopped(Exception):
     """The stage cannot go on; the run's new status and its event are already written."""
-
-
-class OutcomeUnknown(Exception):
-    """An external call neither confirmed nor refused (a time-out, a dropped connection)."""
 
 
 def worker_identity() -> str:
@@ -57,80 +49,16 @@ def worker_identity() -> str:
 # --- Starting runs -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CrashPoint:
-    stage: str
-    call: str
-    when: str
-
-    @classmethod
-    def parse(cls, spec: str, pipeline: Pipeline) -> CrashPoint:
-        parts = spec.split("/")
-        if len(parts) != 3:
-            raise InvalidInput(f"crash point {spec!r} must look like stage/call/before|after")
-        stage, call, when = parts
-        if stage not in pipeline.stage_names:
-            raise InvalidInput(f"crash point: unknown stage {stage!r}")
-        known_calls = {c.call_id for c in pipeline.stage(stage).calls}
-        if call not in known_calls:
-            raise InvalidInput(
-                f"crash point: stage {stage} has no call {call!r} (it has {', '.join(sorted(known_calls))})"
-            )
-        if when not in CRASH_WHEN:
-            raise InvalidInput(f"crash point: {when!r} is neither 'before' nor 'after'")
-        return cls(stage, call, when)
-
-    def __str__(self) -> str:
-        return f"{self.stage}/{self.call}/{self.when}"
-
-
-def validate_options(pipeline: Pipeline, options: dict[str, Any]) -> dict[str, Any]:
-    """Check the demo knobs: delay (seconds per call), crash and timeout points, stalls."""
-    clean: dict[str, Any] = {}
-    for name, value in options.items():
-        if name == "delay":
-            try:
-                delay = float(value)
-            except (TypeError, ValueError):
-                raise InvalidInput(f"delay must be a number of seconds, not {value!r}") from None
-            if not 0 <= delay <= 60:
-                raise InvalidInput("delay must be between 0 and 60 seconds")
-            clean["delay"] = delay
-        elif name in ("crash", "timeout"):
-            spec = str(CrashPoint.parse(str(value), pipeline))
-            clean[name] = spec
-        elif name == "stall":
-            if not isinstance(value, dict):
-                raise InvalidInput("stall must map stage/call to seconds")
-            stalls = {}
-            for point, seconds in value.items():
-                stage, _, call = str(point).partition("/")
-                CrashPoint.parse(f"{stage}/{call}/before", pipeline)
-                try:
-                    stalls[point] = float(seconds)
-                except (TypeError, ValueError):
-                    raise InvalidInput(f"stall {point}: {seconds!r} is not seconds") from None
-                # Checked here, not by time.sleep() halfway through a stage (negative, NaN).
-                if not 0 <= stalls[point] <= 3600:
-                    raise InvalidInput(f"stall {point}: must be between 0 and 3600 seconds")
-            clean["stall"] = stalls
-        else:
-            raise InvalidInput(f"unknown run option {name!r}")
-    return clean
-
-
 def start_run(
     pipeline_name: str,
     inputs: dict[str, str] | None = None,
     *,
     actor: str,
-    options: dict[str, Any] | None = None,
     enqueue: bool = True,
 ) -> Run:
     """Validate, create the run with its pinned inputs, and queue its first stage."""
     pipeline = registry.get(pipeline_name)
     pinned = pipeline.resolve_inputs(dict(inputs or {}))
-    clean = validate_options(pipeline, dict(options or {}))
     ticket = uuid.uuid4().hex
     with transaction.atomic():
         run = ledger.create_run(
@@ -138,8 +66,7 @@ def start_run(
             inputs=pinned,
             actor=actor,
             first_stage=pipeline.stage_names[0],
-            options=clean,
-            payload={"stages": list(pipeline.stage_names), "options": clean},
+            payload={"stages": list(pipeline.stage_names)},
             ticket=ticket,
         )
         if enqueue:
@@ -192,8 +119,16 @@ class Heartbeat(threading.Thread):
         self.join(timeout=5)
 
 
-def execute(run_pk: int, stage_name: str, ticket: str, *, holder: str | None = None) -> str:
-    """Run one stage of one run. Returns a short outcome word for the job's result."""
+def execute(
+    run_pk: int,
+    stage_name: str,
+    ticket: str,
+    *,
+    holder: str | None = None,
+    hooks: CallHooks | None = None,
+) -> str:
+    """Run one stage of one run, calling `hooks` around each tool call (none by default).
+    Returns a short outcome word for the job's result."""
     holder = holder or worker_identity()
     try:
         token = _acquire_for_ticket(run_pk, ticket, holder)
@@ -212,7 +147,7 @@ def execute(run_pk: int, stage_name: str, ticket: str, *, holder: str | None = N
         if run is None:
             return "nothing-to-do"
         heartbeat.start()
-        return _run_stage(writer, run, stage_name)
+        return _run_stage(writer, run, stage_name, hooks or CallHooks())
     except StageStopped as exc:
         log.info("run-%s stopped in %s: %s", run_pk, stage_name, exc)
         return "stopped"
@@ -281,10 +216,10 @@ def _begin(writer: Writer, stage_name: str, ticket: str) -> Run | None:
     return run
 
 
-def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
+def _run_stage(writer: Writer, run: Run, stage_name: str, hooks: CallHooks) -> str:
     pipeline = registry.get(run.pipeline)
     stage = pipeline.stage(stage_name)
-    ctx = StageContext(writer, run, pipeline, stage_name)
+    ctx = StageContext(writer, run, pipeline, stage_name, hooks)
     try:
         output = stage.run(ctx)
         if not isinstance(output, StageOutput):
@@ -367,11 +302,19 @@ class StageContext:
     """What a stage function may do: read its pinned inputs and upstream outputs, and call
     tools through the effect ledger."""
 
-    def __init__(self, writer: Writer, run: Run, pipeline: Pipeline, stage: str) -> None:
+    def __init__(
+        self,
+        writer: Writer,
+        run: Run,
+        pipeline: Pipeline,
+        stage: str,
+        hooks: CallHooks | None = None,
+    ) -> None:
         self.writer = writer
         self.run = run
         self.pipeline = pipeline
         self.stage = stage
+        self.hooks = hooks or CallHooks()
         self._spec = pipeline.stage(stage)
         self.inputs = {name: run.inputs.get(name) for name in self._spec.consumes}
 
@@ -402,34 +345,6 @@ class StageContext:
                 return data
         raise LookupError(f"the {stage} checkpoint has no artifact {name!r}")
 
-    # Faults (demo) ---------------------------------------------------------------------------
-
-    def _fault(self, call_id: str, when: str) -> None:
-        options = self.run.options or {}
-        if options.get("crash") == f"{self.stage}/{call_id}/{when}" and self.run.attempt == 0:
-            log.error(
-                "fault injection: killing worker %s at %s/%s/%s",
-                os.getpid(),
-                self.stage,
-                call_id,
-                when,
-            )
-            # Die the way an OOM kill or a lost machine does: no cleanup, no last write.
-            os.kill(os.getpid(), signal.SIGKILL)
-            time.sleep(60)  # pragma: no cover - the signal arrives first
-
-    def _before_call(self, call_id: str) -> None:
-        options = self.run.options or {}
-        stall = (options.get("stall") or {}).get(f"{self.stage}/{call_id}")
-        if stall:
-            time.sleep(float(stall))
-        if options.get("delay"):
-            time.sleep(float(options["delay"]))
-
-    def _timed_out(self, call_id: str) -> bool:
-        options = self.run.options or {}
-        return options.get("timeout") == f"{self.stage}/{call_id}/after" and self.run.attempt == 0
-
     # Tool calls ---------------------------------------------------------------------------
 
     def call(self, call_id: str, tool_name: str, **args: Any) -> Any:
@@ -452,13 +367,10 @@ class StageContext:
                 "args": args,
             },
         )
-        self._fault(call_id, "before")
-        self._before_call(call_id)
+        self.hooks.before_call(self, call_id)
         started = time.monotonic()
         result = tool.call(args, "")
-        if self._timed_out(call_id):
-            raise OutcomeUnknown(f"{tool.name} timed out")
-        self._fault(call_id, "after")
+        self.hooks.after_call(self, call_id, result)
         ledger.append(
             self.writer,
             Event.Type.TOOL_RESULT,
@@ -553,8 +465,7 @@ class StageContext:
                 "args": args,
             },
         )
-        self._fault(call_id, "before")
-        self._before_call(call_id)
+        self.hooks.before_call(self, call_id)
         # Fence the call itself, not only the writes around it: a worker that froze after
         # its intent (GC pause, suspended VM, SIGSTOP) and wakes after a takeover would
         # otherwise make the call the resumed run already made (a second card charge) and
@@ -564,8 +475,7 @@ class StageContext:
         started = time.monotonic()
         try:
             result = tool.call(args, key)
-            if self._timed_out(call_id):
-                raise OutcomeUnknown(f"{tool.name} did not answer in time")
+            self.hooks.after_call(self, call_id, result)
         except ToolRejected as exc:
             ledger.record_outcome(self.writer, effect, status=Effect.Status.FAILED, error=str(exc))
             raise
@@ -586,7 +496,6 @@ class StageContext:
                 run_status=Run.Status.FAILED,
             )
             raise StageStopped(str(exc)) from exc
-        self._fault(call_id, "after")
         ledger.record_outcome(
             self.writer,
             effect,

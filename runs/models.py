@@ -102,8 +102,6 @@ class Run(models.Model):
     queued_at = models.DateTimeField(null=True, blank=True)
     # How many approvals resumed this run (0 for the original execution).
     attempt = models.PositiveIntegerField(default=0)
-    # Demo knobs: per-call delay and fault injection (crash / stall points), see engine.py.
-    options = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
 

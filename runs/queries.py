@@ -30,7 +30,7 @@ TEXT_PREVIEW_BYTES = 200_000
 
 # --- Inbox -----------------------------------------------------------------------------------
 
-# Columns the inbox shows; the JSON columns (inputs, options) stay in the database.
+# Columns the inbox shows; the JSON column (inputs) stays in the database.
 INBOX_FIELDS = (
     "id",
     "pipeline",

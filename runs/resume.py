@@ -175,8 +175,6 @@ def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
         inputs=upgrade.inputs,
         actor=actor,
         first_stage=upgrade.branch_stage,
-        # Fault injection belongs to the run it was set on; delays carry over for the demo.
-        options={k: v for k, v in run.options.items() if k == "delay"},
         parent=run,
         branch_checkpoint=point,
         payload={

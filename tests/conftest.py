@@ -21,6 +21,7 @@ import pytest
 from django.conf import settings
 from django.test import TransactionTestCase
 
+from demo import faults
 from runs import worker
 from runs.ledger import maintenance
 from runs.models import Run
@@ -110,10 +111,9 @@ def workers(transactional_db, redis_conn, facts, tmp_path) -> Iterator[Workers]:
 def story_run(workers) -> Run:
     """The protocol's story: research, facts, draft and two images done; the worker dies
     uploading the cover. Returns the run once the sweeper has marked it interrupted."""
-    from runs import engine
 
-    run = engine.start_run(
-        "content", {}, actor="test", options={"crash": "visual/upload-cover/before"}
+    run = faults.start_run(
+        "content", {}, actor="test", faults={"crash": "visual/upload-cover/before"}
     )
     doomed = workers.start()
     doomed.wait(timeout=120)

@@ -10,6 +10,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
+from demo import faults
 from runs import engine, leases, ledger, roles
 from runs.ledger import Writer
 from runs.management.commands.seed_demo import run_inline
@@ -43,11 +44,11 @@ def supervisor(users) -> Client:
 
 
 def charge_unknown() -> Run:
-    run = engine.start_run(
+    run = faults.start_run(
         "content",
         {},
         actor="test",
-        options={"timeout": "publish/promote-charge/after"},
+        faults={"timeout": "publish/promote-charge/after"},
         enqueue=False,
     )
     return run_inline(run.pk)

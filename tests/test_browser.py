@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
-from runs import engine, leases, ledger, roles
+from demo import faults
+from runs import leases, ledger, roles
 from runs.ledger import Writer
 from runs.management.commands.seed_demo import run_inline
 from runs.models import Event, Run
@@ -107,7 +108,7 @@ def login(page: Page, live_server, username: str) -> None:
 
 
 def executed(**options) -> Run:
-    run = engine.start_run("content", {}, actor="test", options=options, enqueue=False)
+    run = faults.start_run("content", {}, actor="test", faults=options, enqueue=False)
     return run_inline(run.pk)
 
 

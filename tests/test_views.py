@@ -15,8 +15,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from demo import simulators
-from runs import engine, leases, ledger, queries, roles, sweeper
+from demo import faults, simulators
+from runs import leases, ledger, queries, roles, sweeper
 from runs.ledger import Writer
 from runs.management.commands.seed_demo import run_inline
 from runs.models import Effect, Event, Run
@@ -65,11 +65,11 @@ def operator(users) -> Client:
 
 
 def started(**options) -> Run:
-    return engine.start_run("content", {}, actor="test", options=options, enqueue=False)
+    return faults.start_run("content", {}, actor="test", faults=options, enqueue=False)
 
 
 def executed(inputs: dict | None = None, **options) -> Run:
-    run = engine.start_run("content", inputs or {}, actor="test", options=options, enqueue=False)
+    run = faults.start_run("content", inputs or {}, actor="test", faults=options, enqueue=False)
     return run_inline(run.pk)
 
 
