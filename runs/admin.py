@@ -25,7 +25,7 @@ from runs.pipeline import registry
 
 admin.site.site_header = "Resumer admin"
 admin.site.site_title = "Resumer admin"
-admin.site.index_title = "Run ledger, effect ledger and the demo's outside world"
+admin.site.index_title = "Run ledger and effect ledger"
 admin.site.site_url = "/runs/"
 
 

@@ -64,10 +64,16 @@ class Workers:
         self.procs: list[subprocess.Popen] = []
         self.log_dir = log_dir
 
-    def start(self, *, burst: bool = False, name: str = "") -> subprocess.Popen:
+    def start(
+        self, *, burst: bool = False, name: str = "", env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
         log = open(self.log_dir / f"worker-{len(self.procs)}{name}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
-            worker.command(burst=burst), cwd=ROOT, env=worker_env(), stdout=log, stderr=log
+            worker.command(burst=burst),
+            cwd=ROOT,
+            env={**worker_env(), **(env or {})},
+            stdout=log,
+            stderr=log,
         )
         self.procs.append(proc)
         return proc

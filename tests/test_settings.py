@@ -13,7 +13,15 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 # Variables this test process (or its CI) may carry that would change what a subprocess sees.
-SCRUBBED = ("DATABASE_URL", "RESUMER_ENV", "SECRET_KEY", "ALLOWED_HOSTS", "DEBUG")
+SCRUBBED = (
+    "DATABASE_URL",
+    "RESUMER_ENV",
+    "SECRET_KEY",
+    "ALLOWED_HOSTS",
+    "DEBUG",
+    "RESUMER_PIPELINES",
+    "RESUMER_CALL_HOOKS",
+)
 
 
 def manage(*args: str, env: dict[str, str], var_dir: Path) -> subprocess.CompletedProcess:
@@ -119,3 +127,36 @@ def test_production_refuses_to_start_without_a_secret_key(tmp_path):
     )
     assert result.returncode != 0
     assert "SECRET_KEY must be set" in result.stderr
+
+
+PIPELINE_SETTINGS = """
+import json
+from django.conf import settings
+print(json.dumps({"pipelines": settings.RESUMER_PIPELINES, "hooks": settings.RESUMER_CALL_HOOKS,
+                  "demo": "demo" in settings.INSTALLED_APPS}))
+"""
+
+
+def test_the_demo_pipeline_is_the_default_with_its_app_and_fault_hooks(tmp_path):
+    found = shell_json(PIPELINE_SETTINGS, env={}, var_dir=tmp_path)
+    assert found == {
+        "pipelines": ["demo.pipeline.content_pipeline"],
+        "hooks": "demo.faults.FaultHooks",
+        "demo": True,
+    }
+
+
+def test_resumer_pipelines_from_the_environment_leave_the_demo_out(tmp_path):
+    env = {"RESUMER_PIPELINES": "acme.pipelines.blog, acme.pipelines.news,"}
+    found = shell_json(PIPELINE_SETTINGS, env=env, var_dir=tmp_path)
+    assert found == {
+        "pipelines": ["acme.pipelines.blog", "acme.pipelines.news"],
+        "hooks": "",
+        "demo": False,
+    }
+
+
+def test_a_pipeline_entry_that_does_not_import_stops_manage_py_at_start_up(tmp_path):
+    result = manage("check", env={"RESUMER_PIPELINES": "acme.nowhere.blog"}, var_dir=tmp_path)
+    assert result.returncode != 0
+    assert "runs.E001" in result.stderr and "acme.nowhere.blog" in result.stderr
