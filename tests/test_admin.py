@@ -11,9 +11,9 @@ from django.test import Client
 from django.urls import reverse
 
 from demo import faults
+from demo.management.commands.seed_demo import run_inline
 from runs import engine, leases, ledger, roles
 from runs.ledger import Writer
-from runs.management.commands.seed_demo import run_inline
 from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run
 from runs.planner import Action, compute_plan
 

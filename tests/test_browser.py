@@ -21,9 +21,9 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
 from demo import faults
+from demo.management.commands.seed_demo import run_inline
 from runs import leases, ledger, roles
 from runs.ledger import Writer
-from runs.management.commands.seed_demo import run_inline
 from runs.models import Event, Run
 
 pytestmark = pytest.mark.browser

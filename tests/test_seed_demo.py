@@ -14,9 +14,9 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.test import RequestFactory
 
+from demo.management.commands.seed_demo import DRIFT_TOPIC
 from demo.models import RunFaults
 from runs import roles
-from runs.management.commands.seed_demo import DRIFT_TOPIC
 from runs.models import Effect, Event, Run
 from runs.planner import Action, compute_plan
 

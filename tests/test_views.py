@@ -16,9 +16,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from demo import faults, simulators
+from demo.management.commands.seed_demo import run_inline
 from runs import leases, ledger, queries, roles, sweeper
 from runs.ledger import Writer
-from runs.management.commands.seed_demo import run_inline
 from runs.models import Effect, Event, Run
 from runs.planner import compute_plan
 
