@@ -358,14 +358,6 @@ def timeline_update(run: Run, after: int | None) -> TimelineUpdate:
     return TimelineUpdate(run, page, progress(run, stages), facts)
 
 
-def approval_recorded(run_pk: int, fingerprint: str) -> bool:
-    """Has an approval of exactly this plan already been applied (a double-clicked button,
-    a re-sent form)? Then the second submission is the same decision, not a stale one."""
-    return Event.objects.filter(
-        run_id=run_pk, type=Event.Type.PLAN_APPROVED, payload__fingerprint=fingerprint
-    ).exists()
-
-
 # --- Artifacts -------------------------------------------------------------------------------
 
 

@@ -24,7 +24,7 @@ from runs import queries, roles
 from runs.forms import ApproveForm, InboxFilterForm
 from runs.models import Artifact
 from runs.planner import Plan, compute_plan
-from runs.resume import ResumeRefused, approve
+from runs.resume import AlreadyApproved, ResumeRefused, approve
 
 View = Callable[..., HttpResponse]
 
@@ -138,12 +138,11 @@ def approve_plan(request: HttpRequest, pk: int) -> HttpResponse:
     actor = f"user:{request.user.get_username()}"
     try:
         approval = approve(run, action, fingerprint, actor=actor)
+    except AlreadyApproved as exc:
+        # The same decision again (a double click): it lands where the first one did.
+        messages.info(request, str(exc))
+        return redirect("runs:run", pk=run.pk)
     except ResumeRefused as exc:  # StalePlan included
-        if queries.approval_recorded(run.pk, fingerprint):
-            # This very plan was approved a moment ago (a double click, a re-sent form): the
-            # second submission is the same decision, so it lands where the first one did.
-            messages.info(request, "This plan was already approved; nothing more was done.")
-            return redirect("runs:run", pk=run.pk)
         return _render_plan(
             request, run, exc.plan or compute_plan(run), refusal=str(exc), status=409
         )
