@@ -18,6 +18,7 @@ import socket
 import threading
 import time
 import uuid
+from enum import StrEnum
 from typing import Any
 
 from django.db import connection, transaction
@@ -36,6 +37,25 @@ from runs.pipeline import (
 )
 
 log = logging.getLogger("runs.engine")
+
+
+class Outcome(StrEnum):
+    """What engine.execute() did with one stage job (the RQ job's result)."""
+
+    # Another worker holds the run's lease; this job did nothing.
+    BUSY = "busy"
+    # The ticket was consumed already, or the run is not active: a duplicate or stale job.
+    NOTHING_TO_DO = "nothing-to-do"
+    # The run stopped for a human or with an unknown outcome (its event says why).
+    STOPPED = "stopped"
+    # The lease was taken over mid-stage; this worker wrote nothing after that.
+    LEASE_LOST = "lease-lost"
+    # The stage function raised, or returned something else than a StageOutput.
+    FAILED = "failed"
+    # The output failed a rule: no checkpoint.
+    VERIFICATION_FAILED = "verification-failed"
+    # VERIFIED and the checkpoint are written; the next stage is queued.
+    VERIFIED = "verified"
 
 
 class StageStopped(Exception):
@@ -126,9 +146,8 @@ def execute(
     *,
     holder: str | None = None,
     hooks: CallHooks | None = None,
-) -> str:
-    """Run one stage of one run, calling `hooks` around each tool call (none by default).
-    Returns a short outcome word for the job's result."""
+) -> Outcome:
+    """Run one stage of one run, calling `hooks` around each tool call (none by default)."""
     holder = holder or worker_identity()
     try:
         token = _acquire_for_ticket(run_pk, ticket, holder)
@@ -139,21 +158,21 @@ def execute(
             stage_name,
             ticket,
         )
-        return "busy"
+        return Outcome.BUSY
     writer = Writer(run_pk, token, holder)
     heartbeat = Heartbeat(writer)
     try:
         run = _begin(writer, stage_name, ticket)
         if run is None:
-            return "nothing-to-do"
+            return Outcome.NOTHING_TO_DO
         heartbeat.start()
         return _run_stage(writer, run, stage_name, hooks or CallHooks())
     except StageStopped as exc:
         log.info("run-%s stopped in %s: %s", run_pk, stage_name, exc)
-        return "stopped"
+        return Outcome.STOPPED
     except LeaseLost as exc:
         log.warning("%s", exc)
-        return "lease-lost"
+        return Outcome.LEASE_LOST
     finally:
         if heartbeat.is_alive():
             heartbeat.stop()
@@ -216,7 +235,7 @@ def _begin(writer: Writer, stage_name: str, ticket: str) -> Run | None:
     return run
 
 
-def _run_stage(writer: Writer, run: Run, stage_name: str, hooks: CallHooks) -> str:
+def _run_stage(writer: Writer, run: Run, stage_name: str, hooks: CallHooks) -> Outcome:
     pipeline = registry.get(run.pipeline)
     stage = pipeline.stage(stage_name)
     ctx = StageContext(writer, run, pipeline, stage_name, hooks)
@@ -234,7 +253,7 @@ def _run_stage(writer: Writer, run: Run, stage_name: str, hooks: CallHooks) -> s
             payload={"error": f"{type(exc).__name__}: {exc}"[:2000]},
             status=Run.Status.FAILED,
         )
-        return "failed"
+        return Outcome.FAILED
 
     results = [rule.evaluate(output) for rule in stage.rules]
     failed = [r for r in results if not r["passed"]]
@@ -246,7 +265,7 @@ def _run_stage(writer: Writer, run: Run, stage_name: str, hooks: CallHooks) -> s
             payload={"error": "verification failed", "rules": results},
             status=Run.Status.FAILED,
         )
-        return "verification-failed"
+        return Outcome.VERIFICATION_FAILED
 
     next_stage = pipeline.next_stage(stage_name)
     ticket = uuid.uuid4().hex if next_stage else ""
@@ -288,7 +307,7 @@ def _run_stage(writer: Writer, run: Run, stage_name: str, hooks: CallHooks) -> s
             transaction.on_commit(lambda: dispatch(run.pk, next_stage, ticket))
         else:
             ledger.append(writer, Event.Type.SUCCEEDED, payload={}, status=Run.Status.SUCCEEDED)
-    return "verified"
+    return Outcome.VERIFIED
 
 
 # --- The context a stage function sees -----------------------------------------------------

@@ -33,7 +33,8 @@ def enqueue_stage(run_pk: int, stage: str, ticket: str) -> None:
 def execute_stage(run_pk: int, stage: str, ticket: str) -> str:
     close_old_connections()
     try:
-        return engine.execute(run_pk, stage, ticket, hooks=hooks.installed())
+        # RQ pickles the result: the plain word reads anywhere without importing Resumer.
+        return engine.execute(run_pk, stage, ticket, hooks=hooks.installed()).value
     finally:
         # The worker's process lives on between jobs; never carry a connection across them.
         connections.close_all()
