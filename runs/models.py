@@ -63,7 +63,6 @@ class RunStatus(models.TextChoices):
     SUCCEEDED = "succeeded", "Succeeded"
     # Replaced by an upgrade branch; kept read-only for its history.
     SUPERSEDED = "superseded", "Superseded"
-    CANCELLED = "cancelled", "Cancelled"
 
 
 class Run(models.Model):
@@ -71,7 +70,7 @@ class Run(models.Model):
 
     ACTIVE = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.RESUMING)
     RESUMABLE = (RunStatus.INTERRUPTED, RunStatus.FAILED, RunStatus.NEEDS_APPROVAL)
-    TERMINAL = (RunStatus.SUCCEEDED, RunStatus.SUPERSEDED, RunStatus.CANCELLED)
+    TERMINAL = (RunStatus.SUCCEEDED, RunStatus.SUPERSEDED)
 
     pipeline = models.CharField(max_length=64)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PENDING)
@@ -182,7 +181,6 @@ class EventType(models.TextChoices):
     RESUMED = "RESUMED", "Resumed"
     BRANCHED = "BRANCHED", "Branched"
     SUCCEEDED = "SUCCEEDED", "Succeeded"
-    CANCELLED = "CANCELLED", "Cancelled"
     LEDGER_EDITED = "LEDGER_EDITED", "Ledger edited"
 
 
@@ -328,10 +326,6 @@ class Effect(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool}:{self.call_id} [{self.status}]"
-
-    @property
-    def is_settled(self) -> bool:
-        return self.status in self.SETTLED
 
 
 class Artifact(AppendOnlyModel):
