@@ -55,13 +55,17 @@ FILLER_RESULT = "x" * 240  # a TOOL_RESULT of a few hundred bytes, like the real
 
 def drive(run):
     """Execute the run's queued stages in this process until it stops."""
+    from demo import faults
     from runs import engine
 
+    hooks = faults.FaultHooks()
     for _ in range(20):
         run.refresh_from_db()
         if not (run.is_active and run.ticket):
             return run
-        engine.execute(run.pk, run.current_stage, run.ticket, holder="bench:in-process")
+        engine.execute(
+            run.pk, run.current_stage, run.ticket, holder="bench:in-process", hooks=hooks
+        )
     raise RuntimeError(f"{run.public_id} did not stop")
 
 
@@ -112,18 +116,18 @@ def add_filler(run, count: int, batch: int = 5000) -> None:
 
 def build(total_events: int, real_events: int):
     """A run stopped at OPTIONS whose log holds `total_events` events in all."""
-    from runs import engine
+    from demo import faults
 
-    run = engine.start_run("content", {}, actor="bench", options=OPTIONS, enqueue=False)
+    run = faults.start_run("content", {}, actor="bench", faults=OPTIONS, enqueue=False)
     # RUN_CREATED is already there; the stages will add `real_events - 1` more.
     add_filler(run, total_events - real_events)
     return drive(run)
 
 
 def count_real_events() -> int:
-    from runs import engine
+    from demo import faults
 
-    probe = drive(engine.start_run("content", {}, actor="bench", options=OPTIONS, enqueue=False))
+    probe = drive(faults.start_run("content", {}, actor="bench", faults=OPTIONS, enqueue=False))
     return probe.last_seq
 
 

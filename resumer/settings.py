@@ -25,6 +25,10 @@ def env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
+def env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
 PRODUCTION = os.environ.get("RESUMER_ENV", "development") == "production"
 # Under pytest, defaults move out of the way of a developer's `make run`: Redis DB 15, a test
 # media folder, and short leases so crash detection takes seconds (workers started by the
@@ -58,6 +62,17 @@ CSRF_TRUSTED_ORIGINS = [
     o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
 ]
 
+# The pipelines Resumer runs: dotted paths to runs.pipeline.Pipeline objects, checked at
+# start-up (runs/checks.py). A module of your own only has to be importable (PYTHONPATH).
+RESUMER_PIPELINES = env_list("RESUMER_PIPELINES", "demo.pipeline.content_pipeline")
+USES_DEMO = any(path.split(".")[0] == "demo" for path in RESUMER_PIPELINES)
+# Called around every tool call a worker makes (runs/hooks.py); with the demo, its fault
+# injection, which acts only on runs started with faults (manage.py start_run_with_faults).
+RESUMER_CALL_HOOKS = os.environ.get(
+    "RESUMER_CALL_HOOKS", "demo.faults.FaultHooks" if USES_DEMO else ""
+).strip()
+USES_DEMO = USES_DEMO or RESUMER_CALL_HOOKS.split(".")[0] == "demo"
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -70,8 +85,11 @@ INSTALLED_APPS = [
     "django_rq",
     "axes",
     "runs",
-    "demo",
 ]
+# The demo app is the demo pipeline's simulated outside world (and its fault injection and
+# seed_demo): its tables, admin pages and commands belong to a deployment only if it runs it.
+if USES_DEMO:
+    INSTALLED_APPS.append("demo")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -197,7 +215,6 @@ RESUMER_SWEEP_INTERVAL = float(os.environ.get("RESUMER_SWEEP_INTERVAL", "15"))
 # A queued stage job that Redis no longer knows about counts as lost after this grace.
 RESUMER_QUEUE_GRACE = float(os.environ.get("RESUMER_QUEUE_GRACE", "10"))
 RESUMER_QUEUE = os.environ.get("RESUMER_QUEUE", "default")
-RESUMER_PIPELINES = ["demo.pipeline.content_pipeline"]
 # Payloads above this size are stored as an artifact and referenced from the event.
 RESUMER_INLINE_PAYLOAD_BYTES = 8 * 1024
 RESUMER_MAX_PAYLOAD_BYTES = 5 * 1024 * 1024

@@ -19,13 +19,15 @@ from django.http import HttpRequest
 from django.urls import reverse
 
 from runs import roles
+from runs.append import LedgerError
+from runs.edits import edit_effect
 from runs.forms import EffectLedgerForm
 from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run, StoredPlan
 from runs.pipeline import registry
 
 admin.site.site_header = "Resumer admin"
 admin.site.site_title = "Resumer admin"
-admin.site.index_title = "Run ledger, effect ledger and the demo's outside world"
+admin.site.index_title = "Run ledger and effect ledger"
 admin.site.site_url = "/runs/"
 
 
@@ -275,15 +277,28 @@ class EffectAdmin(RunRowAdmin):
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change, **kwargs)
-        # A subclass per request carries who edits, without shared mutable state.
-        return type(form.__name__, (form,), {"actor": f"user:{request.user.get_username()}"})
+        # A subclass per request carries the ledger's refusal, without shared mutable state.
+        refusal = getattr(request, "ledger_refusal", "")
+        return type(form.__name__, (form,), {"refusal": refusal})
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except LedgerError as exc:
+            # Some refusals only the ledger can make, at the write. It wrote nothing, and the
+            # admin's transaction rolled back its log entry: the same submission is shown
+            # again, with the refusal as the form's error.
+            request.ledger_refusal = str(exc)
+            return super().changeform_view(request, object_id, form_url, extra_context)
 
     def save_model(self, request, obj, form, change) -> None:
-        # Nothing to save: EffectLedgerForm applied the edit through edits.edit_effect()
-        # when it validated (a plain save would bypass the event log).
-        event = getattr(form, "ledger_event", None)
-        if event is not None:
-            messages.info(
-                request,
-                f"Recorded as event #{event.seq} (LEDGER_EDITED) of run-{obj.run_id}.",
-            )
+        # The edit goes through the ledger, never a plain save (which would bypass the log).
+        event = edit_effect(
+            obj.pk,
+            form.changes(),
+            reason=form.cleaned_data["reason"],
+            actor=f"user:{request.user.get_username()}",
+        )
+        messages.info(
+            request, f"Recorded as event #{event.seq} (LEDGER_EDITED) of run-{obj.run_id}."
+        )

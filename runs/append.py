@@ -332,7 +332,6 @@ def create_run(
     inputs: dict[str, Any],
     actor: str,
     first_stage: str,
-    options: dict[str, Any] | None = None,
     parent: Run | None = None,
     branch_checkpoint: Checkpoint | None = None,
     payload: dict[str, Any] | None = None,
@@ -344,7 +343,6 @@ def create_run(
         run = Run.objects.create(
             pipeline=pipeline,
             inputs=inputs,
-            options=options or {},
             current_stage=first_stage,
             parent=parent,
             branch_checkpoint=branch_checkpoint,

@@ -14,12 +14,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import signal
 import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from django.db import connection, transaction
@@ -31,9 +30,9 @@ from runs.chain import canonical_json
 from runs.checkpoints import latest_checkpoint, write_checkpoint
 from runs.contract import Contract, Usage
 from runs.effects import record_found, record_intent, record_outcome
+from runs.hooks import CallHooks
 from runs.models import Checkpoint, Effect, Event, ReplayPolicy, Run
 from runs.pipeline import (
-    InvalidInput,
     Pipeline,
     StageOutput,
     ToolRejected,
@@ -43,15 +42,28 @@ from runs.replay import Action, Recorded, asks_target, decide
 
 log = logging.getLogger("runs.engine")
 
-CRASH_WHEN = ("before", "after")
+
+class Outcome(StrEnum):
+    """What engine.execute() did with one stage job (the RQ job's result)."""
+
+    # Another worker holds the run's lease; this job did nothing.
+    BUSY = "busy"
+    # The ticket was consumed already, or the run is not active: a duplicate or stale job.
+    NOTHING_TO_DO = "nothing-to-do"
+    # The run stopped for a human or with an unknown outcome (its event says why).
+    STOPPED = "stopped"
+    # The lease was taken over mid-stage; this worker wrote nothing after that.
+    LEASE_LOST = "lease-lost"
+    # The stage function raised, or returned something else than a StageOutput.
+    FAILED = "failed"
+    # The output failed a rule: no checkpoint.
+    VERIFICATION_FAILED = "verification-failed"
+    # VERIFIED and the checkpoint are written; the next stage is queued.
+    VERIFIED = "verified"
 
 
 class StageStopped(Exception):
     """The stage cannot go on; the run's new status and its event are already written."""
-
-
-class OutcomeUnknown(Exception):
-    """An external call neither confirmed nor refused (a time-out, a dropped connection)."""
 
 
 def worker_identity() -> str:
@@ -61,80 +73,16 @@ def worker_identity() -> str:
 # --- Starting runs -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CrashPoint:
-    stage: str
-    call: str
-    when: str
-
-    @classmethod
-    def parse(cls, spec: str, pipeline: Pipeline) -> CrashPoint:
-        parts = spec.split("/")
-        if len(parts) != 3:
-            raise InvalidInput(f"crash point {spec!r} must look like stage/call/before|after")
-        stage, call, when = parts
-        if stage not in pipeline.stage_names:
-            raise InvalidInput(f"crash point: unknown stage {stage!r}")
-        known_calls = {c.call_id for c in pipeline.stage(stage).calls}
-        if call not in known_calls:
-            raise InvalidInput(
-                f"crash point: stage {stage} has no call {call!r} (it has {', '.join(sorted(known_calls))})"
-            )
-        if when not in CRASH_WHEN:
-            raise InvalidInput(f"crash point: {when!r} is neither 'before' nor 'after'")
-        return cls(stage, call, when)
-
-    def __str__(self) -> str:
-        return f"{self.stage}/{self.call}/{self.when}"
-
-
-def validate_options(pipeline: Pipeline, options: dict[str, Any]) -> dict[str, Any]:
-    """Check the demo knobs: delay (seconds per call), crash and timeout points, stalls."""
-    clean: dict[str, Any] = {}
-    for name, value in options.items():
-        if name == "delay":
-            try:
-                delay = float(value)
-            except (TypeError, ValueError):
-                raise InvalidInput(f"delay must be a number of seconds, not {value!r}") from None
-            if not 0 <= delay <= 60:
-                raise InvalidInput("delay must be between 0 and 60 seconds")
-            clean["delay"] = delay
-        elif name in ("crash", "timeout"):
-            spec = str(CrashPoint.parse(str(value), pipeline))
-            clean[name] = spec
-        elif name == "stall":
-            if not isinstance(value, dict):
-                raise InvalidInput("stall must map stage/call to seconds")
-            stalls = {}
-            for point, seconds in value.items():
-                stage, _, call = str(point).partition("/")
-                CrashPoint.parse(f"{stage}/{call}/before", pipeline)
-                try:
-                    stalls[point] = float(seconds)
-                except (TypeError, ValueError):
-                    raise InvalidInput(f"stall {point}: {seconds!r} is not seconds") from None
-                # Checked here, not by time.sleep() halfway through a stage (negative, NaN).
-                if not 0 <= stalls[point] <= 3600:
-                    raise InvalidInput(f"stall {point}: must be between 0 and 3600 seconds")
-            clean["stall"] = stalls
-        else:
-            raise InvalidInput(f"unknown run option {name!r}")
-    return clean
-
-
 def start_run(
     pipeline_name: str,
     inputs: dict[str, str] | None = None,
     *,
     actor: str,
-    options: dict[str, Any] | None = None,
     enqueue: bool = True,
 ) -> Run:
     """Validate, create the run with its pinned inputs, and queue its first stage."""
     pipeline = registry.get(pipeline_name)
     pinned = pipeline.resolve_inputs(dict(inputs or {}))
-    clean = validate_options(pipeline, dict(options or {}))
     ticket = uuid.uuid4().hex
     with transaction.atomic():
         run = create_run(
@@ -142,8 +90,7 @@ def start_run(
             inputs=pinned,
             actor=actor,
             first_stage=pipeline.stage_names[0],
-            options=clean,
-            payload={"stages": list(pipeline.stage_names), "options": clean},
+            payload={"stages": list(pipeline.stage_names)},
             ticket=ticket,
         )
         if enqueue:
@@ -196,8 +143,15 @@ class Heartbeat(threading.Thread):
         self.join(timeout=5)
 
 
-def execute(run_pk: int, stage_name: str, ticket: str, *, holder: str | None = None) -> str:
-    """Run one stage of one run. Returns a short outcome word for the job's result."""
+def execute(
+    run_pk: int,
+    stage_name: str,
+    ticket: str,
+    *,
+    holder: str | None = None,
+    hooks: CallHooks | None = None,
+) -> Outcome:
+    """Run one stage of one run, calling `hooks` around each tool call (none by default)."""
     holder = holder or worker_identity()
     try:
         token = _acquire_for_ticket(run_pk, ticket, holder)
@@ -208,21 +162,21 @@ def execute(run_pk: int, stage_name: str, ticket: str, *, holder: str | None = N
             stage_name,
             ticket,
         )
-        return "busy"
+        return Outcome.BUSY
     writer = Writer(run_pk, token, holder)
     heartbeat = Heartbeat(writer)
     try:
         run = _begin(writer, stage_name, ticket)
         if run is None:
-            return "nothing-to-do"
+            return Outcome.NOTHING_TO_DO
         heartbeat.start()
-        return _run_stage(writer, run, stage_name)
+        return _run_stage(writer, run, stage_name, hooks or CallHooks())
     except StageStopped as exc:
         log.info("run-%s stopped in %s: %s", run_pk, stage_name, exc)
-        return "stopped"
+        return Outcome.STOPPED
     except LeaseLost as exc:
         log.warning("%s", exc)
-        return "lease-lost"
+        return Outcome.LEASE_LOST
     finally:
         if heartbeat.is_alive():
             heartbeat.stop()
@@ -285,11 +239,11 @@ def _begin(writer: Writer, stage_name: str, ticket: str) -> Run | None:
     return run
 
 
-def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
+def _run_stage(writer: Writer, run: Run, stage_name: str, hooks: CallHooks) -> Outcome:
     pipeline = registry.get(run.pipeline)
     stage = pipeline.stage(stage_name)
     bound, deviated = contract.active(run)
-    ctx = StageContext(writer, run, pipeline, stage_name, contract=bound, deviated=deviated)
+    ctx = StageContext(writer, run, pipeline, stage_name, hooks, contract=bound, deviated=deviated)
     try:
         output = stage.run(ctx)
         if not isinstance(output, StageOutput):
@@ -304,7 +258,7 @@ def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
             payload={"error": f"{type(exc).__name__}: {exc}"[:2000]},
             status=Run.Status.FAILED,
         )
-        return "failed"
+        return Outcome.FAILED
 
     results = [rule.evaluate(output) for rule in stage.rules]
     failed = [r for r in results if not r["passed"]]
@@ -316,7 +270,7 @@ def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
             payload={"error": "verification failed", "rules": results},
             status=Run.Status.FAILED,
         )
-        return "verification-failed"
+        return Outcome.VERIFICATION_FAILED
 
     next_stage = pipeline.next_stage(stage_name)
     ticket = uuid.uuid4().hex if next_stage else ""
@@ -361,7 +315,7 @@ def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
             if ctx.contract is not None and not ctx.deviated:
                 _verdict(ctx)
             append(writer, Event.Type.SUCCEEDED, payload={}, status=Run.Status.SUCCEEDED)
-    return "verified"
+    return Outcome.VERIFIED
 
 
 def _verdict(ctx: StageContext) -> None:
@@ -392,6 +346,7 @@ class StageContext:
         run: Run,
         pipeline: Pipeline,
         stage: str,
+        hooks: CallHooks | None = None,
         *,
         contract: Contract | None = None,
         deviated: bool = False,
@@ -400,6 +355,7 @@ class StageContext:
         self.run = run
         self.pipeline = pipeline
         self.stage = stage
+        self.hooks = hooks or CallHooks()
         self._spec = pipeline.stage(stage)
         self.inputs = {name: run.inputs.get(name) for name in self._spec.consumes}
         # The approved plan this resumed work is bound by (None on a first execution), and
@@ -436,34 +392,6 @@ class StageContext:
                 return data
         raise LookupError(f"the {stage} checkpoint has no artifact {name!r}")
 
-    # Faults (demo) ---------------------------------------------------------------------------
-
-    def _fault(self, call_id: str, when: str) -> None:
-        options = self.run.options or {}
-        if options.get("crash") == f"{self.stage}/{call_id}/{when}" and self.run.attempt == 0:
-            log.error(
-                "fault injection: killing worker %s at %s/%s/%s",
-                os.getpid(),
-                self.stage,
-                call_id,
-                when,
-            )
-            # Die the way an OOM kill or a lost machine does: no cleanup, no last write.
-            os.kill(os.getpid(), signal.SIGKILL)
-            time.sleep(60)  # pragma: no cover - the signal arrives first
-
-    def _before_call(self, call_id: str) -> None:
-        options = self.run.options or {}
-        stall = (options.get("stall") or {}).get(f"{self.stage}/{call_id}")
-        if stall:
-            time.sleep(float(stall))
-        if options.get("delay"):
-            time.sleep(float(options["delay"]))
-
-    def _timed_out(self, call_id: str) -> bool:
-        options = self.run.options or {}
-        return options.get("timeout") == f"{self.stage}/{call_id}/after" and self.run.attempt == 0
-
     # Tool calls ---------------------------------------------------------------------------
 
     def call(self, call_id: str, tool_name: str, **args: Any) -> Any:
@@ -487,14 +415,11 @@ class StageContext:
                 "args": args,
             },
         )
-        self._fault(call_id, "before")
-        self._before_call(call_id)
+        self.hooks.before_call(self, call_id)
         started = time.monotonic()
         self.usage.add_call(tool.name, tool.cost)
         result = tool.call(args, "")
-        if self._timed_out(call_id):
-            raise OutcomeUnknown(f"{tool.name} timed out")
-        self._fault(call_id, "after")
+        self.hooks.after_call(self, call_id, result)
         append(
             self.writer,
             Event.Type.TOOL_RESULT,
@@ -604,8 +529,7 @@ class StageContext:
                 "args": args,
             },
         )
-        self._fault(call_id, "before")
-        self._before_call(call_id)
+        self.hooks.before_call(self, call_id)
         # Fence the call itself, not only the writes around it: a worker that froze after
         # its intent (GC pause, suspended VM, SIGSTOP) and wakes after a takeover would
         # otherwise make the call the resumed run already made (a second card charge) and
@@ -616,8 +540,7 @@ class StageContext:
         self.usage.add_call(tool.name, tool.cost)
         try:
             result = tool.call(args, key)
-            if self._timed_out(call_id):
-                raise OutcomeUnknown(f"{tool.name} did not answer in time")
+            self.hooks.after_call(self, call_id, result)
         except ToolRejected as exc:
             record_outcome(self.writer, effect, status=Effect.Status.FAILED, error=str(exc))
             raise
@@ -638,7 +561,6 @@ class StageContext:
                 run_status=Run.Status.FAILED,
             )
             raise StageStopped(str(exc)) from exc
-        self._fault(call_id, "after")
         record_outcome(
             self.writer,
             effect,

@@ -7,8 +7,7 @@ from typing import Any
 from django import forms
 
 from runs import queries
-from runs.append import LedgerError
-from runs.edits import EDITABLE_EFFECT_FIELDS, edit_effect
+from runs.edits import EDITABLE_EFFECT_FIELDS
 from runs.models import Effect, Run
 from runs.pipeline import registry
 from runs.resume import STRICT, UPGRADE
@@ -65,8 +64,9 @@ class ApproveForm(forms.Form):
 
 
 class EffectLedgerForm(forms.ModelForm):
-    """A supervisor's correction of one effect. It is applied through edit_effect()
-    (reason required, the run's lease taken, LEDGER_EDITED appended), never a plain save."""
+    """A supervisor's correction of one effect. It only validates what was typed: EffectAdmin
+    applies it through edits.edit_effect() (reason required, the run's lease taken,
+    LEDGER_EDITED appended), never a plain save."""
 
     reason = forms.CharField(
         label="Reason",
@@ -74,37 +74,33 @@ class EffectLedgerForm(forms.ModelForm):
         help_text="Why this correction is right (e.g. “checked with the card processor: "
         "no charge was made”). Recorded in the run's event log with your user name.",
     )
-    # Set per request by the admin: who is editing ("user:alice").
-    actor = ""
+    # Set per request by the admin when the ledger refused this very submission (the run
+    # became active, a worker holds its lease, nothing changed): shown as the form's error.
+    refusal = ""
 
     class Meta:
         model = Effect
         fields = list(EDITABLE_EFFECT_FIELDS)
 
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if self.refusal:
+            raise forms.ValidationError(self.refusal)
+        return cleaned
+
     def is_valid(self) -> bool:
-        # The admin saves whatever form is valid. Some refusals only the ledger can make (the
-        # run became active, a worker holds its lease, nothing changed), so the edit is applied
-        # here, as the last step of validation, and a refusal becomes a form error with
-        # nothing written. EffectAdmin.save_model() therefore has nothing left to do.
-        if not super().is_valid():
-            self._restore_instance()
-            return False
-        if getattr(self, "ledger_event", None) is not None:
+        if super().is_valid():
             return True
-        changes = {
+        self._restore_instance()
+        return False
+
+    def changes(self) -> dict[str, Any]:
+        """The fields the supervisor changed, with their new values."""
+        return {
             name: self.cleaned_data[name]
             for name in EDITABLE_EFFECT_FIELDS
             if name in self.changed_data
         }
-        try:
-            self.ledger_event = edit_effect(
-                self.instance.pk, changes, reason=self.cleaned_data["reason"], actor=self.actor
-            )
-        except LedgerError as exc:
-            self.add_error(None, str(exc))
-            self._restore_instance()
-            return False
-        return True
 
     def _restore_instance(self) -> None:
         # Validation copied the submitted values onto the instance; the page that shows the

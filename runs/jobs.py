@@ -6,7 +6,7 @@ import django_rq
 from django.conf import settings
 from django.db import close_old_connections, connections
 
-from runs import engine
+from runs import engine, hooks
 
 
 def job_id(run_pk: int, ticket: str) -> str:
@@ -33,7 +33,8 @@ def enqueue_stage(run_pk: int, stage: str, ticket: str) -> None:
 def execute_stage(run_pk: int, stage: str, ticket: str) -> str:
     close_old_connections()
     try:
-        return engine.execute(run_pk, stage, ticket)
+        # RQ pickles the result: the plain word reads anywhere without importing Resumer.
+        return engine.execute(run_pk, stage, ticket, hooks=hooks.installed()).value
     finally:
         # The worker's process lives on between jobs; never carry a connection across them.
         connections.close_all()

@@ -64,7 +64,6 @@ class RunStatus(models.TextChoices):
     SUCCEEDED = "succeeded", "Succeeded"
     # Replaced by an upgrade branch; kept read-only for its history.
     SUPERSEDED = "superseded", "Superseded"
-    CANCELLED = "cancelled", "Cancelled"
 
 
 class Run(models.Model):
@@ -72,7 +71,7 @@ class Run(models.Model):
 
     ACTIVE = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.RESUMING)
     RESUMABLE = (RunStatus.INTERRUPTED, RunStatus.FAILED, RunStatus.NEEDS_APPROVAL)
-    TERMINAL = (RunStatus.SUCCEEDED, RunStatus.SUPERSEDED, RunStatus.CANCELLED)
+    TERMINAL = (RunStatus.SUCCEEDED, RunStatus.SUPERSEDED)
 
     pipeline = models.CharField(max_length=64)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PENDING)
@@ -109,8 +108,6 @@ class Run(models.Model):
     # The resumed work departed from its approved plan (a PLAN_DEVIATED event): the run
     # stays with those that need a human whatever its status, until the next approval.
     deviated = models.BooleanField(default=False)
-    # Demo knobs: per-call delay and fault injection (crash / stall points), see engine.py.
-    options = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
 
@@ -191,7 +188,6 @@ class EventType(models.TextChoices):
     RESUMED = "RESUMED", "Resumed"
     BRANCHED = "BRANCHED", "Branched"
     SUCCEEDED = "SUCCEEDED", "Succeeded"
-    CANCELLED = "CANCELLED", "Cancelled"
     LEDGER_EDITED = "LEDGER_EDITED", "Ledger edited"
     # The verdict on resumed work against the approved plan (runs/contract.py).
     PLAN_KEPT = "PLAN_KEPT", "Plan kept"
@@ -340,10 +336,6 @@ class Effect(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool}:{self.call_id} [{self.status}]"
-
-    @property
-    def is_settled(self) -> bool:
-        return self.status in self.SETTLED
 
 
 class Artifact(AppendOnlyModel):

@@ -34,7 +34,7 @@ TEXT_PREVIEW_BYTES = 200_000
 
 # --- Inbox -----------------------------------------------------------------------------------
 
-# Columns the inbox shows; the JSON columns (inputs, options) stay in the database.
+# Columns the inbox shows; the JSON column (inputs) stays in the database.
 INBOX_FIELDS = (
     "id",
     "pipeline",
@@ -424,14 +424,6 @@ def timeline_update(run: Run, after: int | None) -> TimelineUpdate:
     facts = None if page.live else run_facts(run)
     stages = facts.checkpoint_stages if facts is not None else None
     return TimelineUpdate(run, page, progress(run, stages), facts)
-
-
-def approval_recorded(run_pk: int, fingerprint: str) -> bool:
-    """Has an approval of exactly this plan already been applied (a double-clicked button,
-    a re-sent form)? Then the second submission is the same decision, not a stale one."""
-    return Event.objects.filter(
-        run_id=run_pk, type=Event.Type.PLAN_APPROVED, payload__fingerprint=fingerprint
-    ).exists()
 
 
 # --- Artifacts -------------------------------------------------------------------------------

@@ -39,6 +39,11 @@ class StalePlan(ResumeRefused):
     pass
 
 
+class AlreadyApproved(ResumeRefused):
+    """This exact plan was approved before with the same action (a double click, a re-sent
+    form or command): the same decision again, not a stale one. Nothing more is done."""
+
+
 @dataclass(frozen=True)
 class Approval:
     run: Run
@@ -59,10 +64,25 @@ def load_run(public_id: str) -> Run:
 
 
 def approve(run: Run, action: str, fingerprint: str, *, actor: str) -> Approval:
-    """Approve `action` on the plan with `fingerprint`. Raises ResumeRefused (or StalePlan)
-    and changes nothing when the approval does not hold."""
+    """Approve `action` on the plan with `fingerprint`. Raises ResumeRefused (StalePlan,
+    AlreadyApproved) and changes nothing when the approval does not hold."""
     if action not in ACTIONS:
         raise ResumeRefused(f"unknown action {action!r}: choose strict or upgrade")
+    try:
+        return _approve(run, action, fingerprint, actor=actor)
+    except ResumeRefused as exc:
+        # Refused because this very plan was approved a moment ago, with the same action (a
+        # double click, a re-sent form or command, a second approver just behind the first):
+        # the same decision again, which lands where the first one did. The dashboard and
+        # `manage.py resume` both say so instead of showing a refusal.
+        if _approved_before(run, action, fingerprint):
+            raise AlreadyApproved(
+                "This plan was already approved; nothing more was done.", exc.plan
+            ) from exc
+        raise
+
+
+def _approve(run: Run, action: str, fingerprint: str, *, actor: str) -> Approval:
     run.refresh_from_db()
     plan = compute_plan(run)
     _check(plan, action, fingerprint)
@@ -108,6 +128,15 @@ def approve(run: Run, action: str, fingerprint: str, *, actor: str) -> Approval:
     if approval.branch is not None:
         approval.branch.refresh_from_db()
     return approval
+
+
+def _approved_before(run: Run, action: str, fingerprint: str) -> bool:
+    return Event.objects.filter(
+        run_id=run.pk,
+        type=Event.Type.PLAN_APPROVED,
+        payload__fingerprint=fingerprint,
+        payload__action=action,
+    ).exists()
 
 
 def _check(plan: Plan, action: str, fingerprint: str) -> None:
@@ -201,8 +230,6 @@ def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
         inputs=upgrade.inputs,
         actor=actor,
         first_stage=upgrade.branch_stage,
-        # Fault injection belongs to the run it was set on; delays carry over for the demo.
-        options={k: v for k, v in run.options.items() if k == "delay"},
         parent=run,
         branch_checkpoint=point,
         payload={

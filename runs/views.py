@@ -24,7 +24,7 @@ from runs import queries, roles, stored_plans
 from runs.forms import ApproveForm, InboxFilterForm
 from runs.models import Artifact, StoredPlan
 from runs.planner import Plan, compute_plan
-from runs.resume import ResumeRefused, approve
+from runs.resume import AlreadyApproved, ResumeRefused, approve
 
 View = Callable[..., HttpResponse]
 
@@ -161,12 +161,11 @@ def approve_plan(request: HttpRequest, pk: int) -> HttpResponse:
     actor = f"user:{request.user.get_username()}"
     try:
         approval = approve(run, action, fingerprint, actor=actor)
+    except AlreadyApproved as exc:
+        # The same decision again (a double click): it lands where the first one did.
+        messages.info(request, str(exc))
+        return redirect("runs:run", pk=run.pk)
     except ResumeRefused as exc:  # StalePlan included
-        if queries.approval_recorded(run.pk, fingerprint):
-            # This very plan was approved a moment ago (a double click, a re-sent form): the
-            # second submission is the same decision, so it lands where the first one did.
-            messages.info(request, "This plan was already approved; nothing more was done.")
-            return redirect("runs:run", pk=run.pk)
         # The refusal comes with the fresh plan (or the target's answer moved under it): that
         # is now the run's stored plan.
         fresh = exc.plan if exc.plan is not None else compute_plan(run)

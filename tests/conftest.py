@@ -21,6 +21,7 @@ import pytest
 from django.conf import settings
 from django.test import TransactionTestCase
 
+from demo import faults
 from runs import worker
 from runs.maintenance import maintenance
 from runs.models import Run
@@ -63,10 +64,16 @@ class Workers:
         self.procs: list[subprocess.Popen] = []
         self.log_dir = log_dir
 
-    def start(self, *, burst: bool = False, name: str = "") -> subprocess.Popen:
+    def start(
+        self, *, burst: bool = False, name: str = "", env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
         log = open(self.log_dir / f"worker-{len(self.procs)}{name}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
-            worker.command(burst=burst), cwd=ROOT, env=worker_env(), stdout=log, stderr=log
+            worker.command(burst=burst),
+            cwd=ROOT,
+            env={**worker_env(), **(env or {})},
+            stdout=log,
+            stderr=log,
         )
         self.procs.append(proc)
         return proc
@@ -109,11 +116,12 @@ def workers(transactional_db, redis_conn, facts, tmp_path) -> Iterator[Workers]:
 @pytest.fixture
 def story_run(workers) -> Run:
     """The protocol's story: research, facts, draft and two images done; the worker dies
-    uploading the cover. Returns the run once the sweeper has marked it interrupted."""
-    from runs import engine
+    uploading the cover. Returns the run once the sweeper has marked it interrupted and a
+    worker has stored the plan the stop asked for (what an operator then reads)."""
+    from runs.models import StoredPlan
 
-    run = engine.start_run(
-        "content", {}, actor="test", options={"crash": "visual/upload-cover/before"}
+    run = faults.start_run(
+        "content", {}, actor="test", faults={"crash": "visual/upload-cover/before"}
     )
     doomed = workers.start()
     doomed.wait(timeout=120)
@@ -121,4 +129,8 @@ def story_run(workers) -> Run:
     workers.start()  # a healthy worker whose sweeper notices the dead one's lease
     wait_for(lambda: run_status(run) == Run.Status.INTERRUPTED, what="interrupted")
     run.refresh_from_db()
+    wait_for(
+        lambda: StoredPlan.objects.filter(run=run, run_version=run.version).exists(),
+        what="the stored plan",
+    )
     return run

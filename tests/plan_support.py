@@ -24,6 +24,7 @@ from django.conf import settings
 from django.core.files.storage import default_storage
 from django.db import connection
 
+from demo import faults
 from runs import artifacts, engine
 from runs.maintenance import maintenance
 from runs.models import Checkpoint, Effect, Event, Lease, Run
@@ -34,12 +35,13 @@ TOPIC = "resumable-agents"
 
 def run_in_process(options: dict[str, Any] | None = None) -> Run:
     """Start a content run and execute its stages here until it stops (fails, succeeds)."""
-    run = engine.start_run("content", {}, actor="test", options=options or {}, enqueue=False)
+    run = faults.start_run("content", {}, actor="test", faults=options or {}, enqueue=False)
+    hooks = faults.FaultHooks()
     for _ in range(20):
         run.refresh_from_db()
         if not (run.is_active and run.ticket):
             break
-        engine.execute(run.pk, run.current_stage, run.ticket, holder="test:in-process")
+        engine.execute(run.pk, run.current_stage, run.ticket, holder="test:in-process", hooks=hooks)
     # Every VERIFIED queued the next stage in Redis as well (dispatch after commit); this test
     # ran those stages itself, so drop the jobs rather than leave them for a later worker.
     django_rq.get_connection(settings.RESUMER_QUEUE).flushdb()
@@ -59,7 +61,7 @@ def run_one_stage_in_process() -> Run:
 def crashed_run(workers: Workers, options: dict[str, Any]) -> Run:
     """The worker is SIGKILLed at the crash point; a healthy worker's sweeper interrupts the
     run. The healthy worker stays up to execute whatever is approved next."""
-    run = engine.start_run("content", {}, actor="test", options=options)
+    run = faults.start_run("content", {}, actor="test", faults=options)
     doomed = workers.start()
     doomed.wait(timeout=120)
     assert doomed.returncode == -signal.SIGKILL
@@ -71,7 +73,7 @@ def crashed_run(workers: Workers, options: dict[str, Any]) -> Run:
 
 def failed_run(workers: Workers, options: dict[str, Any]) -> Run:
     """A timeout fault: the call's outcome is unknown and the run fails; the worker lives on."""
-    run = engine.start_run("content", {}, actor="test", options=options)
+    run = faults.start_run("content", {}, actor="test", faults=options)
     workers.start()
     wait_for(lambda: run_status(run) == Run.Status.FAILED, what="failed")
     run.refresh_from_db()

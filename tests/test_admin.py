@@ -10,10 +10,12 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
+from demo import faults
+from demo.management.commands.seed_demo import run_inline
 from runs import engine, leases, roles, stored_plans
 from runs.append import Writer
 from runs.effects import record_intent
-from runs.management.commands.seed_demo import run_inline
+from runs.forms import EffectLedgerForm
 from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run
 from runs.planner import Action, compute_plan
 
@@ -44,11 +46,11 @@ def supervisor(users) -> Client:
 
 
 def charge_unknown() -> Run:
-    run = engine.start_run(
+    run = faults.start_run(
         "content",
         {},
         actor="test",
-        options={"timeout": "publish/promote-charge/after"},
+        faults={"timeout": "publish/promote-charge/after"},
         enqueue=False,
     )
     return run_inline(run.pk)
@@ -198,6 +200,17 @@ def test_ledger_edit_with_a_reason_goes_through_the_ledger_and_unblocks_the_plan
     html = supervisor.get(f"/runs/{run.public_id}/plan/").content.decode()
     assert "Blocked: a human decides first" not in html
     assert ">Strict resume</button>" in html
+
+
+def test_a_valid_ledger_form_writes_nothing_until_the_admin_applies_it(facts):
+    run = charge_unknown()
+    effect = _charge(run)
+    data = {"status": "failed", "external_id": "", "error": "", "reason": "no charge made"}
+    form = EffectLedgerForm(data, instance=effect)
+    assert form.is_valid()
+    assert form.changes() == {"status": "failed", "error": ""}
+    assert _charge(run).status == Effect.Status.UNKNOWN
+    assert edits(run) == []
 
 
 @pytest.mark.parametrize(

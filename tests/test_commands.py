@@ -10,6 +10,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.test import override_settings
 
+from demo.models import RunFaults
 from runs import leases
 from runs.append import Writer, append, create_run
 from runs.maintenance import maintenance
@@ -23,23 +24,41 @@ def command(*args: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("name", "args"),
     [
-        ("no-such-pipeline",),
-        ("content", "--input", "facts=v99"),
-        ("content", "--input", "facts"),
-        ("content", "--input", "=v3"),
-        ("content", "--input", "colour=blue"),
-        ("content", "--crash-at", "dream/search/before"),
-        ("content", "--crash-at", "visual/no-such-call/before"),
-        ("content", "--timeout-at", "visual/render-cover/sometime"),
-        ("content", "--delay", "600"),
+        ("start_run", ("no-such-pipeline",)),
+        ("start_run", ("content", "--input", "facts=v99")),
+        ("start_run", ("content", "--input", "facts")),
+        ("start_run", ("content", "--input", "=v3")),
+        ("start_run", ("content", "--input", "colour=blue")),
+        ("start_run_with_faults", ("no-such-pipeline", "--delay", "1")),
+        ("start_run_with_faults", ("content", "--crash-at", "dream/search/before")),
+        ("start_run_with_faults", ("content", "--crash-at", "visual/no-such-call/before")),
+        ("start_run_with_faults", ("content", "--timeout-at", "visual/render-cover/sometime")),
+        ("start_run_with_faults", ("content", "--delay", "600")),
     ],
 )
-def test_start_run_command_refuses_bad_input_and_creates_no_run(facts, args):
+def test_start_run_commands_refuse_bad_input_and_create_no_run(facts, name, args):
     with pytest.raises(CommandError):
-        command("start_run", *args, "--no-enqueue")
+        command(name, *args, "--no-enqueue")
     assert not Run.objects.exists()
+    assert not RunFaults.objects.exists()
+
+
+def test_start_run_with_faults_records_the_runs_fault_points(facts):
+    out = command(
+        "start_run_with_faults",
+        "content",
+        "--crash-at",
+        "visual/upload-cover/before",
+        "--delay",
+        "0.5",
+        "--no-enqueue",
+    )
+    run = Run.objects.get()
+    assert out.startswith(f"{run.public_id} pending")
+    faults = RunFaults.objects.get(run=run)
+    assert (faults.crash, faults.timeout, faults.delay) == ("visual/upload-cover/before", "", 0.5)
 
 
 def test_start_run_command_creates_a_run_with_pinned_inputs(facts):

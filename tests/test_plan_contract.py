@@ -12,6 +12,7 @@ import signal
 
 import pytest
 
+from demo import faults
 from demo import simulators as sim
 from demo.models import SimCall
 from runs import contract, engine, replay
@@ -27,7 +28,7 @@ from tests.plan_support import effect, event_types, ledger_state
 def interrupted_without_workers(workers: Workers, crash: str) -> Run:
     """A run whose worker died at `crash`, interrupted by a sweeper, and no worker left: what
     happens between the approval and the resumed work is then up to the test."""
-    run = engine.start_run("content", {}, actor="test", options={"crash": crash})
+    run = faults.start_run("content", {}, actor="test", faults={"crash": crash})
     doomed = workers.start()
     doomed.wait(timeout=120)
     assert doomed.returncode == -signal.SIGKILL

@@ -20,6 +20,8 @@ SCRUBBED = (
     "ALLOWED_HOSTS",
     "DEBUG",
     "RESUMER_CHAIN_KEY",
+    "RESUMER_PIPELINES",
+    "RESUMER_CALL_HOOKS",
 )
 
 
@@ -131,7 +133,7 @@ def test_production_without_a_chain_key_warns_that_heads_are_not_anchored(tmp_pa
         },
         var_dir=tmp_path,
     )
-    assert "runs.W001" in result.stderr + result.stdout
+    assert "runs.W002" in result.stderr + result.stdout
     assert "RESUMER_CHAIN_KEY is not set" in result.stderr + result.stdout
 
 
@@ -141,3 +143,36 @@ def test_production_refuses_to_start_without_a_secret_key(tmp_path):
     )
     assert result.returncode != 0
     assert "SECRET_KEY must be set" in result.stderr
+
+
+PIPELINE_SETTINGS = """
+import json
+from django.conf import settings
+print(json.dumps({"pipelines": settings.RESUMER_PIPELINES, "hooks": settings.RESUMER_CALL_HOOKS,
+                  "demo": "demo" in settings.INSTALLED_APPS}))
+"""
+
+
+def test_the_demo_pipeline_is_the_default_with_its_app_and_fault_hooks(tmp_path):
+    found = shell_json(PIPELINE_SETTINGS, env={}, var_dir=tmp_path)
+    assert found == {
+        "pipelines": ["demo.pipeline.content_pipeline"],
+        "hooks": "demo.faults.FaultHooks",
+        "demo": True,
+    }
+
+
+def test_resumer_pipelines_from_the_environment_leave_the_demo_out(tmp_path):
+    env = {"RESUMER_PIPELINES": "acme.pipelines.blog, acme.pipelines.news,"}
+    found = shell_json(PIPELINE_SETTINGS, env=env, var_dir=tmp_path)
+    assert found == {
+        "pipelines": ["acme.pipelines.blog", "acme.pipelines.news"],
+        "hooks": "",
+        "demo": False,
+    }
+
+
+def test_a_pipeline_entry_that_does_not_import_stops_manage_py_at_start_up(tmp_path):
+    result = manage("check", env={"RESUMER_PIPELINES": "acme.nowhere.blog"}, var_dir=tmp_path)
+    assert result.returncode != 0
+    assert "runs.E001" in result.stderr and "acme.nowhere.blog" in result.stderr

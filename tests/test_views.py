@@ -15,12 +15,12 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from demo import simulators
+from demo import faults, simulators
+from demo.management.commands.seed_demo import run_inline
 from demo.models import SimCall
-from runs import engine, leases, queries, roles, stored_plans, sweeper
+from runs import leases, queries, roles, stored_plans, sweeper
 from runs.append import Writer, append
 from runs.edits import edit_effect
-from runs.management.commands.seed_demo import run_inline
 from runs.models import Effect, Event, Run, StoredPlan
 from runs.planner import compute_plan
 
@@ -67,7 +67,7 @@ def operator(users) -> Client:
 
 
 def started(**options) -> Run:
-    return engine.start_run("content", {}, actor="test", options=options, enqueue=False)
+    return faults.start_run("content", {}, actor="test", faults=options, enqueue=False)
 
 
 def with_its_plan(run: Run) -> Run:
@@ -79,7 +79,7 @@ def with_its_plan(run: Run) -> Run:
 
 
 def executed(inputs: dict | None = None, **options) -> Run:
-    run = engine.start_run("content", inputs or {}, actor="test", options=options, enqueue=False)
+    run = faults.start_run("content", inputs or {}, actor="test", faults=options, enqueue=False)
     return with_its_plan(run_inline(run.pk))
 
 

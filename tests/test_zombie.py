@@ -15,8 +15,9 @@ import time
 
 from rq.job import Job
 
+from demo import faults
 from demo.models import Article, Render, SimCall
-from runs import engine, jobs
+from runs import jobs
 from runs.chain import verify_chain
 from runs.models import Event, Lease, Run
 from runs.planner import compute_plan
@@ -41,8 +42,8 @@ def freeze_between_heartbeats(pid: int, run: Run) -> None:
 def test_a_frozen_worker_woken_after_a_takeover_writes_nothing_and_images_bill_once(
     workers, redis_conn
 ):
-    run = engine.start_run(
-        "content", {}, actor="test", options={"stall": {"visual/render-cover": STALL_SECONDS}}
+    run = faults.start_run(
+        "content", {}, actor="test", faults={"stall": {"visual/render-cover": STALL_SECONDS}}
     )
     zombie = workers.start(name="-zombie")
     called = wait_for(

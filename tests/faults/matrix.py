@@ -97,7 +97,7 @@ class Case:
 def all_cases() -> list[Case]:
     """Every expected call of every stage, before and after: read from the pipeline itself,
     so a call added to the demo is in the matrix without touching this file."""
-    from runs.engine import CRASH_WHEN
+    from demo.faults import WHEN
     from runs.pipeline import registry
 
     pipeline = registry.get(PIPELINE)
@@ -105,7 +105,7 @@ def all_cases() -> list[Case]:
         Case(stage.name, call.call_id, when)
         for stage in pipeline.stages
         for call in stage.calls
-        for when in CRASH_WHEN
+        for when in WHEN
     ]
 
 
@@ -683,7 +683,7 @@ def run_case(case: Case, harness: Harness, reference: dict[str, str]) -> CaseRes
 
 
 def _drive(case: Case, harness: Harness, reference: dict[str, str], result: CaseResult) -> None:
-    from runs import engine
+    from demo import faults
     from runs.checkpoints import latest_checkpoint
     from runs.models import Effect, Run
     from runs.pipeline import registry
@@ -692,11 +692,11 @@ def _drive(case: Case, harness: Harness, reference: dict[str, str], result: Case
 
     pipeline = registry.get(PIPELINE)
     marks = Marks.now()
-    run = engine.start_run(
+    run = faults.start_run(
         PIPELINE,
         {"account": new_account(case.stage)},
         actor="fault-matrix",
-        options={"crash": case.id},
+        faults={"crash": case.id},
     )
     result.run_id = run.public_id
 

@@ -19,6 +19,8 @@ from django.core.files.storage import default_storage
 from django.core.management import CommandError, call_command
 from django.test import Client
 
+from demo import faults
+from demo.models import RunFaults
 from demo.simulators import publish_facts
 from runs import artifacts, engine, jobs, roles
 from runs.append import LedgerError, Writer, append
@@ -44,17 +46,23 @@ def drive(run: Run) -> Run:
         run.refresh_from_db()
         if not (run.is_active and run.ticket):
             break
-        engine.execute(run.pk, run.current_stage, run.ticket, holder="test:in-process")
+        engine.execute(
+            run.pk,
+            run.current_stage,
+            run.ticket,
+            holder="test:in-process",
+            hooks=faults.FaultHooks(),
+        )
     run.refresh_from_db()
     return run
 
 
 def start_inline(options: dict | None = None, **inputs: str) -> Run:
-    run = engine.start_run(
+    run = faults.start_run(
         "content",
         {"account": new_account("bad"), **inputs},
         actor="test:bad-input",
-        options=options or {},
+        faults=options or {},
         enqueue=False,
     )
     return drive(run)
@@ -78,6 +86,7 @@ def snapshot() -> dict:
         "artifacts": Artifact.objects.count(),
         "leases": list(Lease.objects.order_by("run_id").values_list("run_id", "token")),
         "queued": jobs.queue().count,
+        "faults": RunFaults.objects.count(),
     }
 
 
@@ -497,24 +506,27 @@ def test_an_input_version_that_does_not_exist_is_refused(inputs, transactional_d
 @pytest.mark.parametrize(
     "options",
     [
+        {"crash": "dream/search/before"},
         {"crash": "visual/nope/before"},
         {"crash": "visual/render-cover/during"},
         {"crash": "nowhere"},
         {"timeout": "publish"},
+        {"timeout": "publish/publish/before"},
         {"delay": "soon"},
         {"delay": -1},
         {"stall": {"visual/render-cover": "soon"}},
         {"stall": {"visual/render-cover": -5}},
         {"stall": "visual/render-cover"},
         {"stall": {"visual": 1}},
+        {"stall": {"visual/no-such-call": 3}},
         {"retries": 3},
     ],
     ids=lambda options: json.dumps(options),
 )
-def test_bad_run_options_are_refused(options, transactional_db, facts):
+def test_bad_fault_specs_are_refused(options, transactional_db, facts):
     before = snapshot()
     with pytest.raises(InvalidInput):
-        engine.start_run("content", {}, actor="test:bad-input", options=options)
+        faults.start_run("content", {}, actor="test:bad-input", faults=options)
     assert snapshot() == before
 
 
@@ -526,20 +538,28 @@ def test_an_unknown_pipeline_is_refused(transactional_db, facts):
 
 
 @pytest.mark.parametrize(
-    "argv",
+    ("command", "argv"),
     [
-        ["content", "--input", "facts=v99"],
-        ["content", "--input", "facts=v\u00b2"],
-        ["content", "--input", "facts"],
-        ["content", "--crash-at", "visual/nope/before"],
-        ["nope"],
+        ("start_run", ["content", "--input", "facts=v99"]),
+        ("start_run", ["content", "--input", "facts=v\u00b2"]),
+        ("start_run", ["content", "--input", "facts"]),
+        ("start_run_with_faults", ["content", "--crash-at", "visual/nope/before"]),
+        ("start_run_with_faults", ["content", "--input", "facts=v99", "--delay", "1"]),
+        ("start_run", ["nope"]),
     ],
-    ids=["missing-version", "superscript", "no-value", "bad-crash-point", "unknown-pipeline"],
+    ids=[
+        "missing-version",
+        "superscript",
+        "no-value",
+        "bad-crash-point",
+        "bad-input-with-faults",
+        "unknown-pipeline",
+    ],
 )
-def test_the_start_run_command_refuses_bad_input_with_a_command_error(
-    argv, transactional_db, facts
+def test_the_start_run_commands_refuse_bad_input_with_a_command_error(
+    command, argv, transactional_db, facts
 ):
     before = snapshot()
     with pytest.raises(CommandError):
-        call_command("start_run", *argv, "--no-enqueue", stdout=StringIO())
+        call_command(command, *argv, "--no-enqueue", stdout=StringIO())
     assert snapshot() == before

@@ -14,7 +14,8 @@ import pytest
 from django.db import connection
 from rq.job import Job, JobStatus
 
-from runs import engine, jobs, sweeper
+from demo import faults
+from runs import jobs, sweeper
 from runs.models import Checkpoint, Effect, Event, Lease, Run
 from runs.planner import Action, compute_plan
 from runs.resume import STRICT, ResumeRefused, approve
@@ -25,8 +26,8 @@ pytestmark = [pytest.mark.faults, pytest.mark.workers]
 
 
 def start(label: str, **options) -> Run:
-    return engine.start_run(
-        "content", {"account": new_account(label)}, actor="test:faults", options=options
+    return faults.start_run(
+        "content", {"account": new_account(label)}, actor="test:faults", faults=options
     )
 
 
