@@ -75,6 +75,11 @@ def can_edit_ledger(user) -> bool:
 
 
 @register.filter
+def can_manage_queues(user) -> bool:
+    return roles.can_manage_queues(user)
+
+
+@register.filter
 def payload_get(payload: Any, key: str) -> Any:
     """payload.key for dict payloads, "" otherwise (a template cannot do .get with hyphens)."""
     return payload.get(key, "") if isinstance(payload, dict) else ""
