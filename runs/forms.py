@@ -68,6 +68,7 @@ class EffectLedgerForm(forms.ModelForm):
 
     reason = forms.CharField(
         label="Reason",
+        max_length=ledger.MAX_EDIT_REASON_CHARS,
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text="Why this correction is right (e.g. “checked with the card processor: "
         "no charge was made”). Recorded in the run's event log with your user name.",

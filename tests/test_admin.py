@@ -201,6 +201,42 @@ def test_ledger_edit_with_a_reason_goes_through_the_ledger_and_unblocks_the_plan
     assert ">Strict resume</button>" in html
 
 
+def test_a_reason_above_the_limit_is_a_form_error_and_writes_nothing(supervisor, facts):
+    run = charge_unknown()
+    effect = _charge(run)
+    stored = Artifact.objects.count()
+    response = supervisor.post(
+        change_url(effect),
+        {"status": "failed", "external_id": "", "error": "", "reason": "r" * 1_000_000},
+    )
+    assert response.status_code == 200
+    assert "at most 2000 characters" in response.content.decode()
+    assert _charge(run).status == Effect.Status.UNKNOWN
+    assert edits(run) == []
+    assert Artifact.objects.count() == stored
+
+
+def test_edit_effect_refuses_a_reason_above_the_limit(facts):
+    run = charge_unknown()
+    with pytest.raises(ledger.LedgerError, match="limited to 2000 characters"):
+        ledger.edit_effect(
+            _charge(run).pk,
+            {"status": "failed"},
+            reason="r" * (ledger.MAX_EDIT_REASON_CHARS + 1),
+            actor="user:supervisor",
+        )
+    assert _charge(run).status == Effect.Status.UNKNOWN
+    assert edits(run) == []
+
+
+def test_edit_effect_accepts_a_reason_at_the_limit(facts):
+    run = charge_unknown()
+    reason = "r" * ledger.MAX_EDIT_REASON_CHARS
+    ledger.edit_effect(_charge(run).pk, {"status": "failed"}, reason=reason, actor="user:s")
+    assert [event.payload["reason"] for event in edits(run)] == [reason]
+    assert _charge(run).status == Effect.Status.FAILED
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
