@@ -384,6 +384,56 @@ def test_approve_of_a_missing_run_is_404(operator):
     assert operator.post("/runs/run-999999/approve/", {}).status_code == 404
 
 
+# --- ledger edits on the timeline ------------------------------------------------------------
+
+CHECKED = "checked with the card processor: no charge was made."
+
+
+def _edit_row(client: Client, run: Run) -> str:
+    html = client.get(url(run)).content.decode()
+    [row] = re.findall(r'<tr class="event event-ledger_edited">.*?</tr>', html, re.S)
+    return row
+
+
+def _edit_charge(run: Run, error: str, reason: str = CHECKED) -> Event:
+    effect = Effect.objects.get(run=run, call_id="promote-charge")
+    changes = {"status": "failed", "error": error}
+    ledger.edit_effect(effect.pk, changes, reason=reason, actor="user:supervisor")
+    return Event.objects.get(run=run, type=Event.Type.LEDGER_EDITED)
+
+
+def _assert_shows_who_what_and_why(row: str) -> None:
+    assert "user:supervisor" in row
+    assert "promote-charge" in row and "charge_card" in row
+    assert "status: unknown → failed" in row
+    assert CHECKED in row
+
+
+@pytest.mark.parametrize("error_chars", [20, 20_000], ids=["inline", "stored"])
+def test_a_ledger_edit_shows_who_what_and_why_on_the_timeline(viewer, facts, error_chars):
+    run = executed(timeout="publish/promote-charge/after")
+    event = _edit_charge(run, "e" * error_chars, CHECKED + " " + "x" * 1900)
+    assert bool(event.payload_ref) == (error_chars > 20)
+    _assert_shows_who_what_and_why(_edit_row(viewer, run))
+
+
+def test_an_old_ledger_edit_stored_without_a_summary_still_shows_who_what_and_why(
+    viewer, facts, monkeypatch
+):
+    run = executed(timeout="publish/promote-charge/after")
+    # Before reasons were bounded and stored payloads kept a summary: a million-character
+    # reason, and an event that holds only the artifact's reference.
+    monkeypatch.setattr(ledger, "MAX_EDIT_REASON_CHARS", 10_000_000)
+    event = _edit_charge(run, "", CHECKED + " " + "x" * 1_000_000)
+    old_body = {"stored_as": event.payload_ref, "bytes": event.payload["bytes"]}
+    column = Event._meta.get_field("payload").get_db_prep_save(old_body, connection)
+    with ledger.maintenance(), connection.cursor() as cursor:
+        cursor.execute("UPDATE runs_event SET payload = %s WHERE id = %s", [column, event.pk])
+    row = _edit_row(viewer, run)
+    _assert_shows_who_what_and_why(row)
+    assert "x" * 1000 not in row
+
+
 # --- artifacts -------------------------------------------------------------------------------
 
 

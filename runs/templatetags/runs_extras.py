@@ -86,6 +86,20 @@ def payload_get(payload: Any, key: str) -> Any:
 
 
 @register.filter
+def ledger_changes(payload: Any) -> list[tuple[str, Any, Any]]:
+    """A ledger edit's changed fields as (field, before, after)."""
+    before = payload.get("before") if isinstance(payload, dict) else None
+    after = payload.get("after") if isinstance(payload, dict) else None
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return []
+    return [
+        (name, before.get(name, ""), value)
+        for name, value in after.items()
+        if before.get(name) != value
+    ]
+
+
+@register.filter
 def failing(lines: Any) -> list:
     """The plan's artifact lines that no longer verify."""
     return [line for line in lines or () if not getattr(line, "ok", True)]
