@@ -454,6 +454,72 @@ def test_artifacts_are_served_safely(viewer, facts):
     assert "Resumable agents" in page
 
 
+# --- caching ---------------------------------------------------------------------------------
+
+
+def _draft(run: Run):
+    rows = queries.artifact_rows(list(run.checkpoints.all()))
+    return next(row.artifact for row in rows if row.name == "draft")
+
+
+def _dashboard_requests(run: Run) -> dict[str, tuple[str, str, dict, dict]]:
+    """One request per kind of dashboard response: (method, path, data, headers)."""
+    draft = _draft(run)
+    fingerprint = compute_plan(run).fingerprint
+    return {
+        "inbox": ("get", "/runs/", {}, {}),
+        "inbox rows": ("get", "/runs/", {}, {"HX-Request": "true"}),
+        "run": ("get", url(run), {}, {}),
+        "timeline": ("get", url(run, "timeline/"), {}, {}),
+        "plan": ("get", url(run, "plan/"), {}, {}),
+        "refused approval": ("post", url(run, "approve/"), {"action": "strict"}, {}),
+        "approval": (
+            "post",
+            url(run, "approve/"),
+            {"action": "strict", "fingerprint": fingerprint, "confirm": "on"},
+            {},
+        ),
+        "artifact": ("get", f"/runs/artifacts/{draft.pk}/", {}, {}),
+        "raw artifact": ("get", f"/runs/artifacts/{draft.pk}/raw/", {}, {}),
+    }
+
+
+DASHBOARD_KINDS = [
+    "inbox",
+    "inbox rows",
+    "run",
+    "timeline",
+    "plan",
+    "refused approval",
+    "approval",
+    "artifact",
+    "raw artifact",
+]
+
+
+@pytest.mark.parametrize("kind", DASHBOARD_KINDS)
+def test_dashboard_responses_are_private_and_never_stored(operator, facts, kind):
+    run = executed(timeout="visual/render-cover/after")
+    method, path, data, headers = _dashboard_requests(run)[kind]
+    response = getattr(operator, method)(path, data, headers=headers)
+    assert response.status_code in (200, 302, 400)
+    directives = {d.strip() for d in response["Cache-Control"].split(",")}
+    assert {"private", "no-store"} <= directives
+
+
+@pytest.mark.parametrize("role", [None, "nobody", roles.VIEWER])
+def test_no_dashboard_response_is_a_500_for_anonymous_viewers_or_no_role(users, facts, role):
+    run = executed(timeout="visual/render-cover/after")
+    client = client_for(users[role] if role else None)
+    allowed = {None: {302}, "nobody": {403}, roles.VIEWER: {200, 403}}[role]
+    for kind, (method, path, data, headers) in _dashboard_requests(run).items():
+        response = getattr(client, method)(path, data, headers=headers)
+        if role is None and "HX-Redirect" in response:
+            continue  # an htmx request is sent to the login page through its header
+        assert response.status_code in allowed, kind
+    assert approvals(run) == 0
+
+
 # --- untrusted content -----------------------------------------------------------------------
 
 EVIL = '<script>alert(\'x\')</script><button hx-post="/runs/run-1/approve/" hx-trigger="load">go</button>'
