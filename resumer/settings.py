@@ -158,7 +158,9 @@ RQ_QUEUES = {
         "DEFAULT_TIMEOUT": int(os.environ.get("RESUMER_JOB_TIMEOUT", "600")),
     },
 }
-RQ_SHOW_ADMIN_LINK = True
+# django-rq would also mount its pages at /admin/django_rq/ for any staff user; they are
+# mounted once, at /admin/rq/, behind the supervisor role (runs/queue_admin.py).
+RQ_SHOW_ADMIN_LINK = False
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

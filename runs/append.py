@@ -22,6 +22,7 @@ from runs import dialects, signals
 from runs.chain import canonical_json, event_hash, hashed_content, head_anchor
 from runs.leases import LeaseLost
 from runs.models import Checkpoint, Event, Lease, Run
+from runs.payload_summary import summarize
 
 __all__ = [
     "LeaseLost",
@@ -106,14 +107,15 @@ def _encode_payload(payload: dict[str, Any] | None) -> tuple[dict[str, Any], byt
 def _place_payload(
     run_id: int, seq: int, payload: dict[str, Any], encoded: bytes
 ) -> tuple[dict[str, Any], str, str]:
-    """Small payloads stay inline; large ones go to an artifact the event references.
+    """Small payloads stay inline; large ones go to an artifact the event references, with
+    a short summary inline for the timeline (runs/payload_summary.py).
     Returns the event's payload, its payload_ref and the payload's JSON text."""
     if len(encoded) <= settings.RESUMER_INLINE_PAYLOAD_BYTES:
         return payload, "", encoded.decode()
     from runs import artifacts
 
     stored = artifacts.store(f"payload/run-{run_id}/{seq}", encoded, "application/json")
-    body = {"stored_as": stored.uri, "bytes": len(encoded)}
+    body = {"stored_as": stored.uri, "bytes": len(encoded), "summary": summarize(payload)}
     return body, stored.uri, canonical_json(body)
 
 

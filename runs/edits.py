@@ -14,6 +14,8 @@ from runs.models import Effect, Event, Run
 __all__ = ["EDITABLE_EFFECT_FIELDS", "edit_effect"]
 
 EDITABLE_EFFECT_FIELDS = ("status", "external_id", "error")
+# A reason is read on the run's timeline: room to say what was checked, not for a pasted log.
+MAX_EDIT_REASON_CHARS = 2000
 
 
 def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: str) -> Event:
@@ -24,6 +26,10 @@ def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: 
     reason = (reason or "").strip()
     if not reason:
         raise LedgerError("a ledger edit needs a reason")
+    if len(reason) > MAX_EDIT_REASON_CHARS:
+        raise LedgerError(
+            f"a ledger edit's reason is limited to {MAX_EDIT_REASON_CHARS} characters"
+        )
     unknown = set(changes) - set(EDITABLE_EFFECT_FIELDS)
     if unknown:
         raise LedgerError(f"effect fields {sorted(unknown)} cannot be edited")

@@ -7,7 +7,7 @@ from typing import Any
 from django import forms
 
 from runs import queries
-from runs.edits import EDITABLE_EFFECT_FIELDS
+from runs.edits import EDITABLE_EFFECT_FIELDS, MAX_EDIT_REASON_CHARS
 from runs.models import Effect, Run
 from runs.pipeline import registry
 from runs.resume import STRICT, UPGRADE
@@ -70,6 +70,7 @@ class EffectLedgerForm(forms.ModelForm):
 
     reason = forms.CharField(
         label="Reason",
+        max_length=MAX_EDIT_REASON_CHARS,
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text="Why this correction is right (e.g. “checked with the card processor: "
         "no charge was made”). Recorded in the run's event log with your user name.",

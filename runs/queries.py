@@ -9,6 +9,7 @@ and related rows are fetched in one query per kind.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import reduce
@@ -23,6 +24,7 @@ from runs import artifacts as artifact_store
 from runs import stored_plans
 from runs.contract import Usage
 from runs.models import Artifact, Checkpoint, Effect, Event, Run, StoredPlan
+from runs.payload_summary import summarize
 from runs.pipeline import UnknownPipeline, registry
 from runs.planner import Plan
 
@@ -219,6 +221,8 @@ def timeline(run: Run, after: int | None, size: int = TIMELINE_PAGE_SIZE) -> Tim
         .order_by("seq")[: size + 1]
     )
     newer = rows[size - 1].seq if len(rows) > size else None
+    for event in rows:
+        event.shown = shown_payload(event)
     return TimelinePage(
         run=run,
         events=rows[:size],
@@ -226,6 +230,25 @@ def timeline(run: Run, after: int | None, size: int = TIMELINE_PAGE_SIZE) -> Tim
         older_after=max(start - size, 0) if start > 0 else None,
         newer_after=newer,
     )
+
+
+def shown_payload(event: Event) -> dict[str, Any]:
+    """What the event's timeline row reads of its payload, however the payload is stored:
+    inline, or as an artifact with a summary beside the reference."""
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    if not event.payload_ref:
+        return payload
+    if "summary" in payload:
+        return payload["summary"]
+    if event.type == Event.Type.LEDGER_EDITED:
+        # Stored before events kept a summary: who changed what, and why, must still show,
+        # so it is read from the artifact. Edits are rare; a page holds few of them.
+        try:
+            stored = json.loads(artifact_store.read(event.payload_ref))
+        except (artifact_store.ArtifactMissing, ValueError):
+            return {}
+        return summarize(stored) if isinstance(stored, dict) else {}
+    return {}
 
 
 @dataclass

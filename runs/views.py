@@ -16,6 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.cache import patch_vary_headers
+from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -30,7 +31,10 @@ View = Callable[..., HttpResponse]
 
 
 def role_required(check: Callable[..., bool]) -> Callable[[View], View]:
-    """Log in first, then the role: a logged-in user without it gets 403."""
+    """Log in first, then the role: a logged-in user without it gets 403.
+
+    What a role may read (runs, agent output, artifacts) is kept by no cache, shared or the
+    browser's: every dashboard response is `Cache-Control: private, no-store`."""
 
     def decorator(view: View) -> View:
         @wraps(view)
@@ -46,7 +50,7 @@ def role_required(check: Callable[..., bool]) -> Callable[[View], View]:
                 raise PermissionDenied("Your role does not allow this.")
             return view(request, *args, **kwargs)
 
-        return wrapped
+        return cache_control(private=True, no_store=True)(wrapped)
 
     return decorator
 

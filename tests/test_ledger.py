@@ -162,6 +162,38 @@ def test_payload_above_the_inline_limit_is_stored_as_an_artifact_and_referenced(
     assert verify_chain(run.pk).ok
 
 
+def test_a_stored_payload_keeps_what_its_timeline_row_shows_inline(run, writer):
+    payload = {
+        "call": "search",
+        "tool": "web_search",
+        "status": "confirmed",
+        "reason": "r" * 500,
+        "result": ["f" * 100] * (settings.RESUMER_INLINE_PAYLOAD_BYTES // 100 + 1),
+    }
+    event = Event.objects.get(
+        pk=append(writer, Event.Type.TOOL_RESULT, stage="research", payload=payload).pk
+    )
+    assert event.payload["summary"] == {
+        "call": "search",
+        "tool": "web_search",
+        "status": "confirmed",
+        "reason": "r" * 200 + "…",
+    }
+    assert verify_chain(run.pk).ok
+
+
+def test_the_inline_summary_of_a_stored_payload_is_under_the_chain(run, writer):
+    payload = {"status": "confirmed", "blob": "b" * settings.RESUMER_INLINE_PAYLOAD_BYTES}
+    event = append(writer, Event.Type.TOOL_RESULT, stage="research", payload=payload)
+    forged = {**event.payload, "summary": {"status": "failed"}}
+    column = Event._meta.get_field("payload").get_db_prep_save(forged, connection)
+    with maintenance(), connection.cursor() as cursor:
+        cursor.execute("UPDATE runs_event SET payload = %s WHERE id = %s", [column, event.pk])
+    report = verify_chain(run.pk)
+    assert report.ok is False
+    assert report.first_bad_seq == event.seq
+
+
 def test_payload_at_the_inline_limit_stays_inline(run, writer):
     # canonical_json of {"p": "..."} is 8 bytes of framing plus the string.
     payload = {"p": "y" * (settings.RESUMER_INLINE_PAYLOAD_BYTES - 8)}

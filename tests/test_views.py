@@ -18,9 +18,10 @@ from django.test.utils import CaptureQueriesContext
 from demo import faults, simulators
 from demo.management.commands.seed_demo import run_inline
 from demo.models import SimCall
-from runs import leases, queries, roles, stored_plans, sweeper
+from runs import edits, leases, queries, roles, stored_plans, sweeper
 from runs.append import Writer, append
 from runs.edits import edit_effect
+from runs.maintenance import maintenance
 from runs.models import Effect, Event, Run, StoredPlan
 from runs.planner import compute_plan
 
@@ -394,6 +395,56 @@ def test_approve_of_a_missing_run_is_404(operator):
     assert operator.post("/runs/run-999999/approve/", {}).status_code == 404
 
 
+# --- ledger edits on the timeline ------------------------------------------------------------
+
+CHECKED = "checked with the card processor: no charge was made."
+
+
+def _edit_row(client: Client, run: Run) -> str:
+    html = client.get(url(run)).content.decode()
+    [row] = re.findall(r'<tr class="event event-ledger_edited">.*?</tr>', html, re.S)
+    return row
+
+
+def _edit_charge(run: Run, error: str, reason: str = CHECKED) -> Event:
+    effect = Effect.objects.get(run=run, call_id="promote-charge")
+    changes = {"status": "failed", "error": error}
+    edit_effect(effect.pk, changes, reason=reason, actor="user:supervisor")
+    return Event.objects.get(run=run, type=Event.Type.LEDGER_EDITED)
+
+
+def _assert_shows_who_what_and_why(row: str) -> None:
+    assert "user:supervisor" in row
+    assert "promote-charge" in row and "charge_card" in row
+    assert "status: unknown → failed" in row
+    assert CHECKED in row
+
+
+@pytest.mark.parametrize("error_chars", [20, 20_000], ids=["inline", "stored"])
+def test_a_ledger_edit_shows_who_what_and_why_on_the_timeline(viewer, facts, error_chars):
+    run = executed(timeout="publish/promote-charge/after")
+    event = _edit_charge(run, "e" * error_chars, CHECKED + " " + "x" * 1900)
+    assert bool(event.payload_ref) == (error_chars > 20)
+    _assert_shows_who_what_and_why(_edit_row(viewer, run))
+
+
+def test_an_old_ledger_edit_stored_without_a_summary_still_shows_who_what_and_why(
+    viewer, facts, monkeypatch
+):
+    run = executed(timeout="publish/promote-charge/after")
+    # Before reasons were bounded and stored payloads kept a summary: a million-character
+    # reason, and an event that holds only the artifact's reference.
+    monkeypatch.setattr(edits, "MAX_EDIT_REASON_CHARS", 10_000_000)
+    event = _edit_charge(run, "", CHECKED + " " + "x" * 1_000_000)
+    old_body = {"stored_as": event.payload_ref, "bytes": event.payload["bytes"]}
+    column = Event._meta.get_field("payload").get_db_prep_save(old_body, connection)
+    with maintenance(), connection.cursor() as cursor:
+        cursor.execute("UPDATE runs_event SET payload = %s WHERE id = %s", [column, event.pk])
+    row = _edit_row(viewer, run)
+    _assert_shows_who_what_and_why(row)
+    assert "x" * 1000 not in row
+
+
 # --- artifacts -------------------------------------------------------------------------------
 
 
@@ -412,6 +463,72 @@ def test_artifacts_are_served_safely(viewer, facts):
     page = viewer.get(f"/runs/artifacts/{draft.artifact.pk}/").content.decode()
     assert "yes: the blob exists" in page
     assert "Resumable agents" in page
+
+
+# --- caching ---------------------------------------------------------------------------------
+
+
+def _draft(run: Run):
+    rows = queries.artifact_rows(list(run.checkpoints.all()))
+    return next(row.artifact for row in rows if row.name == "draft")
+
+
+def _dashboard_requests(run: Run) -> dict[str, tuple[str, str, dict, dict]]:
+    """One request per kind of dashboard response: (method, path, data, headers)."""
+    draft = _draft(run)
+    fingerprint = compute_plan(run).fingerprint
+    return {
+        "inbox": ("get", "/runs/", {}, {}),
+        "inbox rows": ("get", "/runs/", {}, {"HX-Request": "true"}),
+        "run": ("get", url(run), {}, {}),
+        "timeline": ("get", url(run, "timeline/"), {}, {}),
+        "plan": ("get", url(run, "plan/"), {}, {}),
+        "refused approval": ("post", url(run, "approve/"), {"action": "strict"}, {}),
+        "approval": (
+            "post",
+            url(run, "approve/"),
+            {"action": "strict", "fingerprint": fingerprint, "confirm": "on"},
+            {},
+        ),
+        "artifact": ("get", f"/runs/artifacts/{draft.pk}/", {}, {}),
+        "raw artifact": ("get", f"/runs/artifacts/{draft.pk}/raw/", {}, {}),
+    }
+
+
+DASHBOARD_KINDS = [
+    "inbox",
+    "inbox rows",
+    "run",
+    "timeline",
+    "plan",
+    "refused approval",
+    "approval",
+    "artifact",
+    "raw artifact",
+]
+
+
+@pytest.mark.parametrize("kind", DASHBOARD_KINDS)
+def test_dashboard_responses_are_private_and_never_stored(operator, facts, kind):
+    run = executed(timeout="visual/render-cover/after")
+    method, path, data, headers = _dashboard_requests(run)[kind]
+    response = getattr(operator, method)(path, data, headers=headers)
+    assert response.status_code in (200, 302, 400)
+    directives = {d.strip() for d in response["Cache-Control"].split(",")}
+    assert {"private", "no-store"} <= directives
+
+
+@pytest.mark.parametrize("role", [None, "nobody", roles.VIEWER])
+def test_no_dashboard_response_is_a_500_for_anonymous_viewers_or_no_role(users, facts, role):
+    run = executed(timeout="visual/render-cover/after")
+    client = client_for(users[role] if role else None)
+    allowed = {None: {302}, "nobody": {403}, roles.VIEWER: {200, 403}}[role]
+    for kind, (method, path, data, headers) in _dashboard_requests(run).items():
+        response = getattr(client, method)(path, data, headers=headers)
+        if role is None and "HX-Redirect" in response:
+            continue  # an htmx request is sent to the login page through its header
+        assert response.status_code in allowed, kind
+    assert approvals(run) == 0
 
 
 # --- untrusted content -----------------------------------------------------------------------
