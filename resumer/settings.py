@@ -198,6 +198,8 @@ RESUMER_PIPELINES = ["demo.pipeline.content_pipeline"]
 # Payloads above this size are stored as an artifact and referenced from the event.
 RESUMER_INLINE_PAYLOAD_BYTES = 8 * 1024
 RESUMER_MAX_PAYLOAD_BYTES = 5 * 1024 * 1024
+# An HTTP tool's request or response body above this size is recorded as an artifact.
+RESUMER_HTTP_INLINE_BODY_BYTES = 2 * 1024
 
 if PRODUCTION:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)

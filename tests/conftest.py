@@ -21,6 +21,7 @@ import pytest
 from django.conf import settings
 from django.test import TransactionTestCase
 
+from demo_service.process import ServiceProcess
 from runs import worker
 from runs.ledger import maintenance
 from runs.models import Run
@@ -122,3 +123,22 @@ def story_run(workers) -> Run:
     wait_for(lambda: run_status(run) == Run.Status.INTERRUPTED, what="interrupted")
     run.refresh_from_db()
     return run
+
+
+@pytest.fixture(scope="session")
+def demo_service_process(tmp_path_factory) -> Iterator[ServiceProcess]:
+    """One real demo service (gunicorn, its own SQLite file) for the whole session."""
+    folder = tmp_path_factory.mktemp("demo-service")
+    service = ServiceProcess(database=folder / "service.sqlite3", log=folder / "service.log")
+    service.start()
+    yield service
+    service.stop()
+
+
+@pytest.fixture
+def demo_service(demo_service_process) -> ServiceProcess:
+    """The demo service, running and empty: no objects, stored responses, meter rows or
+    faults. A test may stop() it (the target is down); the next test gets it started again."""
+    demo_service_process.start()
+    demo_service_process.reset()
+    return demo_service_process
