@@ -357,11 +357,11 @@ class HttpTool:
                     return result
                 said = f"{self._target(request)} answered {status} {response.reason_phrase}"
                 detail = _error_message(response)
-                if status == 409:
+                if status == 409 and key and self.idempotency_header:
                     self._note(seen, attempt, request, response, ExchangeOutcome.CONFLICT, started)
                     raise KeyConflict(
                         f"{said}: {detail or 'key reused with a different request'} "
-                        f"({self.idempotency_header or 'key'} {key[:12]}…)",
+                        f"({self.idempotency_header} {key[:12]}…)",
                         exchanges=seen,
                     )
                 transient = status >= 500 or status == 429
