@@ -224,6 +224,8 @@ RESUMER_MAX_PAYLOAD_BYTES = 5 * 1024 * 1024
 # never in the database: a database writer without it cannot forge a rewritten history. Unset,
 # heads are not anchored and verify_chain says so; production warns (runs/checks.py).
 RESUMER_CHAIN_KEY = os.environ.get("RESUMER_CHAIN_KEY", "")
+# An HTTP tool's request or response body above this size is recorded as an artifact.
+RESUMER_HTTP_INLINE_BODY_BYTES = 2 * 1024
 
 if PRODUCTION:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)

@@ -22,6 +22,7 @@ from django.conf import settings
 from django.test import TransactionTestCase
 
 from demo import faults
+from demo_service.process import ServiceProcess
 from runs import worker
 from runs.maintenance import maintenance
 from runs.models import Run
@@ -134,3 +135,22 @@ def story_run(workers) -> Run:
         what="the stored plan",
     )
     return run
+
+
+@pytest.fixture(scope="session")
+def demo_service_process(tmp_path_factory) -> Iterator[ServiceProcess]:
+    """One real demo service (gunicorn, its own SQLite file) for the whole session."""
+    folder = tmp_path_factory.mktemp("demo-service")
+    service = ServiceProcess(database=folder / "service.sqlite3", log=folder / "service.log")
+    service.start()
+    yield service
+    service.stop()
+
+
+@pytest.fixture
+def demo_service(demo_service_process) -> ServiceProcess:
+    """The demo service, running and empty: no objects, stored responses, meter rows or
+    faults. A test may stop() it (the target is down); the next test gets it started again."""
+    demo_service_process.start()
+    demo_service_process.reset()
+    return demo_service_process
