@@ -1,4 +1,4 @@
-"""RQ jobs. They take primary keys and stay thin: the work is in engine.py."""
+"""RQ jobs. They take primary keys and stay thin: the work is in engine.py and notify.py."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import django_rq
 from django.conf import settings
 from django.db import close_old_connections, connections
 
-from runs import engine
+from runs import engine, notify
 
 
 def job_id(run_pk: int, ticket: str) -> str:
@@ -36,4 +36,14 @@ def execute_stage(run_pk: int, stage: str, ticket: str) -> str:
         return engine.execute(run_pk, stage, ticket)
     finally:
         # The worker's process lives on between jobs; never carry a connection across them.
+        connections.close_all()
+
+
+def deliver_notification(notification_pk: int, channel: str) -> str:
+    """One attempt to send a notification to one target (notify.deliver); queued with RQ's
+    Retry, so a failed attempt (it raises) is tried again after the backoff."""
+    close_old_connections()
+    try:
+        return notify.deliver(notification_pk, channel)
+    finally:
         connections.close_all()

@@ -22,7 +22,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from runs import leases
+from runs import leases, notify
 from runs.leases import LeaseLost
 from runs.models import Checkpoint, Effect, Event, Lease, Run
 from runs.pipeline import Reconciliation
@@ -456,6 +456,11 @@ def _insert(
     # The row exists now: the instance is what a query would have returned.
     event._state.adding = False
     event._state.db = connection.alias
+    # --- Notification hook (runs/notify.py) ------------------------------------------------
+    # The one line notifications add to the append path: if this event moves the run into a
+    # state a human must hear about, a callback runs after the transaction commits. It never
+    # raises, and touches neither the database nor Redis before the commit.
+    notify.on_append(event, run.status, status)
     return event
 
 
