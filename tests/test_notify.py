@@ -17,7 +17,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -98,7 +98,6 @@ class SMTPInbox:
 class Targets:
     webhook: WebhookReceiver
     smtp: SMTPInbox
-    env: dict[str, str] = field(default_factory=dict)
 
 
 @pytest.fixture
@@ -120,11 +119,27 @@ def smtp() -> Iterator[SMTPInbox]:
     controller.stop()
 
 
+NOTIFY_ENV = (
+    "RESUMER_PUBLIC_URL",
+    "RESUMER_WEBHOOK_URL",
+    "RESUMER_WEBHOOK_SECRET",
+    "RESUMER_NOTIFY_EMAILS",
+    "RESUMER_NOTIFY_WINDOW",
+    "RESUMER_NOTIFY_BACKOFF",
+    "EMAIL_BACKEND",
+    "EMAIL_HOST",
+    "EMAIL_PORT",
+)
+
+
 def configure(monkeypatch, settings, **values: str) -> None:
     """The same notification settings for this process (settings) and for the workers it
-    starts (their environment is this one's)."""
-    for name, value in values.items():
-        monkeypatch.setenv(name, value)
+    starts (their environment is this one's); what is not given is unset."""
+    for name in NOTIFY_ENV:
+        if name in values:
+            monkeypatch.setenv(name, values[name])
+        else:
+            monkeypatch.delenv(name, raising=False)
     settings.RESUMER_PUBLIC_URL = values.get("RESUMER_PUBLIC_URL", PUBLIC_URL)
     settings.RESUMER_WEBHOOK_URL = values.get("RESUMER_WEBHOOK_URL", "")
     settings.RESUMER_WEBHOOK_SECRET = values.get("RESUMER_WEBHOOK_SECRET", "")
@@ -154,7 +169,7 @@ def targets(monkeypatch, settings, receiver, smtp) -> Targets:
         "EMAIL_PORT": str(smtp.port),
     }
     configure(monkeypatch, settings, **env)
-    return Targets(receiver, smtp, env)
+    return Targets(receiver, smtp)
 
 
 def valid_signature(received: Received) -> bool:
