@@ -227,6 +227,42 @@ RESUMER_CHAIN_KEY = os.environ.get("RESUMER_CHAIN_KEY", "")
 # An HTTP tool's request or response body above this size is recorded as an artifact.
 RESUMER_HTTP_INLINE_BODY_BYTES = 2 * 1024
 
+# --- Notifications (runs/notify.py) -------------------------------------------------------
+# Where links in messages point: the address people open the dashboard at.
+RESUMER_PUBLIC_URL = os.environ.get("RESUMER_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+# Targets. None set: nothing is recorded or queued.
+RESUMER_WEBHOOK_URL = os.environ.get("RESUMER_WEBHOOK_URL", "").strip()
+RESUMER_WEBHOOK_SECRET = os.environ.get("RESUMER_WEBHOOK_SECRET", "")
+if RESUMER_WEBHOOK_URL and not RESUMER_WEBHOOK_SECRET:
+    # Receivers tell Resumer's messages from anyone else's by the signature; no unsigned mode.
+    raise RuntimeError("RESUMER_WEBHOOK_URL is set: RESUMER_WEBHOOK_SECRET must be set too")
+if RESUMER_WEBHOOK_URL and not RESUMER_WEBHOOK_URL.startswith(("https://", "http://")):
+    raise RuntimeError("RESUMER_WEBHOOK_URL must be an http:// or https:// URL")
+RESUMER_NOTIFY_EMAILS = [
+    a.strip() for a in os.environ.get("RESUMER_NOTIFY_EMAILS", "").split(",") if a.strip()
+]
+# Runs that stop within this many seconds of the first one share one message.
+RESUMER_NOTIFY_WINDOW = float(os.environ.get("RESUMER_NOTIFY_WINDOW", "30"))
+# Seconds to wait before each retry of a failed delivery (RQ Retry intervals); the number of
+# values is the number of retries.
+RESUMER_NOTIFY_BACKOFF = [
+    int(v)
+    for v in os.environ.get("RESUMER_NOTIFY_BACKOFF", "10,60,300,900").split(",")
+    if v.strip()
+]
+if any(v < 0 for v in RESUMER_NOTIFY_BACKOFF):
+    raise RuntimeError("RESUMER_NOTIFY_BACKOFF takes seconds >= 0, e.g. 10,60,300")
+RESUMER_WEBHOOK_TIMEOUT = float(os.environ.get("RESUMER_WEBHOOK_TIMEOUT", "10"))
+# Django's email backend; SMTP settings as Django names them.
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = 30
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "resumer@localhost")
+
 if PRODUCTION:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

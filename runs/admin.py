@@ -6,7 +6,8 @@ Runs, events, checkpoints, artifacts and leases only ever change through the app
 can be changed by a supervisor, and the change goes through edits.edit_effect(): a reason is
 required and a LEDGER_EDITED event records who changed what. Access follows the dashboard's
 roles (runs/roles.py), not model permissions: any staff user with a role may look, only a
-supervisor may edit the ledger.
+supervisor may edit the ledger. Notifications and their delivery log are for supervisors
+only, read-only.
 """
 
 from __future__ import annotations
@@ -14,15 +15,27 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils.html import format_html
 
-from runs import roles
+from runs import notify, roles
 from runs.append import LedgerError
 from runs.edits import edit_effect
 from runs.forms import EffectLedgerForm
-from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run, StoredPlan
+from runs.models import (
+    Artifact,
+    Checkpoint,
+    Delivery,
+    Effect,
+    Event,
+    Lease,
+    Notification,
+    NotificationRun,
+    Run,
+    StoredPlan,
+)
 from runs.pipeline import registry
 
 admin.site.site_header = "Resumer admin"
@@ -302,3 +315,79 @@ class EffectAdmin(RunRowAdmin):
         messages.info(
             request, f"Recorded as event #{event.seq} (LEDGER_EDITED) of run-{obj.run_id}."
         )
+
+
+# --- Notifications: supervisors only, read-only ----------------------------------------------
+
+
+class SupervisorOnlyAdmin(ReadOnlyAdmin):
+    """Notification targets (webhook hosts, email addresses) and their failures are the
+    operations team's business: only supervisors see them."""
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_active and roles.can_read_delivery_log(request.user)
+
+
+class DeliveryInline(admin.TabularInline):
+    model = Delivery
+    fields = ["created_at", "channel", "target", "attempt", "ok", "status_code", "error"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    ordering = ["channel", "attempt"]
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return roles.can_read_delivery_log(request.user)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Notification)
+class NotificationAdmin(SupervisorOnlyAdmin):
+    list_display = ["__str__", "state", "run_count", "opened_at", "queued_at", "inbox_link"]
+    list_filter = ["state"]
+    ordering = ["-opened_at", "-id"]
+    inlines = [DeliveryInline]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).annotate(run_count=Count("runs"))
+
+    @admin.display(description="runs", ordering="run_count")
+    def run_count(self, obj: Notification) -> int:
+        return obj.run_count  # type: ignore[attr-defined]
+
+    @admin.display(description="inbox")
+    def inbox_link(self, obj: Notification) -> str:
+        return format_html('<a href="{}">its runs</a>', notify.group_url(obj.pk))
+
+    def view_on_site(self, obj: Notification) -> str:
+        return notify.group_url(obj.pk)
+
+
+@admin.register(NotificationRun)
+class NotificationRunAdmin(RunSearchMixin, RunRowAdmin, SupervisorOnlyAdmin):
+    list_display = ["__str__", "run_link", "notification", "reason", "seq", "created_at"]
+    list_filter = ["reason"]
+    ordering = ["-id"]
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(SupervisorOnlyAdmin):
+    """The delivery log: one row per attempt to send a notification to one target."""
+
+    list_display = [
+        "created_at",
+        "notification",
+        "channel",
+        "target",
+        "attempt",
+        "ok",
+        "status_code",
+        "error",
+    ]
+    list_filter = ["channel", "ok"]
+    ordering = ["-created_at", "-id"]

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models.functions import Now
 
-from runs import dialects, signals
+from runs import dialects, notify, signals
 from runs.chain import canonical_json, event_hash, hashed_content, head_anchor
 from runs.leases import LeaseLost
 from runs.models import Checkpoint, Event, Lease, Run
@@ -179,7 +179,7 @@ def append(
             event = _write(connection, known, new, guarded=True)
             if event is not None:
                 _remember(connection, writer.token, known, event, new)
-                announce_stop(writer.run_id, status)
+                _after_append(event, known, new)
                 return event
         # The fencing check and the row lock are one statement (see dialects.py for what each
         # vendor locks).
@@ -197,7 +197,7 @@ def append(
                 event = _write(connection, head, new)
                 assert event is not None
                 _remember(connection, writer.token, head, event, new)
-                announce_stop(writer.run_id, status)
+                _after_append(event, head, new)
                 return event
             refused = problem
     raise refused
@@ -222,6 +222,14 @@ def _remember(connection, token: int, head: _Head, event: Event, new: NewEvent) 
             event.hash,
             bool(new.run_fields.get("deviated", head.deviated)),
         )
+
+
+def _after_append(event: Event, head: _Head, new: NewEvent) -> None:
+    """What follows an append once its transaction commits: a run that stopped for a human
+    gets its plan computed, and people hear of it (runs/notify.py). Both only register
+    after-commit callbacks, so a rolled-back append tells nobody, and neither raises."""
+    announce_stop(head.pk, new.status)
+    notify.on_append(event, head.status, new.status)
 
 
 def announce_stop(run_id: int, status: str | None) -> None:

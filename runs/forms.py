@@ -25,6 +25,8 @@ class InboxFilterForm(forms.Form):
     stage = forms.ChoiceField(label="Stage", required=False)
     # The id of the last run of the previous page (keyset paging).
     after = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    # The runs of one notification: the link in a message about many runs (runs/notify.py).
+    notice = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -49,6 +51,7 @@ class InboxFilterForm(forms.Form):
             pipeline=data.get("pipeline") or "",
             stage=data.get("stage") or "",
             run_pk=data.get("q"),
+            notice=data.get("notice"),
         )
 
 

@@ -1,4 +1,5 @@
-"""RQ jobs. They take primary keys and stay thin: the work is in engine.py."""
+"""RQ jobs. They take primary keys and stay thin: the work is in engine.py, stored_plans.py
+and notify.py."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import django_rq
 from django.conf import settings
 from django.db import close_old_connections, connections
 
-from runs import engine, hooks
+from runs import engine, hooks, notify
 
 
 def job_id(run_pk: int, ticket: str) -> str:
@@ -56,5 +57,15 @@ def compute_plan(run_pk: int) -> str:
             return "no-such-run"
         plan = stored_plans.refresh(run)
         return plan.fingerprint[:12]
+    finally:
+        connections.close_all()
+
+
+def deliver_notification(notification_pk: int, channel: str) -> str:
+    """One attempt to send a notification to one target (notify.deliver); queued with RQ's
+    Retry, so a failed attempt (it raises) is tried again after the backoff."""
+    close_old_connections()
+    try:
+        return notify.deliver(notification_pk, channel)
     finally:
         connections.close_all()

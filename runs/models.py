@@ -432,3 +432,115 @@ class StoredPlan(models.Model):
     @property
     def is_current(self) -> bool:
         return self.run_version == self.run.version
+
+
+# --- Notifications (runs/notify.py) ----------------------------------------------------------
+
+
+class NotificationState(models.TextChoices):
+    # Runs that stop now join it. At most one notification is open at a time.
+    OPEN = "open", "Open: runs are joining"
+    # The window closed but Redis refused its delivery jobs; the next sweep queues them again.
+    CLOSED = "closed", "Closed: waiting to be queued"
+    # Its delivery jobs are on the queue; the deliveries say how each attempt went.
+    QUEUED = "queued", "Queued"
+
+
+class Notification(models.Model):
+    """One message (per target) about the runs that stopped within one window: a single run,
+    or a whole outage's worth of them. runs/notify.py says how runs join and how it is sent."""
+
+    State = NotificationState
+
+    state = models.CharField(
+        max_length=8, choices=NotificationState.choices, default=NotificationState.OPEN
+    )
+    opened_at = models.DateTimeField(db_default=Now())
+    queued_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-opened_at", "-id"]
+        constraints = [
+            # The compare-and-set that batches an outage: of two sweepers that both find no
+            # open notification, the second one's insert fails and it joins the first one's.
+            # It also serves "the open notification" that every stopping run looks up.
+            models.UniqueConstraint(
+                fields=["state"],
+                condition=models.Q(state=NotificationState.OPEN),
+                name="notification_one_open",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(state__in=NotificationState.values),
+                name="notification_state_valid",
+            ),
+        ]
+        indexes = [
+            # Sweepers: notifications whose window is over (open or closed, opened long enough ago).
+            models.Index(fields=["state", "opened_at"], name="notification_due_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"notification {self.pk}"
+
+
+class NotificationRun(models.Model):
+    """A run in a notification, with the event that put it there."""
+
+    notification = models.ForeignKey(Notification, on_delete=models.PROTECT, related_name="runs")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="notices")
+    # The event that stopped the run, and why it is in the message: the status it moved
+    # into, or the event's type (notify.NOTIFY_ON holds both kinds).
+    seq = models.PositiveIntegerField()
+    reason = models.CharField(max_length=32)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # A run is in a message once. The index also serves the message's run list and
+            # the inbox filtered to one notification (?notice=).
+            models.UniqueConstraint(fields=["notification", "run"], name="notification_run_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run-{self.run_id} in notification {self.notification_id}"
+
+
+class DeliveryChannel(models.TextChoices):
+    WEBHOOK = "webhook", "Webhook"
+    EMAIL = "email", "Email"
+
+
+class Delivery(AppendOnlyModel):
+    """One attempt to send a notification to one target: the delivery log."""
+
+    Channel = DeliveryChannel
+
+    notification = models.ForeignKey(
+        Notification, on_delete=models.PROTECT, related_name="deliveries"
+    )
+    channel = models.CharField(max_length=8, choices=DeliveryChannel.choices)
+    # The webhook's scheme and host (its path may be a credential, as Slack's are), or the
+    # email addresses.
+    target = models.CharField(max_length=255)
+    attempt = models.PositiveSmallIntegerField()
+    ok = models.BooleanField()
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "deliveries"
+        constraints = [
+            # A job numbers its attempt from this index's (notification, channel) prefix.
+            models.UniqueConstraint(
+                fields=["notification", "channel", "attempt"], name="delivery_attempt_unique"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(channel__in=DeliveryChannel.values),
+                name="delivery_channel_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel} attempt {self.attempt} of notification {self.notification_id}"

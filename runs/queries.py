@@ -58,6 +58,8 @@ class InboxFilters:
     pipeline: str = ""
     stage: str = ""
     run_pk: int | None = None
+    # Only the runs of this notification (runs/notify.py).
+    notice: int | None = None
 
 
 @dataclass
@@ -106,6 +108,8 @@ def _filtered(filters: InboxFilters) -> QuerySet[Run]:
         runs = runs.filter(pipeline=filters.pipeline)
     if filters.stage:
         runs = runs.filter(current_stage=filters.stage)
+    if filters.notice is not None:
+        runs = runs.filter(notices__notification_id=filters.notice)
     return runs
 
 
