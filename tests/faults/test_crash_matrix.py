@@ -31,6 +31,6 @@ def _params() -> list:
 
 
 @pytest.mark.parametrize("case", _params())
-def test_a_crash_costs_only_the_unfinished_step(case, harness, reference):
-    result = matrix.run_case(case, harness, reference)
+def test_a_crash_costs_only_the_unfinished_step(case, workers, reference):
+    result = matrix.run_case(case, workers, reference)
     assert result.passed, result.describe()
