@@ -1,4 +1,5 @@
-"""The crash matrix's case runner, shared by pytest (tests/faults) and tests/faults/run_matrix.py.
+"""The crash matrix's case runner, shared by pytest (tests/faults) and the
+script tests/faults/run_matrix.py.
 
 A case is one tool call of one stage of the demo pipeline and a moment: `before` the call is
 made (its intent is recorded, the outside world has not seen it) or `after` (the outside

@@ -4,7 +4,7 @@ For every expected tool call of every stage of the demo pipeline, the worker is 
 before the call and after it (before its result is recorded); the sweeper interrupts the run,
 the plan is approved as a strict resume, and the run must end with every invariant of
 tests/faults/matrix.py holding. Plain `make test` runs a representative subset; the whole
-matrix runs with RESUMER_FULL_MATRIX=1 (`make faults`), and bench/fault_matrix.py prints it.
+matrix runs with RESUMER_FULL_MATRIX=1 (`make faults`), and tests/faults/run_matrix.py prints it.
 """
 
 from __future__ import annotations

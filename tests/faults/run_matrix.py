@@ -1,16 +1,16 @@
 """The fault matrix as a script: crash before and after every tool call of every stage of the
 demo pipeline, with real Redis and real worker processes, and print the matrix.
 
-    python bench/fault_matrix.py                      # SQLite in a temp directory
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/faultbench python bench/fault_matrix.py
-    python bench/fault_matrix.py --case publish       # only cases whose id contains "publish"
+    python tests/faults/run_matrix.py                 # SQLite in a temp directory
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/faultbench python tests/faults/run_matrix.py
+    python tests/faults/run_matrix.py --case publish  # only cases whose id contains "publish"
 
 It sets up everything it uses: the database (a temporary SQLite file, or DATABASE_URL, which
 is created when missing and migrated), a private redis-server on a free port (no
 persistence, stopped at the end) and its own worker processes. Each case runs under a fresh
 account, and counts only what the simulated outside world received during that case, so the
 database may already hold earlier runs. The case runner is tests/faults/matrix.py, the same
-code `pytest -m faults tests/faults` runs.
+code `pytest -m faults tests/faults` runs; pytest does not collect this script.
 
 The last line of the output is `N passed, M failed`; the exit status is 1 if M > 0.
 """
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
