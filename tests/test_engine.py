@@ -32,7 +32,8 @@ from runs.pipeline import (
 )
 from runs.planner import Action, compute_plan
 from runs.resume import STRICT, approve
-from tests.conftest import run_status, wait_for
+from tests.support.processes import wait_for
+from tests.support.state import run_status
 
 # --- a small pipeline whose one stage misbehaves on demand -----------------------------------
 

@@ -10,7 +10,7 @@ from django.db import connection
 from runs import leases
 from runs.append import LeaseLost, Writer, append, create_run
 from runs.models import Event, Lease, Run
-from tests.conftest import wait_for
+from tests.support.processes import wait_for
 
 
 def new_run() -> Run:

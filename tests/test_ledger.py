@@ -22,7 +22,7 @@ from runs.chain import canonical_json, event_hash, hashed_content, verify_chain
 from runs.checkpoints import write_checkpoint
 from runs.maintenance import maintenance
 from runs.models import Checkpoint, Event, Run
-from tests.plan_support import change_manifest
+from tests.support.plans import change_manifest
 
 
 def new_run() -> Run:

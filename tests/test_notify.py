@@ -33,8 +33,7 @@ from rq.job import Job, JobStatus
 from runs import engine, jobs, leases, notify, roles, sweeper
 from runs.append import Writer, append
 from runs.models import Delivery, Event, Notification, NotificationRun, Run
-from tests.conftest import wait_for
-from tests.faults.matrix import free_port
+from tests.support.processes import free_port, wait_for
 
 SECRET = "test-webhook-secret"
 PUBLIC_URL = "http://resumer.test"

@@ -14,7 +14,8 @@ from django.core import checks
 from runs import engine
 from runs.models import Checkpoint, Effect, Run
 from runs.pipeline import registry
-from tests.conftest import run_status, wait_for
+from tests.support.processes import wait_for
+from tests.support.state import run_status
 
 OUTSIDE_PIPELINE = """
 from runs.models import ReplayPolicy

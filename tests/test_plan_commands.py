@@ -17,8 +17,7 @@ from django.core.management import CommandError, call_command
 from demo.simulators import publish_facts
 from runs.models import Event, Run
 from runs.planner import compute_plan
-from tests.conftest import ROOT, worker_env
-from tests.plan_support import (
+from tests.support.plans import (
     TOPIC,
     checkpoint,
     ledger_state,
@@ -26,6 +25,7 @@ from tests.plan_support import (
     run_one_stage_in_process,
     tampered,
 )
+from tests.support.processes import ROOT, worker_env
 
 
 @pytest.fixture

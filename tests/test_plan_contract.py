@@ -21,8 +21,9 @@ from runs.pipeline import Reconciliation
 from runs.planner import compute_plan
 from runs.replay import Action, Recorded
 from runs.resume import STRICT, StalePlan, approve
-from tests.conftest import Workers, run_status, wait_for
-from tests.plan_support import effect, event_types, ledger_state
+from tests.support.plans import effect, event_types, ledger_state
+from tests.support.processes import Workers, wait_for
+from tests.support.state import run_status
 
 
 def interrupted_without_workers(workers: Workers, crash: str) -> Run:
@@ -138,7 +139,7 @@ def in_process_run(transactional_db, facts, redis_conn) -> Run:
     """A run whose promotion charge timed out (outcome unknown, run failed) and which a
     supervisor resolved as "not charged": its plan reuses the article and charges again."""
     from runs.edits import edit_effect
-    from tests.plan_support import run_in_process
+    from tests.support.plans import run_in_process
 
     run = run_in_process({"timeout": "publish/promote-charge/after"})
     assert run.status == Run.Status.FAILED

@@ -2,7 +2,7 @@
 gets, what it costs, and that computing it writes nothing to the ledger.
 
 The story itself (crash at the cover upload) runs on real workers; scenarios that only need an
-unfinished run with a particular ledger shape are driven in-process (tests/plan_support.py).
+unfinished run with a particular ledger shape are driven in-process (tests/support/plans.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from demo.simulators import content_hash
 from runs.edits import edit_effect
 from runs.models import Effect, Event, Run
 from runs.planner import Action, compute_plan
-from tests.plan_support import (
+from tests.support.plans import (
     change_manifest,
     checkpoint,
     crashed_run,

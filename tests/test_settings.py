@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.support.processes import ROOT
 
 # Variables this test process (or its CI) may carry that would change what a subprocess sees.
 SCRUBBED = (

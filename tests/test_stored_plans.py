@@ -6,7 +6,7 @@ from demo.models import SimCall
 from runs.edits import edit_effect
 from runs.models import Effect, Run, StoredPlan
 from runs.planner import compute_plan
-from tests.conftest import wait_for
+from tests.support.processes import wait_for
 
 
 def stored_for(run: Run) -> StoredPlan | None:
@@ -22,7 +22,7 @@ def test_a_stopped_run_gets_its_plan_computed_by_a_worker(story_run):
 
 
 def test_a_ledger_edit_has_the_plan_computed_again(workers):
-    from tests.plan_support import failed_run
+    from tests.support.plans import failed_run
 
     run = failed_run(workers, {"timeout": "publish/promote-charge/after"})
     assert wait_for(lambda: stored_for(run), what="the plan job").blocked
@@ -39,7 +39,7 @@ def test_a_ledger_edit_has_the_plan_computed_again(workers):
 
 def test_an_older_plan_never_replaces_a_newer_one(transactional_db, facts, redis_conn):
     from runs import stored_plans
-    from tests.plan_support import run_in_process
+    from tests.support.plans import run_in_process
 
     run = run_in_process({"timeout": "publish/promote-charge/after"})
     old = compute_plan(run)

@@ -8,7 +8,8 @@ import pytest
 from runs import engine, jobs, leases, sweeper
 from runs.append import LeaseLost, Writer, append
 from runs.models import Event, Lease, Run
-from tests.conftest import run_status, wait_for
+from tests.support.processes import wait_for
+from tests.support.state import run_status
 
 
 def start_content(*, enqueue: bool = False) -> Run:

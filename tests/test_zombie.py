@@ -22,7 +22,8 @@ from runs.chain import verify_chain
 from runs.models import Event, Lease, Run
 from runs.planner import compute_plan
 from runs.resume import STRICT, approve
-from tests.conftest import run_status, wait_for
+from tests.support.processes import wait_for
+from tests.support.state import run_status
 
 STALL_SECONDS = 3
 
@@ -45,7 +46,7 @@ def test_a_frozen_worker_woken_after_a_takeover_writes_nothing_and_images_bill_o
     run = faults.start_run(
         "content", {}, actor="test", faults={"stall": {"visual/render-cover": STALL_SECONDS}}
     )
-    zombie = workers.start(name="-zombie")
+    zombie = workers.start("zombie")
     called = wait_for(
         lambda: Event.objects.filter(
             run=run, type=Event.Type.TOOL_CALLED, payload__call="render-cover"
@@ -62,7 +63,7 @@ def test_a_frozen_worker_woken_after_a_takeover_writes_nothing_and_images_bill_o
     freeze_between_heartbeats(zombie.pid, run)
     written_before_wake = Event.objects.filter(run=run, token=zombie_token).count()
 
-    workers.start(name="-healthy")
+    workers.start("healthy")
     wait_for(lambda: run_status(run) == Run.Status.INTERRUPTED, timeout=120, what="interrupted")
     takeover = Event.objects.get(run=run, type=Event.Type.INTERRUPTED)
     assert takeover.token > zombie_token

@@ -29,7 +29,8 @@ from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run
 from runs.pipeline import InvalidInput, UnknownPipeline
 from runs.planner import compute_plan
 from runs.resume import STRICT, UPGRADE, ResumeRefused, StalePlan, approve, load_run
-from tests.faults.matrix import chain_problems, new_account
+from tests.faults.matrix import chain_problems
+from tests.support.state import new_account
 
 pytestmark = pytest.mark.faults
 

@@ -28,7 +28,8 @@ from demo import faults
 from runs import artifacts, engine
 from runs.maintenance import maintenance
 from runs.models import Checkpoint, Effect, Event, Lease, Run
-from tests.conftest import Workers, run_status, wait_for
+from tests.support.processes import Workers, wait_for
+from tests.support.state import run_status
 
 TOPIC = "resumable-agents"
 
