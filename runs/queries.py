@@ -195,6 +195,18 @@ class TimelinePage:
     after: int | None
     older_after: int | None
     newer_after: int | None
+    # Events up to this seq are settled history: they end at the checkpoint a resume would
+    # build on (`settled_checkpoint`), so the page shows them collapsed. 0 = nothing settled.
+    settled_until: int = 0
+    settled_checkpoint: str = ""
+
+    @property
+    def settled(self) -> list[Event]:
+        return [e for e in self.events if e.seq <= self.settled_until]
+
+    @property
+    def unsettled(self) -> list[Event]:
+        return [e for e in self.events if e.seq > self.settled_until]
 
     @property
     def live(self) -> bool:
@@ -324,19 +336,32 @@ class RunPage:
     plan: Plan | None = None
 
 
+def resume_point(plan: Plan | None) -> tuple[str, int]:
+    """The checkpoint a resume would build on and the seq of the event that sealed it, when
+    that checkpoint is the run's own ("", 0 otherwise): the history up to it is settled.
+    The plan's tail is every event after that seq (seq has no gaps)."""
+    if plan is None or not plan.checkpoint:
+        return "", 0
+    seq = plan.last_seq - plan.tail_events
+    return (plan.checkpoint, seq) if seq > 0 else ("", 0)
+
+
 def run_page(run: Run, after: int | None) -> RunPage:
     facts = run_facts(run)
+    plan = compute_plan(run) if run.is_resumable else None
+    page = timeline(run, after)
+    page.settled_checkpoint, page.settled_until = resume_point(plan)
     return RunPage(
         run=run,
         progress=progress(run, facts.checkpoint_stages),
-        timeline=timeline(run, after),
+        timeline=page,
         facts=facts,
         branches=list(
             run.branches.only(
                 "id", "status", "current_stage", "created_at", "branch_checkpoint"
             ).order_by("id")
         ),
-        plan=compute_plan(run) if run.is_resumable else None,
+        plan=plan,
     )
 
 
