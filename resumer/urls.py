@@ -3,6 +3,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from runs.urls import pipeline_urlpatterns
+
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="runs:inbox", permanent=False)),
     path("login/", auth_views.LoginView.as_view(), name="login"),
@@ -10,4 +12,5 @@ urlpatterns = [
     path("admin/rq/", include("django_rq.urls")),
     path("admin/", admin.site.urls),
     path("runs/", include("runs.urls")),
+    path("pipelines/", include((pipeline_urlpatterns, "pipelines"))),
 ]

@@ -19,7 +19,7 @@ from django.http import Http404
 
 from runs import artifacts as artifact_store
 from runs.models import Artifact, Checkpoint, Effect, Event, Run
-from runs.pipeline import UnknownPipeline, registry
+from runs.pipeline import Pipeline, UnknownPipeline, registry
 from runs.planner import Plan, compute_plan
 
 INBOX_PAGE_SIZE = 50
@@ -389,6 +389,16 @@ def approval_recorded(run_pk: int, fingerprint: str) -> bool:
     return Event.objects.filter(
         run_id=run_pk, type=Event.Type.PLAN_APPROVED, payload__fingerprint=fingerprint
     ).exists()
+
+
+# --- Pipelines -------------------------------------------------------------------------------
+
+
+def get_pipeline(name: str) -> Pipeline:
+    try:
+        return registry.get(name)
+    except UnknownPipeline as exc:
+        raise Http404(f"There is no pipeline {name!r}.") from exc
 
 
 # --- Artifacts -------------------------------------------------------------------------------
