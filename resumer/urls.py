@@ -4,6 +4,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from runs import queue_admin
+from runs.urls import pipeline_urlpatterns
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="runs:inbox", permanent=False)),
@@ -12,4 +13,5 @@ urlpatterns = [
     path("admin/rq/", include(queue_admin.urls)),
     path("admin/", admin.site.urls),
     path("runs/", include("runs.urls")),
+    path("pipelines/", include((pipeline_urlpatterns, "pipelines"))),
 ]

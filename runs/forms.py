@@ -6,7 +6,7 @@ from typing import Any
 
 from django import forms
 
-from runs import queries
+from runs import queries, stats
 from runs.edits import EDITABLE_EFFECT_FIELDS, MAX_EDIT_REASON_CHARS
 from runs.models import Effect, Run
 from runs.pipeline import registry
@@ -53,6 +53,27 @@ class InboxFilterForm(forms.Form):
             run_pk=data.get("q"),
             notice=data.get("notice"),
         )
+
+
+class PipelineWindowForm(forms.Form):
+    """How many of a pipeline's most recent runs its page looks at (`?runs=100`)."""
+
+    runs = forms.TypedChoiceField(
+        label="Look at the last",
+        choices=[(n, f"{n} runs") for n in stats.WINDOWS],
+        coerce=int,
+        error_messages={
+            "invalid_choice": "Choose how many recent runs to look at: "
+            + ", ".join(str(n) for n in stats.WINDOWS)
+            + "."
+        },
+    )
+
+    def __init__(self, data: Any = None, **kwargs: Any) -> None:
+        # No parameter means the default window, shown as selected in the form.
+        data = data.copy() if data is not None else {}
+        data.setdefault("runs", str(stats.DEFAULT_WINDOW))
+        super().__init__(data, **kwargs)
 
 
 class ApproveForm(forms.Form):

@@ -25,7 +25,7 @@ from runs import stored_plans
 from runs.contract import Usage
 from runs.models import Artifact, Checkpoint, Effect, Event, Run, StoredPlan
 from runs.payload_summary import summarize
-from runs.pipeline import UnknownPipeline, registry
+from runs.pipeline import Pipeline, UnknownPipeline, registry
 from runs.planner import Plan
 
 INBOX_PAGE_SIZE = 50
@@ -206,6 +206,18 @@ class TimelinePage:
     after: int | None
     older_after: int | None
     newer_after: int | None
+    # Events up to this seq are settled history: they end at the checkpoint a resume would
+    # build on (`settled_checkpoint`), so the page shows them collapsed. 0 = nothing settled.
+    settled_until: int = 0
+    settled_checkpoint: str = ""
+
+    @property
+    def settled(self) -> list[Event]:
+        return [e for e in self.events if e.seq <= self.settled_until]
+
+    @property
+    def unsettled(self) -> list[Event]:
+        return [e for e in self.events if e.seq > self.settled_until]
 
     @property
     def live(self) -> bool:
@@ -362,19 +374,32 @@ class RunPage:
     verdict: Verdict | None = None
 
 
+def resume_point(plan: Plan | None) -> tuple[str, int]:
+    """The checkpoint a resume would build on and the seq of the event that sealed it, when
+    that checkpoint is the run's own ("", 0 otherwise): the history up to it is settled.
+    The plan's tail is every event after that seq (seq has no gaps)."""
+    if plan is None or not plan.checkpoint:
+        return "", 0
+    seq = plan.last_seq - plan.tail_events
+    return (plan.checkpoint, seq) if seq > 0 else ("", 0)
+
+
 def run_page(run: Run, after: int | None) -> RunPage:
     facts = run_facts(run)
+    shown = _shown_plan(run)
+    page = timeline(run, after)
+    page.settled_checkpoint, page.settled_until = resume_point(shown.get("plan"))
     return RunPage(
         run=run,
         progress=progress(run, facts.checkpoint_stages),
-        timeline=timeline(run, after),
+        timeline=page,
         facts=facts,
         branches=list(
             run.branches.only(
                 "id", "status", "current_stage", "created_at", "branch_checkpoint"
             ).order_by("id")
         ),
-        **_shown_plan(run),
+        **shown,
         verdict=verdict(run),
     )
 
@@ -451,6 +476,16 @@ def timeline_update(run: Run, after: int | None) -> TimelineUpdate:
     facts = None if page.live else run_facts(run)
     stages = facts.checkpoint_stages if facts is not None else None
     return TimelineUpdate(run, page, progress(run, stages), facts)
+
+
+# --- Pipelines -------------------------------------------------------------------------------
+
+
+def get_pipeline(name: str) -> Pipeline:
+    try:
+        return registry.get(name)
+    except UnknownPipeline as exc:
+        raise Http404(f"There is no pipeline {name!r}.") from exc
 
 
 # --- Artifacts -------------------------------------------------------------------------------

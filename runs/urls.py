@@ -32,8 +32,20 @@ class IdConverter:
         return str(int(value))
 
 
+class PipelineNameConverter:
+    # A registered pipeline's name; anything else is a 404 from the view.
+    regex = r"[A-Za-z0-9_.-]{1,64}"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
 register_converter(RunIdConverter, "run")
 register_converter(IdConverter, "id")
+register_converter(PipelineNameConverter, "pipeline")
 
 app_name = "runs"
 
@@ -46,4 +58,9 @@ urlpatterns = [
     path("<run:pk>/approve/", views.approve_plan, name="approve"),
     path("artifacts/<id:pk>/", views.artifact_detail, name="artifact"),
     path("artifacts/<id:pk>/raw/", views.artifact_raw, name="artifact_raw"),
+]
+
+# Mounted at /pipelines/ by resumer/urls.py, as the "pipelines" namespace.
+pipeline_urlpatterns = [
+    path("<pipeline:name>/", views.pipeline_detail, name="detail"),
 ]

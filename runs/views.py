@@ -21,8 +21,8 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from runs import artifacts as artifact_store
-from runs import queries, roles, stored_plans
-from runs.forms import ApproveForm, InboxFilterForm
+from runs import charts, queries, roles, stats, stored_plans
+from runs.forms import ApproveForm, InboxFilterForm, PipelineWindowForm
 from runs.models import Artifact, StoredPlan
 from runs.planner import Plan, compute_plan
 from runs.resume import AlreadyApproved, ResumeRefused, approve
@@ -184,6 +184,28 @@ def approve_plan(request: HttpRequest, pk: int) -> HttpResponse:
     else:
         messages.success(request, f"{run.public_id} is resuming with its pinned inputs.")
     return redirect("runs:run", pk=approval.resumed.pk)
+
+
+# --- Pipelines -------------------------------------------------------------------------------
+
+
+@require_GET
+@viewer_required
+def pipeline_detail(request: HttpRequest, name: str) -> HttpResponse:
+    """Where checkpoints pay: each stage's figures over the pipeline's last N runs."""
+    pipeline = queries.get_pipeline(name)
+    form = PipelineWindowForm(request.GET)
+    context = {
+        "pipeline": pipeline,
+        "form": form,
+        "costly_from": stats.COSTLY_FROM,
+        "long_from_ms": stats.LONG_FROM_MS,
+    }
+    if not form.is_valid():
+        return render(request, "runs/pipeline.html", context, status=400)
+    figures = stats.pipeline_stats(pipeline, form.cleaned_data["runs"])
+    context.update(stats=figures, charts=charts.charts(figures))
+    return render(request, "runs/pipeline.html", context)
 
 
 # --- Artifacts -------------------------------------------------------------------------------

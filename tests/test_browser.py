@@ -7,7 +7,11 @@ test server, with real RQ workers for the story.
     a supervisor resolves a blocked NEVER effect in the admin, with a reason, and the plan
     unblocks.
 
-Screenshots of the inbox, the run page and the plan go to test-artifacts/.
+    at 1366×900 and 390×844, an operator approves the story's run from the summary kept at
+    the top of the run page, without scrolling to the plan; the pipeline page draws its
+    charts; neither page scrolls sideways.
+
+Screenshots of the inbox, the run page, the plan and the pipeline page go to test-artifacts/.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from demo.management.commands.seed_demo import run_inline
 from runs import leases, roles, stored_plans
 from runs.append import Writer, append
 from runs.models import Event, Run
+from tests.support.plans import resumed_inline
 
 pytestmark = pytest.mark.browser
 
@@ -266,3 +271,97 @@ def test_supervisor_resolves_a_blocked_never_effect_and_the_plan_unblocks(page, 
     assert edit.actor == "user:supervisor"
     # Dashboard pages only: the admin carries its own inline scripts outside our CSP.
     assert not [p for p in problems if "/admin/" not in p], problems
+
+
+# --- At a glance: the decision in view, and the pipeline page, at laptop and phone sizes -----
+
+SIZES = {"1366": {"width": 1366, "height": 900}, "390": {"width": 390, "height": 844}}
+
+
+@pytest.fixture(params=sorted(SIZES), ids=lambda key: f"{key}px")
+def sized_page(request, chromium: Browser) -> Iterator[tuple[Page, str]]:
+    """A page at a laptop's or a phone's size, and the size's name for screenshots."""
+    context = chromium.new_context(viewport=SIZES[request.param])
+    context.set_default_timeout(15_000)
+    yield context.new_page(), f"{request.param}px"
+    context.close()
+
+
+def no_sideways_scroll(page: Page) -> None:
+    overflow = page.evaluate(
+        "[document.documentElement.scrollWidth, window.innerWidth, "
+        "[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right"
+        " > window.innerWidth + 1).slice(0, 5).map(e => e.tagName + '.' + e.className)]"
+    )
+    width, viewport, culprits = overflow
+    assert width <= viewport, f"page is {width}px wide in a {viewport}px viewport: {culprits}"
+
+
+def test_operator_approves_from_the_sticky_summary_without_scrolling_to_the_plan(
+    sized_page, live_server, users, story_run
+):
+    (page, size), run = sized_page, story_run
+    problems = Problems()
+    problems.watch(page)
+    login(page, live_server, "operator")
+    page.goto(f"{live_server.url}/runs/{run.public_id}/")
+    bar = page.locator("#decision")
+    expect(bar).to_contain_text("Interrupted")
+    expect(bar).to_contain_text("Resumable at visual")
+    expect(bar).to_contain_text("fresh retry")
+    # History up to the resume checkpoint is folded away.
+    settled = page.locator("details.settled-history")
+    expect(settled).to_contain_text(f"before {run.public_id}:draft-verified")
+    expect(settled).not_to_have_attribute("open", "")
+    no_sideways_scroll(page)
+    shot(page, f"run-decision-{size}.png")
+
+    # Down at the timeline, the plan's own buttons are out of sight; the summary's are not.
+    page.locator("nav.toc").get_by_role("link", name="Timeline").click()
+    expect(page).to_have_url(re.compile(r"#timeline$"))
+    expect(page.locator("#approve-h")).not_to_be_in_viewport()
+    strict = bar.get_by_role("button", name="Strict resume")
+    expect(strict).to_be_in_viewport()
+    expect(bar.get_by_role("button", name="Upgrade")).to_be_disabled()
+    page.screenshot(path=str(ARTIFACTS / f"run-decision-scrolled-{size}.png"))
+
+    bar.get_by_label("I have read the plan").check()
+    strict.click()
+    expect(page.get_by_role("status")).to_contain_text("is resuming with its pinned inputs")
+    approved = Event.objects.get(run=run, type=Event.Type.PLAN_APPROVED)
+    assert (approved.payload["action"], approved.payload["by"]) == ("strict", "user:operator")
+    expect(page.locator("#run-status")).to_have_text("Succeeded", timeout=FINISH_TIMEOUT_MS)
+    expect(bar).to_contain_text("Succeeded")
+    no_sideways_scroll(page)
+    assert not problems, problems
+
+
+def test_pipeline_page_renders_its_charts(sized_page, live_server, users):
+    page, size = sized_page
+    executed()
+    resumed_inline({"timeout": "visual/render-cover/after"})
+    problems = Problems()
+    problems.watch(page)
+    login(page, live_server, "viewer")
+    page.goto(f"{live_server.url}/pipelines/content/")
+    expect(page.get_by_role("heading", name="Where checkpoints pay")).to_be_visible()
+    charts = page.locator("svg.bars")
+    expect(charts).to_have_count(3)
+    for index in range(3):
+        chart = charts.nth(index)
+        expect(chart.locator("g.bar-row")).to_have_count(5)
+        widths = chart.locator("rect.bar").evaluate_all(
+            "bars => bars.map(b => b.getBoundingClientRect().width)"
+        )
+        assert max(widths) > 0, f"chart {index} has no visible bar"
+    expect(page.locator("#chart-saved")).to_contain_text("draft:")
+    expect(page.locator(".verdict-row").filter(has_text="publish")).to_contain_text(
+        "checkpoint pays"
+    )
+    no_sideways_scroll(page)
+    shot(page, f"pipeline-{size}.png")
+    # The window is chosen on the page.
+    page.get_by_label("Look at the last").select_option("10")
+    page.get_by_role("button", name="Show").click()
+    expect(page).to_have_url(re.compile(r"\?runs=10$"))
+    assert not problems, problems

@@ -22,7 +22,7 @@ from runs import edits, leases, queries, roles, stored_plans, sweeper
 from runs.append import Writer, append
 from runs.edits import edit_effect
 from runs.maintenance import maintenance
-from runs.models import Effect, Event, Run, StoredPlan
+from runs.models import Checkpoint, Effect, Event, Run, StoredPlan
 from runs.planner import compute_plan
 
 pytestmark = pytest.mark.django_db
@@ -369,6 +369,106 @@ def test_timeline_pages_by_seq(viewer, facts):
     # A garbled ?after= falls back to the latest page instead of failing.
     for garbled in ("abc", "-5", "²", "9" * 40):
         assert viewer.get(url(run) + f"?after={garbled}").status_code == 200
+
+
+# --- the decision, kept in view on the run page ----------------------------------------------
+
+
+def decision(html: str) -> str:
+    """The run page's sticky summary: status, verdict, cost and the operator's actions."""
+    match = re.search(r'<aside id="decision".*?</aside>', html, flags=re.S)
+    assert match, "no decision summary on the page"
+    return match.group(0)
+
+
+def test_decision_summary_shows_status_verdict_cost_and_actions(operator, facts):
+    run = executed(timeout="visual/render-cover/after")
+    plan = compute_plan(run)
+    html = operator.get(url(run)).content.decode()
+    box = decision(html)
+    assert "Failed" in box and "stage <strong>visual</strong>" in box
+    assert "Resumable at <strong>visual</strong>" in box
+    assert f"from <code>{plan.checkpoint}</code>" in box
+    resume, fresh = plan.cost_resume, plan.cost_fresh
+    assert f"{resume.tool_calls} calls, ${resume.money}" in box
+    assert f"fresh retry: {fresh.tool_calls} calls, ${fresh.money}" in box
+    # The same approval the plan panel posts: action, fingerprint, confirmation.
+    assert f'action="{url(run, "approve/")}"' in box
+    assert f'name="fingerprint" value="{plan.fingerprint}"' in box
+    assert 'name="confirm" value="on" required' in box
+    assert 'name="action" value="strict" class="primary">Strict resume</button>' in box
+    # Upgrade is offered only when an input drifted: disabled, with the reason.
+    assert re.search(r'<button type="button" disabled[^>]*>Upgrade</button>', box)
+    assert re.search(r"Upgrade:\s+no input has changed", box)
+    # It comes before everything else on the page, and every section has an anchor.
+    assert html.index('id="decision"') < html.index('id="run-header"')
+    for section in ("plan", "timeline", "checkpoints", "artifacts", "effects", "lineage"):
+        assert f'id="{section}"' in html and f'href="#{section}"' in html
+
+
+def test_strict_resume_from_the_decision_summary(operator, facts):
+    run = executed(timeout="visual/render-cover/after")
+    box = decision(operator.get(url(run)).content.decode())
+    fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', box))
+    response = operator.post(url(run, "approve/"), {**fields, "action": "strict", "confirm": "on"})
+    assert response.status_code == 302
+    run.refresh_from_db()
+    assert run.status == Run.Status.RESUMING
+    approved = Event.objects.get(run=run, type=Event.Type.PLAN_APPROVED)
+    assert approved.payload["action"] == "strict"
+    assert approved.payload["fingerprint"] == fields["fingerprint"]
+
+
+def test_decision_summary_of_a_blocked_plan_offers_no_approval(operator, facts):
+    run = executed(timeout="publish/promote-charge/after")
+    box = decision(operator.get(url(run)).content.decode())
+    assert "Blocked: a supervisor decides first" in box
+    assert re.search(r'<button type="button" disabled[^>]*>Strict resume</button>', box)
+    assert "blocked until a supervisor resolves it in the effect ledger" in box
+    assert "<form" not in box and 'name="fingerprint"' not in box
+
+
+def test_viewer_sees_the_decision_summary_without_actions(viewer, facts):
+    run = executed(timeout="visual/render-cover/after")
+    box = decision(viewer.get(url(run)).content.decode())
+    assert "Resumable at <strong>visual</strong>" in box
+    assert "<button" not in box and "<form" not in box
+
+
+def test_decision_summary_of_an_active_run_follows_the_poll(viewer, facts):
+    run = started()
+    assert "Nothing to decide while the run is active" in decision(
+        viewer.get(url(run)).content.decode()
+    )
+    partial = viewer.get(url(run, "timeline/")).content.decode()
+    assert (
+        '<aside id="decision" class="decision" aria-label="Decision" hx-swap-oob="true">' in partial
+    )
+    run_inline(run.pk)
+    assert "Succeeded" in decision(viewer.get(url(run, "timeline/")).content.decode())
+
+
+def test_history_before_the_resume_checkpoint_is_collapsed(viewer, facts):
+    run = executed(timeout="visual/render-cover/after")
+    plan = compute_plan(run)
+    sealed = Checkpoint.objects.get(pk=plan.checkpoint).last_seq
+    html = viewer.get(url(run)).content.decode()
+    assert f"{sealed} verified events before <code>{plan.checkpoint}</code>" in html
+    # Collapsed (no `open`), holding exactly the events up to the checkpoint; the rest after.
+    assert '<details class="settled-history" open' not in html
+    start = html.index('<details class="settled-history">')
+    rest = html.index("After the checkpoint")
+    inside = [
+        int(s) for s in re.findall(r'<th scope="row" class="num">(\d+)</th>', html[start:rest])
+    ]
+    after = [int(s) for s in re.findall(r'<th scope="row" class="num">(\d+)</th>', html[rest:])]
+    assert inside == list(range(1, sealed + 1))
+    assert after == list(range(sealed + 1, run.last_seq + 1))
+
+
+def test_history_is_not_collapsed_without_a_plan(viewer, facts):
+    run = executed()
+    assert "settled-history" not in viewer.get(url(run)).content.decode()
 
 
 @pytest.mark.parametrize(

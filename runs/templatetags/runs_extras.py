@@ -43,6 +43,15 @@ def duration(ms: Any) -> str:
     return f"{ms} ms" if ms < 1000 else f"{ms / 1000:.1f} s"
 
 
+@register.filter
+def percent(rate: Any) -> str:
+    """0.125 -> "13%"; "" when there is no rate (nothing to divide by)."""
+    try:
+        return f"{float(rate) * 100:.0f}%"
+    except (TypeError, ValueError):
+        return ""
+
+
 ACTION_LABELS = {
     Action.REUSE: "Reuse the recorded result (no call)",
     Action.RETRY_SAME_KEY: "Call again with the same key (the target deduplicates)",

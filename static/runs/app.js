@@ -15,3 +15,14 @@ window.addEventListener("pageshow", (event) => {
   if (!event.persisted) return;
   for (const button of document.querySelectorAll("form button[type=submit]")) button.disabled = false;
 });
+
+// The run page's decision bar stays at the top: anchored sections must land below it, so its
+// real height (which depends on the width) goes into --decision-h for scroll-padding-top.
+function measureDecision() {
+  const bar = document.getElementById("decision");
+  if (!bar) return;
+  document.documentElement.style.setProperty("--decision-h", `${bar.offsetHeight}px`);
+}
+document.addEventListener("DOMContentLoaded", measureDecision);
+window.addEventListener("resize", measureDecision);
+document.addEventListener("htmx:afterSettle", measureDecision);

@@ -59,6 +59,19 @@ def run_one_stage_in_process() -> Run:
     return run
 
 
+def resumed_inline(options: dict[str, Any]) -> Run:
+    """A run that stopped where `options` say, was approved for a strict resume, and then ran
+    to its end: every stage executed in this process (seed_demo.run_inline), no Redis."""
+    from demo.management.commands.seed_demo import run_inline
+    from runs.planner import compute_plan
+    from runs.resume import approve
+
+    run = faults.start_run("content", {}, actor="test", faults=options, enqueue=False)
+    run = run_inline(run.pk)
+    approve(run, "strict", compute_plan(run).fingerprint, actor="test")
+    return run_inline(run.pk)
+
+
 def crashed_run(workers: Workers, options: dict[str, Any]) -> Run:
     """The worker is SIGKILLed at the crash point; a healthy worker's sweeper interrupts the
     run. The healthy worker stays up to execute whatever is approved next."""
