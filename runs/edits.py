@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django.db import transaction
@@ -16,6 +17,22 @@ __all__ = ["EDITABLE_EFFECT_FIELDS", "edit_effect"]
 EDITABLE_EFFECT_FIELDS = ("status", "external_id", "error")
 # A reason is read on the run's timeline: room to say what was checked, not for a pasted log.
 MAX_EDIT_REASON_CHARS = 2000
+
+
+# A run that waits for a human is leased only for a moment (the sweeper that just interrupted
+# it finishing its commit, an approval being refused): an edit waits that long before saying so.
+EDIT_LEASE_WAIT = 2.0
+
+
+def _acquire_briefly(run_pk: int, actor: str) -> int | None:
+    deadline = time.monotonic() + EDIT_LEASE_WAIT
+    while True:
+        try:
+            return leases.acquire(run_pk, actor)
+        except leases.LeaseBusy:
+            if time.monotonic() > deadline:
+                return None
+        time.sleep(0.05)
 
 
 def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: str) -> Event:
@@ -52,10 +69,9 @@ def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: 
             f"{run.public_id} is {run.status}: a worker owns its ledger; edit it once the run "
             "is interrupted, failed or waiting for approval"
         )
-    try:
-        token = leases.acquire(run.pk, actor)
-    except leases.LeaseBusy as exc:
-        raise LedgerError(f"{run.public_id} is leased by a worker right now") from exc
+    token = _acquire_briefly(run.pk, actor)
+    if token is None:
+        raise LedgerError(f"{run.public_id} is leased by a worker right now")
     try:
         with transaction.atomic():
             event = append(

@@ -468,3 +468,17 @@ def test_the_queue_link_is_shown_to_supervisors_only(supervisor, demoted):
     assert RQ in supervisor.get("/admin/").content.decode()
     assert RQ in supervisor.get("/runs/").content.decode()
     assert RQ not in demoted.get("/admin/").content.decode()
+
+
+def test_an_edit_waits_a_moment_for_a_lease_then_refuses_and_writes_nothing(facts, monkeypatch):
+    import runs.edits
+
+    run = charge_unknown()
+    effect = _charge(run)
+    leases.acquire(run.pk, "worker:elsewhere")  # held, and not about to be released
+    monkeypatch.setattr(runs.edits, "EDIT_LEASE_WAIT", 0.2)
+
+    with pytest.raises(LedgerError, match="leased by a worker right now"):
+        edit_effect(effect.pk, {"status": "failed"}, reason="no charge", actor="user:s")
+
+    assert edits(run) == [] and _charge(run).status == effect.status
