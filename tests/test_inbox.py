@@ -314,3 +314,18 @@ def test_reading_the_inbox_never_asks_a_target(viewer, one_of_each_kind):
         assert viewer.get(f"/runs/?{query}").status_code == 200
         assert viewer.get(f"/runs/?{query}", headers={"HX-Request": "true"}).status_code == 200
     assert SimCall.objects.count() == asked
+
+
+def test_how_long_ago_is_said_at_one_unit():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runs.templatetags.runs_extras import ago
+
+    now = timezone.now()
+    assert ago(now - timedelta(seconds=20)) == "less than a minute ago"
+    # timesince keeps the number and its unit together with a no-break space.
+    assert ago(now - timedelta(hours=3, minutes=5)) == "3\xa0hours ago"
+    assert ago(now - timedelta(days=2, hours=1)) == "2\xa0days ago"
+    assert ago(None) == ""
