@@ -11,6 +11,7 @@ from runs.edits import EDITABLE_EFFECT_FIELDS, MAX_EDIT_REASON_CHARS
 from runs.models import Effect, Run
 from runs.pipeline import registry
 from runs.resume import STRICT, UPGRADE
+from runs.stops import ReasonKind
 
 
 class InboxFilterForm(forms.Form):
@@ -23,6 +24,16 @@ class InboxFilterForm(forms.Form):
     status = forms.ChoiceField(label="Status", required=False)
     pipeline = forms.ChoiceField(label="Pipeline", required=False)
     stage = forms.ChoiceField(label="Stage", required=False)
+    reason = forms.ChoiceField(
+        label="Why it stopped",
+        required=False,
+        choices=[("", "Any")] + list(ReasonKind.choices),
+        error_messages={
+            "invalid_choice": "Choose why runs stopped: "
+            + ", ".join(ReasonKind.values)
+            + ", or any."
+        },
+    )
     # The id of the last run of the previous page (keyset paging).
     after = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
     # The runs of one notification: the link in a message about many runs (runs/notify.py).
@@ -52,6 +63,7 @@ class InboxFilterForm(forms.Form):
             stage=data.get("stage") or "",
             run_pk=data.get("q"),
             notice=data.get("notice"),
+            reason=data.get("reason") or "",
         )
 
 

@@ -425,6 +425,12 @@ class StoredPlan(models.Model):
     drifted = models.BooleanField(default=False)
     resume_money = models.DecimalField(max_digits=12, decimal_places=4, default=0)
     fresh_money = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    resume_calls = models.PositiveIntegerField(default=0)
+    fresh_calls = models.PositiveIntegerField(default=0)
+    # What the plan does about each call whose outcome the ledger does not know (intent or
+    # unknown), {"stage/call": action}: the inbox says it beside the stop ("publish outcome
+    # unknown; the target has it"). A few entries at most.
+    unsettled = models.JSONField(default=dict, blank=True)
 
     def __str__(self) -> str:
         return f"plan of run-{self.run_id} ({self.fingerprint[:12]})"

@@ -18,8 +18,14 @@ from django.db.models.functions import Now
 
 from runs.models import Run, StoredPlan
 from runs.planner import Plan, compute_plan
+from runs.replay import UNSETTLED
 
 log = logging.getLogger("runs.stored_plans")
+
+
+def unsettled(plan: Plan) -> dict[str, str]:
+    """{"stage/call": action} for the plan's calls whose outcome the ledger does not know."""
+    return {f"{e.stage}/{e.call_id}": e.action for e in plan.effects if e.status in UNSETTLED}
 
 
 def store(plan: Plan) -> StoredPlan | None:
@@ -35,6 +41,9 @@ def store(plan: Plan) -> StoredPlan | None:
         "drifted": bool(plan.drift),
         "resume_money": Decimal(plan.cost_resume.money),
         "fresh_money": Decimal(plan.cost_fresh.money),
+        "resume_calls": plan.cost_resume.tool_calls,
+        "fresh_calls": plan.cost_fresh.tool_calls,
+        "unsettled": unsettled(plan),
     }
     with transaction.atomic():
         updated = StoredPlan.objects.filter(

@@ -152,6 +152,7 @@ def interrupt(finding: Finding, *, takeover: bool = False) -> bool:
                     "reason": finding.reason,
                     **{k: str(v) for k, v in finding.detail.items()},
                     "last_seq": run.last_seq,
+                    **_call_in_flight(run),
                 },
                 status=Run.Status.INTERRUPTED,
                 ticket="",
@@ -161,6 +162,22 @@ def interrupt(finding: Finding, *, takeover: bool = False) -> bool:
         return True
     finally:
         leases.release(finding.run_pk, token)
+
+
+def _call_in_flight(run: Run) -> dict[str, str]:
+    """The call the worker was making when it went away, if its last event is that call's
+    TOOL_CALLED (every call writes one before it starts): "worker lost during upload-cover"
+    is what an operator needs to read first. One indexed read of the run's last event."""
+    last = (
+        Event.objects.filter(run=run, seq=run.last_seq, type=Event.Type.TOOL_CALLED)
+        .values_list("payload", flat=True)
+        .first()
+    )
+    if not isinstance(last, dict):
+        return {}
+    # A payload stored as an artifact keeps its call and tool in the inline summary.
+    shown = last.get("summary", last)
+    return {key: str(shown[key]) for key in ("call", "tool") if shown.get(key)}
 
 
 def sweep() -> list[int]:

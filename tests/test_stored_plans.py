@@ -56,3 +56,45 @@ def test_an_older_plan_never_replaces_a_newer_one(transactional_db, facts, redis
 
     assert StoredPlan.objects.get(run=run).fingerprint == new.fingerprint
     assert SimCall.objects.count() == queries
+
+
+def test_a_stored_plan_keeps_its_calls_and_what_it_does_about_unsettled_calls(
+    transactional_db, facts, redis_conn
+):
+    from runs import stored_plans
+    from tests.support.plans import run_in_process
+
+    # The article went live but its answer never came back: the publish effect is unknown.
+    run = run_in_process({"timeout": "publish/publish/after"})
+    plan = stored_plans.refresh(run)
+
+    stored = StoredPlan.objects.get(run=run)
+    assert (stored.resume_calls, stored.fresh_calls) == (
+        plan.cost_resume.tool_calls,
+        plan.cost_fresh.tool_calls,
+    )
+    assert stored.fresh_calls > stored.resume_calls > 0
+    assert stored.unsettled == {"publish/publish": "record-found"}
+
+
+def test_the_migration_fills_calls_and_unsettled_of_plans_stored_before_it(
+    transactional_db, facts, redis_conn
+):
+    import importlib
+
+    from django.apps import apps
+
+    from runs import stored_plans
+    from tests.support.plans import run_in_process
+
+    run = run_in_process({"timeout": "publish/publish/after"})
+    stored_plans.refresh(run)
+    kept = StoredPlan.objects.values("resume_calls", "fresh_calls", "unsettled").get(run=run)
+    StoredPlan.objects.filter(run=run).update(resume_calls=0, fresh_calls=0, unsettled={})
+
+    migration = importlib.import_module("runs.migrations.0006_stored_plan_calls_and_unsettled")
+    migration.fill_from_data(apps, None)
+
+    assert (
+        StoredPlan.objects.values("resume_calls", "fresh_calls", "unsettled").get(run=run) == kept
+    )

@@ -50,6 +50,17 @@ def run_in_process(options: dict[str, Any] | None = None) -> Run:
     return run
 
 
+def stopped_in_process(options: dict[str, Any] | None = None) -> Run:
+    """run_in_process, then what a worker's plan job does once a run stops: its plan is
+    computed (asking its targets) and stored. Tests without workers never run that job."""
+    from runs import stored_plans
+
+    run = run_in_process(options)
+    if run.is_resumable:
+        stored_plans.refresh(run)
+    return run
+
+
 def run_one_stage_in_process() -> Run:
     """A run that is still running: its first stage verified, the next one queued."""
     run = engine.start_run("content", {}, actor="test", enqueue=False)
