@@ -203,6 +203,8 @@ def test_a_first_execution_is_bound_by_no_contract_and_reads_nothing_to_know_it(
         ("IDEMPOTENT", "intent", None, Action.RETRY_SAME_KEY),
         ("IDEMPOTENT", "abandoned", None, Action.SKIP),
         ("IDEMPOTENT", "failed", None, Action.CALL),
+        ("IDEMPOTENT", "conflict", None, Action.BLOCKED),
+        ("RECONCILE_FIRST", "conflict", None, Action.BLOCKED),
         ("RECONCILE_FIRST", "intent", Reconciliation(found=False), Action.CALL),
         ("RECONCILE_FIRST", "unknown", Reconciliation(found=True), Action.RECORD_FOUND),
         ("RECONCILE_FIRST", "intent", Reconciliation(found=True, matches=False), Action.BLOCKED),
