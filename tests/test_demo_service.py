@@ -21,7 +21,7 @@ def get(service, path: str, **params: str) -> httpx.Response:
 ARTICLE = {"account": "acct-42", "platform": "devblog", "title": "T", "body": "B"}
 
 
-def test_each_system_bills_at_the_simulators_prices(demo_service):
+def test_each_system_bills_at_its_price(demo_service):
     post(demo_service, "/v1/renders", {"prompt": "cover"}, "r")
     post(demo_service, "/v1/assets", {"name": "cover", "content": "<svg/>"}, "u")
     post(demo_service, "/v1/articles", {**ARTICLE, "delivery_key": "p"})
@@ -124,3 +124,33 @@ def test_down_refuses_connections_and_start_keeps_the_data(demo_service):
     demo_service.start()
 
     assert demo_service.count("render", KEY) == 1
+
+
+def test_marks_and_after_show_only_what_came_since(demo_service):
+    post(demo_service, "/v1/renders", {"prompt": "before"}, "r-1")
+    marks = demo_service.marks()
+    post(demo_service, "/v1/renders", {"prompt": "after"}, "r-2")
+    post(demo_service, "/v1/renders", {"prompt": "after"}, "r-2")
+
+    assert [r["prompt"] for r in demo_service.renders(after=marks["render"])] == ["after"]
+    since = demo_service.meter(after=marks["meter"])
+    assert [(row["key"], row["outcome"], row["count"]) for row in since] == [
+        ("r-2", "billed", 1),
+        ("r-2", "replayed", 1),
+    ]
+    assert get(demo_service, "/v1/renders", after="yesterday").status_code == 400
+
+
+def test_an_editor_changes_the_content_of_a_live_article_or_takes_it_down(demo_service):
+    article = post(demo_service, "/v1/articles", {**ARTICLE, "delivery_key": "p"}).json()
+
+    edited = demo_service.edit_article(article["id"], body="B, edited")
+    refused = httpx.patch(
+        f"{demo_service.url}/v1/articles/{article['id']}", json={"colour": "red"}, trust_env=False
+    )
+    demo_service.delete_article(article["id"])
+
+    assert edited["content_hash"] != article["content_hash"]
+    assert refused.status_code == 400
+    assert get(demo_service, "/v1/articles/by-key/p").status_code == 404
+    assert get(demo_service, f"/v1/articles/{article['id']}").status_code == 404

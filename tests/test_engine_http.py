@@ -161,3 +161,29 @@ def test_a_key_the_target_holds_for_another_request_fails_the_run_and_blocks_its
     [blocker] = plan.blockers
     assert "409" in blocker and "supervisor" in blocker
     assert not plan.can_strict
+
+
+def test_the_lookup_the_engine_makes_before_a_publish_is_recorded_with_the_publish(
+    transactional_db, facts, redis_conn, demo_service
+):
+    from runs.resume import STRICT, approve
+    from tests.support.plans import run_in_process
+
+    # The publish's answer was lost, and the article is gone from the platform since: the
+    # plan calls again, and the engine asks the platform once more right before it does.
+    run = run_in_process({"timeout": "publish/publish/after"})
+    [article] = demo_service.articles()
+    demo_service.delete_article(article["id"])
+    approve(run, STRICT, compute_plan(run).fingerprint, actor="user:operator")
+
+    run.refresh_from_db()
+    engine.execute(run.pk, run.current_stage, run.ticket, holder="test:in-process")
+
+    called = Event.objects.filter(
+        run=run, type=Event.Type.TOOL_CALLED, payload__call="publish"
+    ).latest("seq")
+    [asked] = called.payload["reconcile"]
+    assert (asked["method"], asked["outcome"]) == ("GET", "not-found")
+    assert asked["response"]["status"] == 404
+    assert "/v1/articles/by-key/" in asked["url"]
+    assert len(demo_service.articles()) == 1

@@ -7,9 +7,10 @@ demo pipeline, with real Redis and real worker processes, and print the matrix.
 
 It sets up everything it uses: the database (a temporary SQLite file, or DATABASE_URL, which
 is created when missing and migrated), a private redis-server on a free port (no
-persistence, stopped at the end) and its own worker processes. Each case runs under a fresh
-account, and counts only what the simulated outside world received during that case, so the
-database may already hold earlier runs. The case runner is tests/faults/matrix.py, the same
+persistence, stopped at the end), the demo service (the outside world: renderer, asset store,
+platform, card processor) on a free port with its own SQLite file, and its own worker
+processes. Each case runs under a fresh account, and counts only what the outside world
+received during that case, so the database may already hold earlier runs. The case runner is tests/faults/matrix.py, the same
 code `pytest -m faults tests/faults` runs; pytest does not collect this script.
 
 The last line of the output is `N passed, M failed`; the exit status is 1 if M > 0.
@@ -65,12 +66,13 @@ def ensure_postgres_database(url: str) -> None:
             conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def configure(workdir: Path, database_url: str, redis_url: str) -> None:
-    """Point Django at our own database, Redis and media folder, with the short leases the
-    tests use (unless the environment already chose), then set it up."""
+def configure(workdir: Path, database_url: str, redis_url: str, service_url: str) -> None:
+    """Point Django at our own database, Redis, demo service and media folder, with the short
+    leases the tests use (unless the environment already chose), then set it up."""
     os.environ["DJANGO_SETTINGS_MODULE"] = "resumer.settings"
     os.environ["DATABASE_URL"] = database_url
     os.environ["REDIS_URL"] = redis_url
+    os.environ["DEMO_SERVICE_URL"] = service_url
     os.environ["MEDIA_ROOT"] = str(workdir / "media")
     os.environ["RESUMER_VAR_DIR"] = str(workdir)
     os.environ["RESUMER_TESTING"] = "1"
@@ -88,10 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     if database_url.startswith(("postgres://", "postgresql://")):
         ensure_postgres_database(database_url)
 
+    from demo_service.process import ServiceProcess
     from tests.support.processes import PrivateRedis, Workers, free_port
 
     port = free_port()
-    configure(workdir, database_url, f"redis://127.0.0.1:{port}/0")
+    service = ServiceProcess(database=workdir / "service.sqlite3", log=workdir / "service.log")
+    configure(workdir, database_url, f"redis://127.0.0.1:{port}/0", service.url)
 
     from django.conf import settings
     from django.core.management import call_command
@@ -108,10 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         call_command("migrate", verbosity=0, interactive=False)
         ensure_topic()
+        service.start()
         print(
             f"database: {connection.vendor} ({connection.settings_dict['NAME']}), "
-            f"redis: {redis_server.url()}, lease TTL {settings.RESUMER_LEASE_TTL:g} s, "
-            f"{len(cases)} case(s)",
+            f"redis: {redis_server.url()}, demo service: {service.url}, "
+            f"lease TTL {settings.RESUMER_LEASE_TTL:g} s, {len(cases)} case(s)",
             flush=True,
         )
         reference = matrix.reference_artifacts(workers)
@@ -136,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
     finally:
         workers.stop_all()
+        service.stop()
         redis_server.stop()
         connection.close()
 
