@@ -28,6 +28,6 @@ class FactSheetAdmin(ReadOnlyAdmin):
 
 @admin.register(RunFaults)
 class RunFaultsAdmin(RunSearchMixin, RunRowAdmin):
-    list_display = ["run_link", "crash", "timeout", "stall", "delay"]
+    list_display = ["run_link", "crash", "timeout", "stall", "delay", "network"]
     search_fields = ["=run__id"]
     ordering = ["-run_id"]

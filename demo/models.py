@@ -61,6 +61,8 @@ class RunFaults(models.Model):
     stall = models.JSONField(default=dict, blank=True)
     # Seconds before every call, to watch a run live.
     delay = models.FloatField(default=0)
+    # {"stage/call": "drop"|"late"|"5xx"|"down"}: the demo service fails that call's request.
+    network = models.JSONField(default=dict, blank=True)
 
     class Meta:
         verbose_name_plural = "run faults"

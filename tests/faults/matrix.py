@@ -24,11 +24,15 @@ import signal
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from django.db.models import Max
 
 from tests.support.processes import Workers, wait_for
 from tests.support.state import new_account, run_status, wait_settled
+
+if TYPE_CHECKING:
+    from tests.faults.network import NetworkCase
 
 PIPELINE = "content"
 FULL_MATRIX_ENV = "RESUMER_FULL_MATRIX"
@@ -120,20 +124,22 @@ class Check:
 
 @dataclass
 class CaseResult:
-    case: Case
+    case: Case | NetworkCase
     checks: dict[str, Check] = field(default_factory=dict)
     error: str = ""
     supervisor: str = ""
     run_id: str = ""
     seconds: float = 0.0
     logs: list[str] = field(default_factory=list)
+    # What this kind of case checks (the crash matrix's, or the network faults').
+    invariants: dict[str, str] = field(default_factory=lambda: INVARIANTS)
 
     @property
     def passed(self) -> bool:
         return not self.error and all(c.passed for c in self.checks.values())
 
     def check(self, name: str, passed: bool, detail: str = "") -> None:
-        assert name in INVARIANTS, name
+        assert name in self.invariants, name
         self.checks[name] = Check(bool(passed), detail)
 
     def describe(self) -> str:
@@ -144,7 +150,7 @@ class CaseResult:
             lines.append(f"  supervisor: {self.supervisor}")
         for name, check in self.checks.items():
             if not check.passed:
-                lines.append(f"  {name}: {check.detail or INVARIANTS[name]}")
+                lines.append(f"  {name}: {check.detail or self.invariants[name]}")
         if not self.passed and self.logs:
             lines.append(f"  worker logs: {', '.join(self.logs)}")
         return "\n".join(lines)
@@ -451,8 +457,7 @@ def run_case(case: Case, workers: Workers, reference: dict[str, str]) -> CaseRes
 
 def _drive(case: Case, workers: Workers, reference: dict[str, str], result: CaseResult) -> None:
     from demo import faults
-    from runs.checkpoints import latest_checkpoint
-    from runs.models import Effect, Run, StoredPlan
+    from runs.models import Run, StoredPlan
     from runs.pipeline import registry
     from runs.planner import compute_plan
     from runs.resume import STRICT, approve
@@ -524,7 +529,18 @@ def _drive(case: Case, workers: Workers, reference: dict[str, str], result: Case
     result.check("succeeded", status == Run.Status.SUCCEEDED, f"run ended {status}")
     problems = plan_kept_problems(run, plan, approved)
     result.check("plan-kept", not problems, "; ".join(problems))
+    world_checks(result, run, marks, reference)
 
+
+def world_checks(result: CaseResult, run, marks: Marks, reference: dict[str, str]) -> None:
+    """What a finished case must have left in the outside world and the ledger: one article,
+    one billed upload per asset, one billed render per key, at most one charge, every effect
+    settled, outputs naming what is live, the reference artifacts, a sound log."""
+    from runs.checkpoints import latest_checkpoint
+    from runs.models import Effect
+    from runs.pipeline import registry
+
+    pipeline = registry.get(PIPELINE)
     world = World.since(marks)
     slots = sorted(a["name"] for a in world.assets)
     account = run.inputs["account"]
@@ -595,16 +611,23 @@ def _drive(case: Case, workers: Workers, reference: dict[str, str], result: Case
 # --- Report --------------------------------------------------------------------------------
 
 
-def format_report(results: Iterable[CaseResult]) -> Iterator[str]:
+def format_report(
+    results: Iterable[CaseResult],
+    *,
+    invariants: dict[str, str] = INVARIANTS,
+    title: str = "Fault matrix: crash before/after every tool call, strict resume, invariants",
+    summary: bool = True,
+) -> Iterator[str]:
     """The matrix: one row per case, one column per invariant (✓ held, ✗ broken, · not
-    reached), then per-invariant counts, then the `N passed, M failed` line, last."""
+    reached), then per-invariant counts, then the `N passed, M failed` line, last (unless
+    `summary` is off, for a report that another one follows)."""
     results = list(results)
-    names = list(INVARIANTS)
+    names = list(invariants)
     width = max([len(r.case.id) for r in results] + [4])
-    yield "Fault matrix: crash before/after every tool call, strict resume, invariants"
+    yield title
     yield ""
     for i, name in enumerate(names):
-        yield f"  [{i + 1:>2}] {name}: {INVARIANTS[name]}"
+        yield f"  [{i + 1:>2}] {name}: {invariants[name]}"
     yield ""
     header = " ".join(f"{i + 1:>2}" for i in range(len(names)))
     yield f"{'case':<{width}}  {header}  result   secs  supervisor"
@@ -621,12 +644,13 @@ def format_report(results: Iterable[CaseResult]) -> Iterator[str]:
     for name in names:
         checked = [r.checks[name] for r in results if name in r.checks]
         held = sum(1 for c in checked if c.passed)
-        yield f"  {name:<22} {held:>3} / {len(checked):<3} {INVARIANTS[name]}"
+        yield f"  {name:<22} {held:>3} / {len(checked):<3} {invariants[name]}"
     failed = [r for r in results if not r.passed]
     if failed:
         yield ""
         yield "Failures:"
         for r in failed:
             yield r.describe()
-    yield ""
-    yield f"{len(results) - len(failed)} passed, {len(failed)} failed"
+    if summary:
+        yield ""
+        yield f"{len(results) - len(failed)} passed, {len(failed)} failed"
