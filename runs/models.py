@@ -283,6 +283,9 @@ class EffectStatus(models.TextChoices):
     UNKNOWN = "unknown", "Unknown"
     # A supervisor decided this effect is not to happen; the stage goes on without it.
     ABANDONED = "abandoned", "Abandoned"
+    # The target refused the delivery key (409): it holds a different request under it.
+    # Nothing happened for this request, and calling again with the key cannot help.
+    CONFLICT = "conflict", "Key conflict"
 
 
 class Effect(models.Model):

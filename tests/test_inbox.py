@@ -308,12 +308,14 @@ def test_every_reason_filter_costs_the_same_queries_however_many_runs_stopped(
     assert len(set(few.values())) == 1, few
 
 
-def test_reading_the_inbox_never_asks_a_target(viewer, one_of_each_kind):
-    asked = SimCall.objects.count()
+def test_reading_the_inbox_never_asks_a_target(viewer, one_of_each_kind, demo_service):
+    # The targets: the demo service (its meter counts every request, lookups included) and
+    # the in-process search source and model (SimCall).
+    asked, searched = demo_service.meter(), SimCall.objects.count()
     for query in ["", *(f"reason={kind}" for kind in ReasonKind.values), "status=failed"]:
         assert viewer.get(f"/runs/?{query}").status_code == 200
         assert viewer.get(f"/runs/?{query}", headers={"HX-Request": "true"}).status_code == 200
-    assert SimCall.objects.count() == asked
+    assert (demo_service.meter(), SimCall.objects.count()) == (asked, searched)
 
 
 def test_how_long_ago_is_said_at_one_unit():

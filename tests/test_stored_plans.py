@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from demo.models import SimCall
 from runs.edits import edit_effect
 from runs.models import Effect, Run, StoredPlan
 from runs.planner import compute_plan
@@ -37,7 +36,9 @@ def test_a_ledger_edit_has_the_plan_computed_again(workers):
     assert stored.fingerprint == compute_plan(run).fingerprint
 
 
-def test_an_older_plan_never_replaces_a_newer_one(transactional_db, facts, redis_conn):
+def test_an_older_plan_never_replaces_a_newer_one(
+    transactional_db, facts, redis_conn, demo_service
+):
     from runs import stored_plans
     from tests.support.plans import run_in_process
 
@@ -50,12 +51,12 @@ def test_an_older_plan_never_replaces_a_newer_one(transactional_db, facts, redis
         actor="user:supervisor",
     )
     new = stored_plans.refresh(run)
-    queries = SimCall.objects.count()
+    asked = demo_service.meter()
 
     assert stored_plans.store(old) is None
 
     assert StoredPlan.objects.get(run=run).fingerprint == new.fingerprint
-    assert SimCall.objects.count() == queries
+    assert demo_service.meter() == asked
 
 
 def test_a_stored_plan_keeps_its_calls_and_what_it_does_about_unsettled_calls(

@@ -54,7 +54,8 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float = 60, what: str = "
 
 def worker_env(redis_url: str | None = None) -> dict[str, str]:
     """The environment that makes a worker process use this process's database, media,
-    queue, pipelines and lease timings (and `redis_url`, or the configured Redis)."""
+    queue, pipelines, lease timings and demo service (and `redis_url`, or the configured
+    Redis)."""
     env = dict(os.environ)
     env.update(
         DATABASE_URL=database_url(),
@@ -64,6 +65,7 @@ def worker_env(redis_url: str | None = None) -> dict[str, str]:
         RESUMER_SWEEP_INTERVAL=str(settings.RESUMER_SWEEP_INTERVAL),
         RESUMER_QUEUE_GRACE=str(settings.RESUMER_QUEUE_GRACE),
         RESUMER_QUEUE=settings.RESUMER_QUEUE,
+        DEMO_SERVICE_URL=settings.DEMO_SERVICE_URL,
         RESUMER_TESTING="1",
         PYTHONUNBUFFERED="1",
     )
