@@ -66,6 +66,50 @@ class ApproveForm(forms.Form):
     )
 
 
+class RunIdsField(forms.Field):
+    """Run ids as the group page sends them (one value per ticked box: "run-12" or "12")."""
+
+    widget = forms.MultipleHiddenInput
+    default_error_messages = {
+        "required": "Tick at least one run to approve.",
+        "invalid": "%(value)s is not a run id (e.g. run-123).",
+        "too_many": "At most %(max)s runs in one approval.",
+    }
+    MAX_RUNS = 5000
+
+    def to_python(self, value: Any) -> list[int]:
+        values = value if isinstance(value, list | tuple) else ([value] if value else [])
+        if len(values) > self.MAX_RUNS:
+            raise forms.ValidationError(
+                self.error_messages["too_many"], code="too_many", params={"max": self.MAX_RUNS}
+            )
+        pks = []
+        for item in values:
+            text = str(item).strip()
+            pk = Run.pk_from_public_id(text if text.startswith("run-") else f"run-{text}")
+            if pk is None:
+                raise forms.ValidationError(
+                    self.error_messages["invalid"], code="invalid", params={"value": str(item)[:40]}
+                )
+            pks.append(pk)
+        return pks
+
+
+class GroupApproveForm(forms.Form):
+    """The approval of a group of runs (runs/triage.py): the group fingerprint that was read
+    and the runs ticked (all of those shown, unless some were unticked). A ticked run that
+    left the group since the page was shown is not a form error: approve_group skips it and
+    lists its fresh plan."""
+
+    action = forms.ChoiceField(choices=[(STRICT, "Strict resume"), (UPGRADE, "Upgrade")])
+    fingerprint = forms.RegexField(regex=r"^[0-9a-f]{64}$", max_length=64)
+    runs = RunIdsField()
+    confirm = forms.BooleanField(
+        label="I have read the group's plan",
+        error_messages={"required": "Tick “I have read the group's plan” to confirm."},
+    )
+
+
 class EffectLedgerForm(forms.ModelForm):
     """A supervisor's correction of one effect. It only validates what was typed: EffectAdmin
     applies it through edits.edit_effect() (reason required, the run's lease taken,

@@ -425,6 +425,15 @@ class StoredPlan(models.Model):
     drifted = models.BooleanField(default=False)
     resume_money = models.DecimalField(max_digits=12, decimal_places=4, default=0)
     fresh_money = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    # The group fingerprint of the plan's shape (runs/triage.py): what a human decides on,
+    # without the run. Runs whose plans share it are approved together.
+    shape = models.CharField(max_length=64, blank=True, default="")
+
+    class Meta:
+        indexes = [
+            # triage.group(): the runs of one group, and the inbox's GROUP BY shape.
+            models.Index(fields=["shape", "run"], name="storedplan_shape_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"plan of run-{self.run_id} ({self.fingerprint[:12]})"

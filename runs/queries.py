@@ -21,7 +21,7 @@ from django.db.models import Q, QuerySet, Subquery
 from django.http import Http404
 
 from runs import artifacts as artifact_store
-from runs import stored_plans
+from runs import stored_plans, triage
 from runs.contract import Usage
 from runs.models import Artifact, Checkpoint, Effect, Event, Run, StoredPlan
 from runs.payload_summary import summarize
@@ -128,6 +128,12 @@ def inbox_page(filters: InboxFilters, after: int | None, size: int = INBOX_PAGE_
         # An index-only count of the attention=0 prefix of run_inbox_idx.
         needs_human=Run.objects.filter(attention=0).count(),
     )
+
+
+def inbox_groups(filters: InboxFilters) -> triage.Triage:
+    """The inbox's runs that need a human, grouped by plan shape (runs/triage.py): the same
+    filters as the list, so a notification's link (?notice=) shows that outage's groups."""
+    return triage.groups(_filtered(filters))
 
 
 def stage_choices() -> list[str]:
