@@ -233,7 +233,7 @@ def approve_group(request: HttpRequest, fingerprint: str) -> HttpResponse:
     try:
         batch = triage.approve_group(
             fingerprint,
-            form.cleaned_data["runs"],
+            form.run_ids(),
             action=form.cleaned_data["action"],
             actor=actor,
         )

@@ -416,6 +416,20 @@ def test_inbox_query_count_does_not_grow_with_groups_or_runs(facts):
     assert counted() == few
 
 
+def approve_all_shown(group: str, runs: list[Run], role: str = "operator", **kwargs):
+    """What the group page's "Approve all runs shown" button sends."""
+    return client_as(role, **kwargs).post(
+        f"/runs/groups/{group}/approve/",
+        {
+            "action": "strict",
+            "fingerprint": group,
+            "confirm": "on",
+            "scope": "all",
+            "shown": ",".join(run.public_id for run in runs),
+        },
+    )
+
+
 def test_group_page_shows_the_shape_and_the_runs_to_tick(facts):
     runs = [interrupted_with_plan() for _ in range(2)]
     group = group_of(runs[0])
@@ -425,8 +439,10 @@ def test_group_page_shows_the_shape_and_the_runs_to_tick(facts):
     assert "2 runs interrupted at research" in html
     for run in runs:
         assert f'name="runs" value="{run.public_id}"' in html
+    assert f'name="shown" value="{runs[0].public_id},{runs[1].public_id}"' in html
     assert f'name="fingerprint" value="{group}"' in html
-    assert "Strict resume of the ticked runs" in html
+    assert "Approve all 2 runs shown" in html
+    assert "Approve the ticked runs only" in html
 
 
 def test_viewer_reads_a_group_without_an_approve_control(facts):
@@ -444,19 +460,11 @@ def test_an_unknown_or_malformed_group_is_404(facts, path):
     assert client_as("viewer").get(f"/runs/groups/{path}/").status_code == 404
 
 
-def test_operator_approves_a_group_through_the_dashboard(facts):
+def test_operator_approves_every_run_shown_through_the_dashboard(facts):
     runs = [interrupted_with_plan() for _ in range(2)]
     group = group_of(runs[0])
 
-    response = client_as("operator").post(
-        f"/runs/groups/{group}/approve/",
-        {
-            "action": "strict",
-            "fingerprint": group,
-            "confirm": "on",
-            "runs": [run.public_id for run in runs],
-        },
-    )
+    response = approve_all_shown(group, runs)
 
     assert response.status_code == 200
     html = response.content.decode()
@@ -467,15 +475,43 @@ def test_operator_approves_a_group_through_the_dashboard(facts):
     assert {status(run) for run in runs} == {Run.Status.RESUMING}
 
 
+def test_a_run_that_joined_the_group_after_the_page_was_shown_is_left_alone(facts):
+    shown = interrupted_with_plan()
+    joined = interrupted_with_plan()
+
+    response = approve_all_shown(group_of(shown), [shown])
+
+    assert response.status_code == 200
+    assert (status(shown), status(joined)) == (Run.Status.RESUMING, Run.Status.INTERRUPTED)
+    assert approvals(joined) == []
+
+
+def test_operator_approves_the_ticked_runs_through_the_dashboard(facts):
+    ticked, left = interrupted_with_plan(), interrupted_with_plan()
+    group = group_of(ticked)
+
+    response = client_as("operator").post(
+        f"/runs/groups/{group}/approve/",
+        {
+            "action": "strict",
+            "fingerprint": group,
+            "confirm": "on",
+            "scope": "selected",
+            "shown": f"{ticked.public_id},{left.public_id}",
+            "runs": [ticked.public_id],
+        },
+    )
+
+    assert response.status_code == 200
+    assert (status(ticked), status(left)) == (Run.Status.RESUMING, Run.Status.INTERRUPTED)
+
+
 def test_a_dashboard_batch_lists_the_skipped_run_with_its_fresh_plan(facts):
     kept, moved = failed_at_cover_upload(), failed_at_cover_upload()
     group = group_of(kept)
     change_manifest(checkpoint(moved, "draft"), outputs={"title": "rewritten"})
 
-    response = client_as("operator").post(
-        f"/runs/groups/{group}/approve/",
-        {"action": "strict", "fingerprint": group, "confirm": "on", "runs": [kept.pk, moved.pk]},
-    )
+    response = approve_all_shown(group, [kept, moved])
 
     assert response.status_code == 200
     html = response.content.decode()
@@ -489,10 +525,7 @@ def test_a_dashboard_batch_with_nothing_approved_is_409(facts):
     group = group_of(run)
     change_manifest(checkpoint(run, "draft"), outputs={"title": "rewritten"})
 
-    response = client_as("operator").post(
-        f"/runs/groups/{group}/approve/",
-        {"action": "strict", "fingerprint": group, "confirm": "on", "runs": [run.public_id]},
-    )
+    response = approve_all_shown(group, [run])
 
     assert response.status_code == 409
     assert "Approved 0, skipped 1" in response.content.decode()
@@ -501,13 +534,9 @@ def test_a_dashboard_batch_with_nothing_approved_is_409(facts):
 
 def test_viewer_forged_group_approval_is_403_and_changes_nothing(facts):
     run = interrupted_with_plan()
-    group = group_of(run)
     before = ledger_state(run)
 
-    response = client_as("viewer").post(
-        f"/runs/groups/{group}/approve/",
-        {"action": "strict", "fingerprint": group, "confirm": "on", "runs": [run.public_id]},
-    )
+    response = approve_all_shown(group_of(run), [run], role="viewer")
 
     assert response.status_code == 403
     assert ledger_state(run) == before
@@ -515,45 +544,40 @@ def test_viewer_forged_group_approval_is_403_and_changes_nothing(facts):
 
 def test_group_approval_without_csrf_token_is_403(facts):
     run = interrupted_with_plan()
-    group = group_of(run)
 
-    response = client_as("operator", enforce_csrf_checks=True).post(
-        f"/runs/groups/{group}/approve/",
-        {"action": "strict", "fingerprint": group, "confirm": "on", "runs": [run.public_id]},
-    )
+    response = approve_all_shown(group_of(run), [run], enforce_csrf_checks=True)
 
     assert response.status_code == 403
     assert approvals(run) == []
 
 
+VALID = {"action": "strict", "fingerprint": "{group}", "confirm": "on", "scope": "all"}
+
+
 @pytest.mark.parametrize(
     "data,message",
     [
-        ({"action": "strict", "fingerprint": "{group}", "runs": ["{run}"]}, "I have read"),
-        ({"action": "strict", "fingerprint": "{group}", "confirm": "on"}, "Tick at least one"),
-        (
-            {"action": "strict", "fingerprint": "{group}", "confirm": "on", "runs": ["run-x"]},
-            "is not a run id",
-        ),
-        (
-            {"action": "strict", "fingerprint": "a" * 64, "confirm": "on", "runs": ["{run}"]},
-            "another group",
-        ),
-        (
-            {"action": "retry", "fingerprint": "{group}", "confirm": "on", "runs": ["{run}"]},
-            "Select a valid choice",
-        ),
-        (
-            {
-                "action": "strict",
-                "fingerprint": "{group}",
-                "confirm": "on",
-                "runs": ["run-999999999"],
-            },
-            "there is no run-999999999",
-        ),
+        ({**VALID, "confirm": "", "shown": "{run}"}, "I have read"),
+        ({**VALID, "scope": "selected", "shown": "{run}"}, "Tick at least one run"),
+        (VALID, "did not say which runs it showed"),
+        ({**VALID, "shown": "{run},run-x"}, "run-x is not a run id"),
+        ({**VALID, "scope": "selected", "runs": ["nope"]}, "nope is not a run id"),
+        ({**VALID, "fingerprint": "a" * 64, "shown": "{run}"}, "another group"),
+        ({**VALID, "action": "retry", "shown": "{run}"}, "Select a valid choice"),
+        ({**VALID, "scope": "everything", "shown": "{run}"}, "Select a valid choice"),
+        ({**VALID, "shown": "{run},run-999999999"}, "there is no run-999999999"),
     ],
-    ids=["no-confirm", "no-runs", "bad-run-id", "other-group", "bad-action", "unknown-run"],
+    ids=[
+        "no-confirm",
+        "no-ticked-runs",
+        "no-shown-runs",
+        "bad-shown-id",
+        "bad-ticked-id",
+        "other-group",
+        "bad-action",
+        "bad-scope",
+        "unknown-run",
+    ],
 )
 def test_malformed_group_approvals_are_400_and_change_nothing(facts, data, message):
     run = interrupted_with_plan()
@@ -579,10 +603,7 @@ def test_approving_a_group_that_emptied_meanwhile_is_409_and_changes_nothing(fac
     triage.approve_group(group, actor="user:someone-else")
     before = ledger_state(run)
 
-    response = client_as("operator").post(
-        f"/runs/groups/{group}/approve/",
-        {"action": "strict", "fingerprint": group, "confirm": "on", "runs": [run.public_id]},
-    )
+    response = approve_all_shown(group, [run])
 
     # The one run of the group is resuming already: no run has this plan shape any more.
     assert response.status_code == 409
