@@ -435,6 +435,16 @@ class StoredPlan(models.Model):
     # unknown; the target has it"). A few entries at most.
     unsettled = models.JSONField(default=dict, blank=True)
 
+    # The group fingerprint of the plan's shape (runs/triage.py): what a human decides on,
+    # without the run. Runs whose plans share it are approved together.
+    shape = models.CharField(max_length=64, blank=True, default="")
+
+    class Meta:
+        indexes = [
+            # triage.group(): the runs of one group, and the inbox's GROUP BY shape.
+            models.Index(fields=["shape", "run"], name="storedplan_shape_idx"),
+        ]
+
     def __str__(self) -> str:
         return f"plan of run-{self.run_id} ({self.fingerprint[:12]})"
 

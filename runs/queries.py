@@ -22,7 +22,7 @@ from django.db.models import OuterRef, Q, QuerySet, Subquery
 from django.http import Http404
 
 from runs import artifacts as artifact_store
-from runs import stops, stored_plans
+from runs import stops, stored_plans, triage
 from runs.contract import Usage
 from runs.models import Artifact, Checkpoint, Effect, Event, Run, StoredPlan
 from runs.payload_summary import summarize
@@ -294,6 +294,12 @@ def _attach_stops(runs: list[Run]) -> None:
     found = stopping_events(runs)
     for run in runs:
         run.stop = stop_facts(run, found.get(run.pk, {})) if run.attention == 0 else None
+
+
+def inbox_groups(filters: InboxFilters) -> triage.Triage:
+    """The inbox's runs that need a human, grouped by plan shape (runs/triage.py): the same
+    filters as the list, so a notification's link (?notice=) shows that outage's groups."""
+    return triage.groups(_filtered(filters))
 
 
 def stage_choices() -> list[str]:

@@ -32,11 +32,16 @@ def store(plan: Plan) -> StoredPlan | None:
     """Keep `plan` as the run's stored plan unless a plan of a newer run version is stored
     already (two workers computing plans of one run: the older answer never wins). Returns
     the row now stored, or None when `plan` lost."""
+    # triage builds on this module (it stores the fresh plans of the runs it skips).
+    from runs.triage import group_fingerprint
+
+    data = plan.to_dict()
     values = {
         "fingerprint": plan.fingerprint,
         "run_version": plan.run_version,
         "computed_at": Now(),
-        "data": plan.to_dict(),
+        "data": data,
+        "shape": group_fingerprint(data),
         "blocked": plan.blocked,
         "drifted": bool(plan.drift),
         "resume_money": Decimal(plan.cost_resume.money),

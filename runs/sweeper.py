@@ -14,6 +14,7 @@ still exists. The bound: a dead worker's run is interrupted within lease TTL + s
 from __future__ import annotations
 
 import logging
+import random
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -181,9 +182,16 @@ def _call_in_flight(run: Run) -> dict[str, str]:
 
 
 def sweep() -> list[int]:
-    """One pass; returns the pks of the runs it interrupted."""
+    """One pass; returns the pks of the runs it interrupted.
+
+    The findings are taken in random order: after an outage every worker's sweeper finds the
+    same hundreds of runs at once, and walking them in the same order made one sweeper do the
+    work while the others followed it, skipping what it had just taken (interrupt() is a
+    compare-and-set, so whichever sweeper comes first acts and the rest do nothing)."""
     done = []
-    for finding in find_expired() + find_lost_jobs():
+    findings = find_expired() + find_lost_jobs()
+    random.shuffle(findings)
+    for finding in findings:
         if interrupt(finding):
             done.append(finding.run_pk)
     return done
