@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from django.db.models import Max
 
 from tests.support.processes import Workers, wait_for
-from tests.support.state import new_account, run_status, wait_settled
+from tests.support.state import new_account, run_status, wait_lease_free, wait_settled
 
 if TYPE_CHECKING:
     from tests.faults.network import NetworkCase
@@ -505,6 +505,9 @@ def _drive(case: Case, workers: Workers, reference: dict[str, str], result: Case
         timeout=60,
         what="the stored plan",
     )
+    # The sweeper lets the lease go after the stop's after-commit work; stopped before that,
+    # it would leave the lease held and a supervisor's ledger edit refused.
+    wait_lease_free(run)
     workers.stop_all()
     plan = compute_plan(run)
     before = list(pipeline.stage_names[: pipeline.index(case.stage)])

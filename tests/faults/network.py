@@ -36,7 +36,7 @@ from tests.faults.matrix import (
     world_checks,
 )
 from tests.support.processes import Workers, wait_for
-from tests.support.state import new_account, run_status, wait_settled
+from tests.support.state import new_account, run_status, wait_lease_free, wait_settled
 
 MODES = {
     "drop": "the service commits, then drops the connection without answering",
@@ -269,6 +269,9 @@ def _drive(case: NetworkCase, workers: Workers, service, reference, result: Case
             and not again.blocked,
             f"while down: {down.blockers}; up again: {again.blockers}",
         )
+    # The sweeper lets the lease go after the stop's after-commit work; stopped before that,
+    # it would leave the lease held and a supervisor's ledger edit refused.
+    wait_lease_free(run)
     workers.stop_all()
 
     plan = compute_plan(run)

@@ -27,6 +27,22 @@ def wait_settled(run: Any, *, timeout: float = 90) -> str:
     )
 
 
+def wait_lease_free(run: Any, *, timeout: float = 60) -> None:
+    """Wait until nobody holds the run's lease (released, or run out). A sweeper releases it
+    only after the stop's after-commit work; a test that stops the workers first may leave
+    it held, and a supervisor's ledger edit would then be refused."""
+    from django.db.models.functions import Now
+
+    from runs.models import Lease
+
+    pk = getattr(run, "pk", run)
+    wait_for(
+        lambda: Lease.objects.filter(run_id=pk, expires_at__lte=Now()).exists(),
+        timeout=timeout,
+        what=f"the lease of run-{pk} to be free",
+    )
+
+
 def event_of(run_pk: int, type_: str, call: str = "", stage: str = ""):
     """The newest event of a type (for a call, or in a stage), or None."""
     from runs.models import Event
