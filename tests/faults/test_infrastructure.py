@@ -334,10 +334,16 @@ def test_rq_reporting_a_finished_job_abandoned_leaves_the_run_finished(workers):
     head = (run.status, run.last_seq, run.version)
 
     queue = jobs.queue()
-    finished = [
-        Job.fetch(i, connection=queue.connection) for i in queue.finished_job_registry.get_job_ids()
-    ]
-    job = next(j for j in finished if tuple(j.args[:2]) == (run.pk, "publish"))
+
+    def finished_publish():
+        # RQ moves the job to its finished registry just after the stage's commit.
+        for job_id in queue.finished_job_registry.get_job_ids():
+            found = Job.fetch(job_id, connection=queue.connection)
+            if tuple(found.args[:2]) == (run.pk, "publish"):
+                return found
+        return None
+
+    job = wait_for(finished_publish, what="RQ to record the publish job finished")
     # What a worker killed between the stage's commit and RQ's bookkeeping leaves behind: the
     # job still STARTED, its execution expired. RQ's own cleanup then calls it abandoned.
     job.set_status(JobStatus.STARTED)
