@@ -61,7 +61,7 @@ endef
 help:
 	@echo "make run     set up everything and start Redis, one worker and the web server on :$(PORT)"
 	@echo "make test    lint and run the test suite (REDIS_URL=$(TEST_REDIS_URL))"
-	@echo "make faults  run the fault-injection tests and bench/fault_matrix.py"
+	@echo "make faults  run the fault-injection tests and the matrix script (tests/faults/run_matrix.py)"
 	@echo "make bench   run every bench/*.py script"
 	@echo "make lint    ruff check + ruff format --check"
 	@echo "make format  ruff format + ruff check --fix"
@@ -155,7 +155,7 @@ faults: $(STAMP) test-redis
 	@# The whole crash matrix (plain `make test` runs a representative subset of it), then the
 	@# script that prints the matrix and ends with "N passed, M failed".
 	RESUMER_FULL_MATRIX=1 $(TEST_ENV) $(PY) -m pytest -m faults tests/faults $(PYTEST_ARGS)
-	$(TEST_ENV) $(PY) bench/fault_matrix.py
+	$(TEST_ENV) $(PY) tests/faults/run_matrix.py
 
 # Benchmarks get the test Redis database and fast crash detection, like the fault tests.
 # Files starting with "_" are helpers, not scripts.

@@ -165,7 +165,8 @@ def child(db: str, runs: int, rounds: int) -> None:
 
     from demo.models import Article
     from demo.simulators import ensure_topic
-    from runs import engine, ledger
+    from runs import engine
+    from runs.chain import verify_chain
     from runs.models import Run
 
     ensure_topic()
@@ -180,7 +181,7 @@ def child(db: str, runs: int, rounds: int) -> None:
                 _burst_worker()
                 done = Run.objects.filter(pk__in=started, status=Run.Status.SUCCEEDED).count()
                 assert done == runs, f"{runs - done} engine run(s) did not succeed"
-                assert all(ledger.verify_chain(pk).ok for pk in started)
+                assert all(verify_chain(pk).ok for pk in started)
                 prefix = "run-"
             else:
                 articles = Article.objects.count()

@@ -1,4 +1,4 @@
-"""Event appends per second through ledger.append(), beside the same database's plain INSERT.
+"""Event appends per second through runs.append.append(), beside the same database's plain INSERT.
 
     .venv/bin/python bench/ledger_append.py                  # SQLite and PostgreSQL
     .venv/bin/python bench/ledger_append.py --db sqlite      # one of them
@@ -8,7 +8,7 @@ For each database (a SQLite file in a temp folder, with the settings' WAL/IMMEDI
 a scratch PostgreSQL database `resumer_bench` on BENCH_PG_URL's server, created and dropped
 here), with threads that each have their own connection, it measures in the same process:
 
-  * append: ledger.append() of a typical TOOL_CALLED event (fencing check under the run's row
+  * append: append() of a typical TOOL_CALLED event (fencing check under the run's row
     lock, seq, hash chain, run head update), one event per transaction;
   * plain:  an INSERT of the same row shape into a plain table (primary key only: no
     triggers, no row lock, no chain), one row per transaction, through Django's connection.
@@ -113,15 +113,16 @@ def child(db: str, events: int, rounds: int) -> None:
     _common.setup_django()
     from django.db import connection, transaction
 
-    from runs import leases, ledger
-    from runs.ledger import Writer
+    from runs import leases
+    from runs.append import Writer, append, create_run
+    from runs.chain import canonical_json, verify_chain
     from runs.models import Event
 
     with connection.cursor() as cursor:
         cursor.execute(PLAIN_DDL[connection.vendor])
 
     def new_writer() -> Writer:
-        run = ledger.create_run(
+        run = create_run(
             "content",
             inputs={"topic": "resumable-agents", "facts": "v3"},
             actor="bench",
@@ -134,11 +135,11 @@ def child(db: str, events: int, rounds: int) -> None:
     plain_seq = itertools.count(1)  # next() on a count is atomic under the GIL
 
     def append_shared(index: int, n: int) -> None:
-        ledger.append(shared, Event.Type.TOOL_CALLED, stage="visual", payload=PAYLOAD)
+        append(shared, Event.Type.TOOL_CALLED, stage="visual", payload=PAYLOAD)
 
     def append_own(index: int, n: int) -> None:
         # Thread i writes run i: one writer per run, as a deployment's workers do.
-        ledger.append(own[index], Event.Type.TOOL_CALLED, stage="visual", payload=PAYLOAD)
+        append(own[index], Event.Type.TOOL_CALLED, stage="visual", payload=PAYLOAD)
 
     def plain(index: int, n: int) -> None:
         row = (
@@ -147,7 +148,7 @@ def child(db: str, events: int, rounds: int) -> None:
             "visual",
             "TOOL_CALLED",
             "{}",
-            ledger.canonical_json(PAYLOAD),
+            canonical_json(PAYLOAD),
             "",
             "[]",
             "",
@@ -196,7 +197,7 @@ def child(db: str, events: int, rounds: int) -> None:
             flush=True,
         )
     for writer in (shared, *own):
-        report = ledger.verify_chain(writer.run_id)
+        report = verify_chain(writer.run_id)
         assert report.ok, report.problems
     _common.emit_result({"db": db, "results": results})
 
@@ -216,7 +217,7 @@ def main() -> None:
         return
 
     print(
-        f"ledger.append vs plain INSERT: {args.events} events per round, "
+        f"runs.append.append vs plain INSERT: {args.events} events per round, "
         f"{args.rounds} rounds (median), one event per transaction"
     )
     summary: list[tuple[str, dict]] = []

@@ -8,7 +8,7 @@
 
 Each database is a scratch one the script creates (a SQLite file in a temp folder; the
 PostgreSQL database `resumer_pagebench`, dropped afterwards). Filler rows are bulk-inserted
-around ledger.append() for speed (the triggers allow INSERT), with a correct seq and hash
+around the append path for speed (the triggers allow INSERT), with a correct seq and hash
 chain; each run's filler is cut into stage attempts (STARTED ... VERIFIED), some resumed,
 some reusing effects, so the pipeline page aggregates what it would in production.
 Requests go through Django's test client, so the time is the server's: middleware,
@@ -141,7 +141,7 @@ def _load(runs: int, events: int) -> int:
     """Insert `runs` runs and `events` events; one run holds a tenth of all events."""
     from django.db import transaction
 
-    from runs.ledger import event_hash
+    from runs.chain import event_hash, hashed_content
     from runs.models import Event, Lease, Run
 
     statuses = [s for s in Run.Status.values]
@@ -184,9 +184,7 @@ def _load(runs: int, events: int) -> int:
                 token=1,
                 prev_hash=prev,
             )
-            from runs.ledger import _hashed_content
-
-            event.hash = event_hash(prev, _hashed_content(event))
+            event.hash = event_hash(prev, hashed_content(event))
             prev = event.hash
             batch.append(event)
             if len(batch) >= 5000:

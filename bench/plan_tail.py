@@ -15,7 +15,7 @@ so the plan also asks the platform about one effect):
 Both runs are real: the engine executes every stage in this process (the same code a worker
 runs: lease, STARTED, effects, VERIFIED + checkpoint), so the last checkpoint (prefill) sits a
 few events before the end of each log. The difference is filler history right after
-RUN_CREATED. For speed the filler goes around ledger.append(): it is bulk-INSERTed (the
+RUN_CREATED. For speed the filler goes around the append path: it is bulk-INSERTed (the
 append-only triggers refuse UPDATE and DELETE only) with its seq and hash chain computed by the
 ledger's own event_hash, and the run's head (last_seq, head_hash, version) is moved past it,
 so the stages that follow append onto a chain that verify_chain() accepts end to end.
@@ -55,13 +55,17 @@ FILLER_RESULT = "x" * 240  # a TOOL_RESULT of a few hundred bytes, like the real
 
 def drive(run):
     """Execute the run's queued stages in this process until it stops."""
+    from demo import faults
     from runs import engine
 
+    hooks = faults.FaultHooks()
     for _ in range(20):
         run.refresh_from_db()
         if not (run.is_active and run.ticket):
             return run
-        engine.execute(run.pk, run.current_stage, run.ticket, holder="bench:in-process")
+        engine.execute(
+            run.pk, run.current_stage, run.ticket, holder="bench:in-process", hooks=hooks
+        )
     raise RuntimeError(f"{run.public_id} did not stop")
 
 
@@ -70,7 +74,7 @@ def add_filler(run, count: int, batch: int = 5000) -> None:
     from django.db import transaction
     from django.db.models import F
 
-    from runs import ledger
+    from runs.chain import event_hash, hashed_content
     from runs.models import Event, Run
 
     with transaction.atomic():
@@ -97,7 +101,7 @@ def add_filler(run, count: int, batch: int = 5000) -> None:
                 prev_hash=prev,
             )
             # The ledger's own hashing (what append() and verify_chain() use).
-            event.hash = ledger.event_hash(prev, ledger._hashed_content(event))
+            event.hash = event_hash(prev, hashed_content(event))
             prev = event.hash
             pending.append(event)
             if len(pending) == batch:
@@ -112,18 +116,18 @@ def add_filler(run, count: int, batch: int = 5000) -> None:
 
 def build(total_events: int, real_events: int):
     """A run stopped at OPTIONS whose log holds `total_events` events in all."""
-    from runs import engine
+    from demo import faults
 
-    run = engine.start_run("content", {}, actor="bench", options=OPTIONS, enqueue=False)
+    run = faults.start_run("content", {}, actor="bench", faults=OPTIONS, enqueue=False)
     # RUN_CREATED is already there; the stages will add `real_events - 1` more.
     add_filler(run, total_events - real_events)
     return drive(run)
 
 
 def count_real_events() -> int:
-    from runs import engine
+    from demo import faults
 
-    probe = drive(engine.start_run("content", {}, actor="bench", options=OPTIONS, enqueue=False))
+    probe = drive(faults.start_run("content", {}, actor="bench", faults=OPTIONS, enqueue=False))
     return probe.last_seq
 
 
@@ -136,7 +140,7 @@ def child(db: str, long_events: int, repeat: int) -> None:
     from django.test.utils import CaptureQueriesContext
 
     from demo.simulators import ensure_topic
-    from runs.ledger import verify_chain
+    from runs.chain import verify_chain
     from runs.models import Checkpoint, Run
     from runs.planner import compute_plan
 

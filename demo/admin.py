@@ -1,13 +1,13 @@
 """The demo's simulated outside world, read-only: what the renderer, the asset store, the
 platform and the card processor received. A supervisor checks here before correcting the
-effect ledger ("was the card really charged?")."""
+effect ledger ("was the card really charged?"). Also the faults injected into each run."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
-from demo.models import Article, Asset, Charge, FactSheet, Render, SimCall
-from runs.admin import ReadOnlyAdmin
+from demo.models import Article, Asset, Charge, FactSheet, Render, RunFaults, SimCall
+from runs.admin import ReadOnlyAdmin, RunRowAdmin, RunSearchMixin
 
 
 @admin.register(SimCall)
@@ -53,3 +53,10 @@ class ChargeAdmin(ReadOnlyAdmin):
     list_filter = ["account"]
     search_fields = ["=reference"]
     ordering = ["-id"]
+
+
+@admin.register(RunFaults)
+class RunFaultsAdmin(RunSearchMixin, RunRowAdmin):
+    list_display = ["run_link", "crash", "timeout", "stall", "delay"]
+    search_fields = ["=run__id"]
+    ordering = ["-run_id"]

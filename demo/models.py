@@ -104,3 +104,27 @@ class Charge(models.Model):
     @property
     def external_id(self) -> str:
         return f"ch-{self.pk}"
+
+
+class RunFaults(models.Model):
+    """What demo/faults.py injects into one run: the demo's own table, keyed by the run, so
+    the run ledger carries no demo knobs. Crash and timeout points fire on the run's first
+    attempt only, so the approved resume gets through."""
+
+    run = models.OneToOneField(
+        "runs.Run", on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
+    # "stage/call/before|after": the worker dies by SIGKILL there.
+    crash = models.CharField(max_length=200, blank=True)
+    # "stage/call/after": the call happens, its answer never arrives.
+    timeout = models.CharField(max_length=200, blank=True)
+    # {"stage/call": seconds}: sleep before that call (after its intent is recorded).
+    stall = models.JSONField(default=dict, blank=True)
+    # Seconds before every call, to watch a run live.
+    delay = models.FloatField(default=0)
+
+    class Meta:
+        verbose_name_plural = "run faults"
+
+    def __str__(self) -> str:
+        return f"faults of run-{self.run_id}"

@@ -25,6 +25,10 @@ def env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
+def env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
 PRODUCTION = os.environ.get("RESUMER_ENV", "development") == "production"
 # Under pytest, defaults move out of the way of a developer's `make run`: Redis DB 15, a test
 # media folder, and short leases so crash detection takes seconds (workers started by the
@@ -36,6 +40,9 @@ if TESTING:
     os.environ.setdefault("RESUMER_LEASE_TTL", "4")
     os.environ.setdefault("RESUMER_SWEEP_INTERVAL", "0.5")
     os.environ.setdefault("RESUMER_QUEUE_GRACE", "2")
+    # Tests anchor run heads, so the anchors are exercised; a test that needs no key
+    # overrides the setting. Worker processes started by the tests inherit this variable.
+    os.environ.setdefault("RESUMER_CHAIN_KEY", "test-only-chain-key-not-secret")
 
 DEBUG = env_bool("DEBUG", not PRODUCTION)
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
@@ -55,6 +62,17 @@ CSRF_TRUSTED_ORIGINS = [
     o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
 ]
 
+# The pipelines Resumer runs: dotted paths to runs.pipeline.Pipeline objects, checked at
+# start-up (runs/checks.py). A module of your own only has to be importable (PYTHONPATH).
+RESUMER_PIPELINES = env_list("RESUMER_PIPELINES", "demo.pipeline.content_pipeline")
+USES_DEMO = any(path.split(".")[0] == "demo" for path in RESUMER_PIPELINES)
+# Called around every tool call a worker makes (runs/hooks.py); with the demo, its fault
+# injection, which acts only on runs started with faults (manage.py start_run_with_faults).
+RESUMER_CALL_HOOKS = os.environ.get(
+    "RESUMER_CALL_HOOKS", "demo.faults.FaultHooks" if USES_DEMO else ""
+).strip()
+USES_DEMO = USES_DEMO or RESUMER_CALL_HOOKS.split(".")[0] == "demo"
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -67,8 +85,11 @@ INSTALLED_APPS = [
     "django_rq",
     "axes",
     "runs",
-    "demo",
 ]
+# The demo app is the demo pipeline's simulated outside world (and its fault injection and
+# seed_demo): its tables, admin pages and commands belong to a deployment only if it runs it.
+if USES_DEMO:
+    INSTALLED_APPS.append("demo")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -137,7 +158,9 @@ RQ_QUEUES = {
         "DEFAULT_TIMEOUT": int(os.environ.get("RESUMER_JOB_TIMEOUT", "600")),
     },
 }
-RQ_SHOW_ADMIN_LINK = True
+# django-rq would also mount its pages at /admin/django_rq/ for any staff user; they are
+# mounted once, at /admin/rq/, behind the supervisor role (runs/queue_admin.py).
+RQ_SHOW_ADMIN_LINK = False
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -194,10 +217,51 @@ RESUMER_SWEEP_INTERVAL = float(os.environ.get("RESUMER_SWEEP_INTERVAL", "15"))
 # A queued stage job that Redis no longer knows about counts as lost after this grace.
 RESUMER_QUEUE_GRACE = float(os.environ.get("RESUMER_QUEUE_GRACE", "10"))
 RESUMER_QUEUE = os.environ.get("RESUMER_QUEUE", "default")
-RESUMER_PIPELINES = ["demo.pipeline.content_pipeline"]
 # Payloads above this size are stored as an artifact and referenced from the event.
 RESUMER_INLINE_PAYLOAD_BYTES = 8 * 1024
 RESUMER_MAX_PAYLOAD_BYTES = 5 * 1024 * 1024
+# Key of the HMAC that anchors each run's head (runs/chain.py). It lives in the environment,
+# never in the database: a database writer without it cannot forge a rewritten history. Unset,
+# heads are not anchored and verify_chain says so; production warns (runs/checks.py).
+RESUMER_CHAIN_KEY = os.environ.get("RESUMER_CHAIN_KEY", "")
+# An HTTP tool's request or response body above this size is recorded as an artifact.
+RESUMER_HTTP_INLINE_BODY_BYTES = 2 * 1024
+
+# --- Notifications (runs/notify.py) -------------------------------------------------------
+# Where links in messages point: the address people open the dashboard at.
+RESUMER_PUBLIC_URL = os.environ.get("RESUMER_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+# Targets. None set: nothing is recorded or queued.
+RESUMER_WEBHOOK_URL = os.environ.get("RESUMER_WEBHOOK_URL", "").strip()
+RESUMER_WEBHOOK_SECRET = os.environ.get("RESUMER_WEBHOOK_SECRET", "")
+if RESUMER_WEBHOOK_URL and not RESUMER_WEBHOOK_SECRET:
+    # Receivers tell Resumer's messages from anyone else's by the signature; no unsigned mode.
+    raise RuntimeError("RESUMER_WEBHOOK_URL is set: RESUMER_WEBHOOK_SECRET must be set too")
+if RESUMER_WEBHOOK_URL and not RESUMER_WEBHOOK_URL.startswith(("https://", "http://")):
+    raise RuntimeError("RESUMER_WEBHOOK_URL must be an http:// or https:// URL")
+RESUMER_NOTIFY_EMAILS = [
+    a.strip() for a in os.environ.get("RESUMER_NOTIFY_EMAILS", "").split(",") if a.strip()
+]
+# Runs that stop within this many seconds of the first one share one message.
+RESUMER_NOTIFY_WINDOW = float(os.environ.get("RESUMER_NOTIFY_WINDOW", "30"))
+# Seconds to wait before each retry of a failed delivery (RQ Retry intervals); the number of
+# values is the number of retries.
+RESUMER_NOTIFY_BACKOFF = [
+    int(v)
+    for v in os.environ.get("RESUMER_NOTIFY_BACKOFF", "10,60,300,900").split(",")
+    if v.strip()
+]
+if any(v < 0 for v in RESUMER_NOTIFY_BACKOFF):
+    raise RuntimeError("RESUMER_NOTIFY_BACKOFF takes seconds >= 0, e.g. 10,60,300")
+RESUMER_WEBHOOK_TIMEOUT = float(os.environ.get("RESUMER_WEBHOOK_TIMEOUT", "10"))
+# Django's email backend; SMTP settings as Django names them.
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = 30
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "resumer@localhost")
 
 if PRODUCTION:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)

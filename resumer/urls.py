@@ -3,13 +3,14 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from runs import queue_admin
 from runs.urls import pipeline_urlpatterns
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="runs:inbox", permanent=False)),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("admin/rq/", include("django_rq.urls")),
+    path("admin/rq/", include(queue_admin.urls)),
     path("admin/", admin.site.urls),
     path("runs/", include("runs.urls")),
     path("pipelines/", include((pipeline_urlpatterns, "pipelines"))),

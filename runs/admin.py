@@ -2,11 +2,12 @@
 effect ledger.
 
 Runs, events, checkpoints, artifacts and leases only ever change through the append path
-(runs/ledger.py), so here they can be looked at, never added, changed or deleted. An effect
-can be changed by a supervisor, and the change goes through ledger.edit_effect(): a reason is
+(runs/append.py), so here they can be looked at, never added, changed or deleted. An effect
+can be changed by a supervisor, and the change goes through edits.edit_effect(): a reason is
 required and a LEDGER_EDITED event records who changed what. Access follows the dashboard's
 roles (runs/roles.py), not model permissions: any staff user with a role may look, only a
-supervisor may edit the ledger.
+supervisor may edit the ledger. Notifications and their delivery log are for supervisors
+only, read-only.
 """
 
 from __future__ import annotations
@@ -14,18 +15,32 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils.html import format_html
 
-from runs import roles
+from runs import notify, roles
+from runs.append import LedgerError
+from runs.edits import edit_effect
 from runs.forms import EffectLedgerForm
-from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run
+from runs.models import (
+    Artifact,
+    Checkpoint,
+    Delivery,
+    Effect,
+    Event,
+    Lease,
+    Notification,
+    NotificationRun,
+    Run,
+    StoredPlan,
+)
 from runs.pipeline import registry
 
 admin.site.site_header = "Resumer admin"
 admin.site.site_title = "Resumer admin"
-admin.site.index_title = "Run ledger, effect ledger and the demo's outside world"
+admin.site.index_title = "Run ledger and effect ledger"
 admin.site.site_url = "/runs/"
 
 
@@ -174,6 +189,16 @@ class LeaseAdmin(RunRowAdmin):
     ordering = ["-run_id"]
 
 
+@admin.register(StoredPlan)
+class StoredPlanAdmin(RunRowAdmin):
+    list_display = ["run_link", "fingerprint", "run_version", "blocked", "drifted", "computed_at"]
+    list_filter = ["blocked", "drifted"]
+    ordering = ["-computed_at"]
+
+    def view_on_site(self, obj: StoredPlan) -> str:
+        return reverse("runs:plan", args=[obj.run_id])
+
+
 class UnsettledRunFilter(admin.SimpleListFilter):
     """Filter effects by run. Offers the runs that still have an unsettled effect (a list of
     every run would be ten thousand links); any run works through ?run=<id>."""
@@ -265,15 +290,104 @@ class EffectAdmin(RunRowAdmin):
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change, **kwargs)
-        # A subclass per request carries who edits, without shared mutable state.
-        return type(form.__name__, (form,), {"actor": f"user:{request.user.get_username()}"})
+        # A subclass per request carries the ledger's refusal, without shared mutable state.
+        refusal = getattr(request, "ledger_refusal", "")
+        return type(form.__name__, (form,), {"refusal": refusal})
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except LedgerError as exc:
+            # Some refusals only the ledger can make, at the write. It wrote nothing, and the
+            # admin's transaction rolled back its log entry: the same submission is shown
+            # again, with the refusal as the form's error.
+            request.ledger_refusal = str(exc)
+            return super().changeform_view(request, object_id, form_url, extra_context)
 
     def save_model(self, request, obj, form, change) -> None:
-        # Nothing to save: EffectLedgerForm applied the edit through ledger.edit_effect()
-        # when it validated (a plain save would bypass the event log).
-        event = getattr(form, "ledger_event", None)
-        if event is not None:
-            messages.info(
-                request,
-                f"Recorded as event #{event.seq} (LEDGER_EDITED) of run-{obj.run_id}.",
-            )
+        # The edit goes through the ledger, never a plain save (which would bypass the log).
+        event = edit_effect(
+            obj.pk,
+            form.changes(),
+            reason=form.cleaned_data["reason"],
+            actor=f"user:{request.user.get_username()}",
+        )
+        messages.info(
+            request, f"Recorded as event #{event.seq} (LEDGER_EDITED) of run-{obj.run_id}."
+        )
+
+
+# --- Notifications: supervisors only, read-only ----------------------------------------------
+
+
+class SupervisorOnlyAdmin(ReadOnlyAdmin):
+    """Notification targets (webhook hosts, email addresses) and their failures are the
+    operations team's business: only supervisors see them."""
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_active and roles.can_read_delivery_log(request.user)
+
+
+class DeliveryInline(admin.TabularInline):
+    model = Delivery
+    fields = ["created_at", "channel", "target", "attempt", "ok", "status_code", "error"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    ordering = ["channel", "attempt"]
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return roles.can_read_delivery_log(request.user)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Notification)
+class NotificationAdmin(SupervisorOnlyAdmin):
+    list_display = ["__str__", "state", "run_count", "opened_at", "queued_at", "inbox_link"]
+    list_filter = ["state"]
+    ordering = ["-opened_at", "-id"]
+    inlines = [DeliveryInline]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).annotate(run_count=Count("runs"))
+
+    @admin.display(description="runs", ordering="run_count")
+    def run_count(self, obj: Notification) -> int:
+        return obj.run_count  # type: ignore[attr-defined]
+
+    @admin.display(description="inbox")
+    def inbox_link(self, obj: Notification) -> str:
+        return format_html('<a href="{}">its runs</a>', notify.group_url(obj.pk))
+
+    def view_on_site(self, obj: Notification) -> str:
+        return notify.group_url(obj.pk)
+
+
+@admin.register(NotificationRun)
+class NotificationRunAdmin(RunSearchMixin, RunRowAdmin, SupervisorOnlyAdmin):
+    list_display = ["__str__", "run_link", "notification", "reason", "seq", "created_at"]
+    list_filter = ["reason"]
+    ordering = ["-id"]
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(SupervisorOnlyAdmin):
+    """The delivery log: one row per attempt to send a notification to one target."""
+
+    list_display = [
+        "created_at",
+        "notification",
+        "channel",
+        "target",
+        "attempt",
+        "ok",
+        "status_code",
+        "error",
+    ]
+    list_filter = ["channel", "ok"]
+    ordering = ["-created_at", "-id"]

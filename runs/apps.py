@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.core import checks
 from django.db.backends.signals import connection_created
 
 
@@ -23,4 +24,11 @@ class RunsConfig(AppConfig):
     verbose_name = "Resumer runs"
 
     def ready(self) -> None:
+        from runs import signals, stored_plans
+        from runs.checks import chain_key_check, check_call_hooks, check_pipelines
+
         connection_created.connect(_register_sqlite_guard, dispatch_uid="resumer_sqlite_guard")
+        checks.register(check_pipelines, "resumer")
+        checks.register(check_call_hooks, "resumer")
+        checks.register(chain_key_check, checks.Tags.security)
+        signals.run_stopped.connect(stored_plans.on_run_stopped, dispatch_uid="resumer_plan")

@@ -14,40 +14,56 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import signal
 import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
-from runs import artifacts, leases, ledger
-from runs.ledger import LeaseLost, LedgerError, Writer
+from runs import artifacts, contract, leases
+from runs.append import LeaseLost, LedgerError, Writer, append, create_run
+from runs.chain import canonical_json
+from runs.checkpoints import latest_checkpoint, write_checkpoint
+from runs.contract import Contract, Usage
+from runs.effects import record_found, record_intent, record_outcome
+from runs.hooks import CallHooks
 from runs.models import Checkpoint, Effect, Event, ReplayPolicy, Run
 from runs.pipeline import (
-    InvalidInput,
     Pipeline,
-    Reconciliation,
     StageOutput,
     ToolRejected,
     registry,
 )
+from runs.replay import Action, Recorded, asks_target, decide
 
 log = logging.getLogger("runs.engine")
 
-CRASH_WHEN = ("before", "after")
+
+class Outcome(StrEnum):
+    """What engine.execute() did with one stage job (the RQ job's result)."""
+
+    # Another worker holds the run's lease; this job did nothing.
+    BUSY = "busy"
+    # The ticket was consumed already, or the run is not active: a duplicate or stale job.
+    NOTHING_TO_DO = "nothing-to-do"
+    # The run stopped for a human or with an unknown outcome (its event says why).
+    STOPPED = "stopped"
+    # The lease was taken over mid-stage; this worker wrote nothing after that.
+    LEASE_LOST = "lease-lost"
+    # The stage function raised, or returned something else than a StageOutput.
+    FAILED = "failed"
+    # The output failed a rule: no checkpoint.
+    VERIFICATION_FAILED = "verification-failed"
+    # VERIFIED and the checkpoint are written; the next stage is queued.
+    VERIFIED = "verified"
 
 
 class StageStopped(Exception):
     """The stage cannot go on; the run's new status and its event are already written."""
-
-
-class OutcomeUnknown(Exception):
-    """An external call neither confirmed nor refused (a time-out, a dropped connection)."""
 
 
 def worker_identity() -> str:
@@ -57,89 +73,24 @@ def worker_identity() -> str:
 # --- Starting runs -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CrashPoint:
-    stage: str
-    call: str
-    when: str
-
-    @classmethod
-    def parse(cls, spec: str, pipeline: Pipeline) -> CrashPoint:
-        parts = spec.split("/")
-        if len(parts) != 3:
-            raise InvalidInput(f"crash point {spec!r} must look like stage/call/before|after")
-        stage, call, when = parts
-        if stage not in pipeline.stage_names:
-            raise InvalidInput(f"crash point: unknown stage {stage!r}")
-        known_calls = {c.call_id for c in pipeline.stage(stage).calls}
-        if call not in known_calls:
-            raise InvalidInput(
-                f"crash point: stage {stage} has no call {call!r} (it has {', '.join(sorted(known_calls))})"
-            )
-        if when not in CRASH_WHEN:
-            raise InvalidInput(f"crash point: {when!r} is neither 'before' nor 'after'")
-        return cls(stage, call, when)
-
-    def __str__(self) -> str:
-        return f"{self.stage}/{self.call}/{self.when}"
-
-
-def validate_options(pipeline: Pipeline, options: dict[str, Any]) -> dict[str, Any]:
-    """Check the demo knobs: delay (seconds per call), crash and timeout points, stalls."""
-    clean: dict[str, Any] = {}
-    for name, value in options.items():
-        if name == "delay":
-            try:
-                delay = float(value)
-            except (TypeError, ValueError):
-                raise InvalidInput(f"delay must be a number of seconds, not {value!r}") from None
-            if not 0 <= delay <= 60:
-                raise InvalidInput("delay must be between 0 and 60 seconds")
-            clean["delay"] = delay
-        elif name in ("crash", "timeout"):
-            spec = str(CrashPoint.parse(str(value), pipeline))
-            clean[name] = spec
-        elif name == "stall":
-            if not isinstance(value, dict):
-                raise InvalidInput("stall must map stage/call to seconds")
-            stalls = {}
-            for point, seconds in value.items():
-                stage, _, call = str(point).partition("/")
-                CrashPoint.parse(f"{stage}/{call}/before", pipeline)
-                try:
-                    stalls[point] = float(seconds)
-                except (TypeError, ValueError):
-                    raise InvalidInput(f"stall {point}: {seconds!r} is not seconds") from None
-                # Checked here, not by time.sleep() halfway through a stage (negative, NaN).
-                if not 0 <= stalls[point] <= 3600:
-                    raise InvalidInput(f"stall {point}: must be between 0 and 3600 seconds")
-            clean["stall"] = stalls
-        else:
-            raise InvalidInput(f"unknown run option {name!r}")
-    return clean
-
-
 def start_run(
     pipeline_name: str,
     inputs: dict[str, str] | None = None,
     *,
     actor: str,
-    options: dict[str, Any] | None = None,
     enqueue: bool = True,
 ) -> Run:
     """Validate, create the run with its pinned inputs, and queue its first stage."""
     pipeline = registry.get(pipeline_name)
     pinned = pipeline.resolve_inputs(dict(inputs or {}))
-    clean = validate_options(pipeline, dict(options or {}))
     ticket = uuid.uuid4().hex
     with transaction.atomic():
-        run = ledger.create_run(
+        run = create_run(
             pipeline.name,
             inputs=pinned,
             actor=actor,
             first_stage=pipeline.stage_names[0],
-            options=clean,
-            payload={"stages": list(pipeline.stage_names), "options": clean},
+            payload={"stages": list(pipeline.stage_names)},
             ticket=ticket,
         )
         if enqueue:
@@ -192,8 +143,15 @@ class Heartbeat(threading.Thread):
         self.join(timeout=5)
 
 
-def execute(run_pk: int, stage_name: str, ticket: str, *, holder: str | None = None) -> str:
-    """Run one stage of one run. Returns a short outcome word for the job's result."""
+def execute(
+    run_pk: int,
+    stage_name: str,
+    ticket: str,
+    *,
+    holder: str | None = None,
+    hooks: CallHooks | None = None,
+) -> Outcome:
+    """Run one stage of one run, calling `hooks` around each tool call (none by default)."""
     holder = holder or worker_identity()
     try:
         token = _acquire_for_ticket(run_pk, ticket, holder)
@@ -204,21 +162,21 @@ def execute(run_pk: int, stage_name: str, ticket: str, *, holder: str | None = N
             stage_name,
             ticket,
         )
-        return "busy"
+        return Outcome.BUSY
     writer = Writer(run_pk, token, holder)
     heartbeat = Heartbeat(writer)
     try:
         run = _begin(writer, stage_name, ticket)
         if run is None:
-            return "nothing-to-do"
+            return Outcome.NOTHING_TO_DO
         heartbeat.start()
-        return _run_stage(writer, run, stage_name)
+        return _run_stage(writer, run, stage_name, hooks or CallHooks())
     except StageStopped as exc:
         log.info("run-%s stopped in %s: %s", run_pk, stage_name, exc)
-        return "stopped"
+        return Outcome.STOPPED
     except LeaseLost as exc:
         log.warning("%s", exc)
-        return "lease-lost"
+        return Outcome.LEASE_LOST
     finally:
         if heartbeat.is_alive():
             heartbeat.stop()
@@ -263,7 +221,7 @@ def _begin(writer: Writer, stage_name: str, ticket: str) -> Run | None:
             return None
         pipeline = registry.get(run.pipeline)
         stage = pipeline.stage(stage_name)
-        ledger.append(
+        append(
             writer,
             Event.Type.STARTED,
             stage=stage_name,
@@ -281,10 +239,11 @@ def _begin(writer: Writer, stage_name: str, ticket: str) -> Run | None:
     return run
 
 
-def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
+def _run_stage(writer: Writer, run: Run, stage_name: str, hooks: CallHooks) -> Outcome:
     pipeline = registry.get(run.pipeline)
     stage = pipeline.stage(stage_name)
-    ctx = StageContext(writer, run, pipeline, stage_name)
+    bound, deviated = contract.active(run)
+    ctx = StageContext(writer, run, pipeline, stage_name, hooks, contract=bound, deviated=deviated)
     try:
         output = stage.run(ctx)
         if not isinstance(output, StageOutput):
@@ -292,26 +251,26 @@ def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
     except (LeaseLost, StageStopped):
         raise  # the run's status and its event are written already, or cannot be
     except Exception as exc:
-        ledger.append(
+        append(
             writer,
             Event.Type.FAILED,
             stage=stage_name,
             payload={"error": f"{type(exc).__name__}: {exc}"[:2000]},
             status=Run.Status.FAILED,
         )
-        return "failed"
+        return Outcome.FAILED
 
     results = [rule.evaluate(output) for rule in stage.rules]
     failed = [r for r in results if not r["passed"]]
     if failed:
-        ledger.append(
+        append(
             writer,
             Event.Type.FAILED,
             stage=stage_name,
             payload={"error": "verification failed", "rules": results},
             status=Run.Status.FAILED,
         )
-        return "verification-failed"
+        return Outcome.VERIFICATION_FAILED
 
     next_stage = pipeline.next_stage(stage_name)
     ticket = uuid.uuid4().hex if next_stage else ""
@@ -338,12 +297,13 @@ def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
             "rules": results,
             "outputs": output.outputs,
         }
-        ledger.write_checkpoint(
+        write_checkpoint(
             writer,
             run,
             stage=stage_name,
             next_stage=next_stage,
             manifest=manifest,
+            usage=ctx.usage.to_dict(),
             status=Run.Status.RUNNING,
             current_stage=next_stage or stage_name,
             ticket=ticket,
@@ -352,28 +312,58 @@ def _run_stage(writer: Writer, run: Run, stage_name: str) -> str:
         if next_stage:
             transaction.on_commit(lambda: dispatch(run.pk, next_stage, ticket))
         else:
-            ledger.append(writer, Event.Type.SUCCEEDED, payload={}, status=Run.Status.SUCCEEDED)
-    return "verified"
+            if ctx.contract is not None and not ctx.deviated:
+                _verdict(ctx)
+            append(writer, Event.Type.SUCCEEDED, payload={}, status=Run.Status.SUCCEEDED)
+    return Outcome.VERIFIED
+
+
+def _verdict(ctx: StageContext) -> None:
+    """The end of resumed work that kept to its plan call by call: what it used, summed over
+    its verified stages, must also be what the plan priced."""
+    used = contract.used_since(ctx.run, ctx.contract)
+    shortfall = ctx.contract.shortfall(used)
+    if shortfall:
+        ctx.deviate(shortfall)
+        return
+    append(ctx.writer, Event.Type.PLAN_KEPT, payload=ctx.contract.verdict_payload(used))
 
 
 # --- The context a stage function sees -----------------------------------------------------
 
 
 def request_hash(tool: str, args: dict[str, Any]) -> str:
-    return hashlib.sha256(ledger.canonical_json({"tool": tool, "args": args}).encode()).hexdigest()
+    return hashlib.sha256(canonical_json({"tool": tool, "args": args}).encode()).hexdigest()
 
 
 class StageContext:
     """What a stage function may do: read its pinned inputs and upstream outputs, and call
     tools through the effect ledger."""
 
-    def __init__(self, writer: Writer, run: Run, pipeline: Pipeline, stage: str) -> None:
+    def __init__(
+        self,
+        writer: Writer,
+        run: Run,
+        pipeline: Pipeline,
+        stage: str,
+        hooks: CallHooks | None = None,
+        *,
+        contract: Contract | None = None,
+        deviated: bool = False,
+    ) -> None:
         self.writer = writer
         self.run = run
         self.pipeline = pipeline
         self.stage = stage
+        self.hooks = hooks or CallHooks()
         self._spec = pipeline.stage(stage)
         self.inputs = {name: run.inputs.get(name) for name in self._spec.consumes}
+        # The approved plan this resumed work is bound by (None on a first execution), and
+        # whether it was already departed from.
+        self.contract = contract
+        self.deviated = deviated
+        # What this stage used: recorded in its VERIFIED event, summed against the plan.
+        self.usage = Usage()
 
     @property
     def run_id(self) -> str:
@@ -402,34 +392,6 @@ class StageContext:
                 return data
         raise LookupError(f"the {stage} checkpoint has no artifact {name!r}")
 
-    # Faults (demo) ---------------------------------------------------------------------------
-
-    def _fault(self, call_id: str, when: str) -> None:
-        options = self.run.options or {}
-        if options.get("crash") == f"{self.stage}/{call_id}/{when}" and self.run.attempt == 0:
-            log.error(
-                "fault injection: killing worker %s at %s/%s/%s",
-                os.getpid(),
-                self.stage,
-                call_id,
-                when,
-            )
-            # Die the way an OOM kill or a lost machine does: no cleanup, no last write.
-            os.kill(os.getpid(), signal.SIGKILL)
-            time.sleep(60)  # pragma: no cover - the signal arrives first
-
-    def _before_call(self, call_id: str) -> None:
-        options = self.run.options or {}
-        stall = (options.get("stall") or {}).get(f"{self.stage}/{call_id}")
-        if stall:
-            time.sleep(float(stall))
-        if options.get("delay"):
-            time.sleep(float(options["delay"]))
-
-    def _timed_out(self, call_id: str) -> bool:
-        options = self.run.options or {}
-        return options.get("timeout") == f"{self.stage}/{call_id}/after" and self.run.attempt == 0
-
     # Tool calls ---------------------------------------------------------------------------
 
     def call(self, call_id: str, tool_name: str, **args: Any) -> Any:
@@ -441,7 +403,8 @@ class StageContext:
         return self._call_effect(call_id, tool, args)
 
     def _call_safe(self, call_id: str, tool, args: dict[str, Any]) -> Any:
-        ledger.append(
+        self._keep_contract(call_id, tool, Action.RERUN)
+        append(
             self.writer,
             Event.Type.TOOL_CALLED,
             stage=self.stage,
@@ -452,14 +415,12 @@ class StageContext:
                 "args": args,
             },
         )
-        self._fault(call_id, "before")
-        self._before_call(call_id)
+        self.hooks.before_call(self, call_id)
         started = time.monotonic()
+        self.usage.add_call(tool.name, tool.cost)
         result = tool.call(args, "")
-        if self._timed_out(call_id):
-            raise OutcomeUnknown(f"{tool.name} timed out")
-        self._fault(call_id, "after")
-        ledger.append(
+        self.hooks.after_call(self, call_id, result)
+        append(
             self.writer,
             Event.Type.TOOL_RESULT,
             stage=self.stage,
@@ -473,66 +434,81 @@ class StageContext:
         )
         return result
 
+    def _decide(self, call_id: str, tool, existing: Effect | None, req_hash: str):
+        """replay.decide() on what the ledger holds, asking the target only where the
+        decision needs it: the one decision the planner predicted with."""
+        recorded = Recorded.of(existing)
+        answer, unanswered = None, ""
+        if asks_target(tool.policy, recorded):
+            self.usage.add_query(tool.name)
+            try:
+                answer = tool.reconcile(existing)
+            except Exception as exc:  # a target that cannot answer is never guessed about
+                unanswered = str(exc) or type(exc).__name__
+        decision = decide(
+            tool=tool.name,
+            call_id=call_id,
+            policy=tool.policy,
+            recorded=recorded,
+            request_hash=req_hash,
+            answer=answer,
+            unanswered=unanswered,
+            verb=tool.verb,
+            target=existing.target if existing else "",
+        )
+        return decision, answer
+
     def _call_effect(self, call_id: str, tool, args: dict[str, Any]) -> Any:
         parts = tool.key(self, args)
         key = parts.key
         req_hash = request_hash(tool.name, args)
         existing = Effect.objects.filter(delivery_key=key).first()
-        if existing is not None:
-            if existing.request_hash != req_hash:
-                self._stop(
-                    Run.Status.FAILED,
-                    Event.Type.FAILED,
-                    f"delivery key {key[:12]}… was used for a different {tool.name} request",
-                )
-            if existing.status == Effect.Status.CONFIRMED:
-                ledger.append(
-                    self.writer,
-                    Event.Type.TOOL_RESULT,
-                    stage=self.stage,
-                    idempotency_key=key,
-                    payload={
-                        "call": call_id,
-                        "tool": tool.name,
-                        "reused": True,
-                        "external_id": existing.external_id,
-                        "cost": "0",
-                    },
-                )
-                if existing.result is None:
-                    # A supervisor confirmed it by hand (ledger.edit_effect): the external id
-                    # is all that is known, and the stage must still see it, not "no result".
-                    return {"external_id": existing.external_id}
-                return existing.result
-            if existing.status == Effect.Status.ABANDONED:
-                ledger.append(
-                    self.writer,
-                    Event.Type.TOOL_RESULT,
-                    stage=self.stage,
-                    idempotency_key=key,
-                    payload={
-                        "call": call_id,
-                        "tool": tool.name,
-                        "skipped": True,
-                        "reason": "a supervisor abandoned this effect",
-                    },
-                )
-                return None
-            if existing.status in (Effect.Status.INTENT, Effect.Status.UNKNOWN):
-                if tool.policy == ReplayPolicy.NEVER:
-                    self._stop(
-                        Run.Status.NEEDS_APPROVAL,
-                        Event.Type.NEEDS_APPROVAL,
-                        f"{tool.name} ({call_id}) may already have happened and is never "
-                        "re-run automatically: a supervisor must resolve it in the ledger",
-                        key=key,
-                    )
-                if tool.reconcile is not None:
-                    answer = tool.reconcile(existing)
-                    found = self._apply_reconciliation(existing, answer)
-                    if found is not None:
-                        return found
-        effect = ledger.record_intent(
+        decision, answer = self._decide(call_id, tool, existing, req_hash)
+        self._keep_contract(call_id, tool, decision.action)
+        if decision.action == Action.REFUSE:
+            self._stop(Run.Status.FAILED, Event.Type.FAILED, decision.reason, key=key)
+        if decision.action == Action.BLOCKED:
+            self._stop(
+                Run.Status.NEEDS_APPROVAL, Event.Type.NEEDS_APPROVAL, decision.reason, key=key
+            )
+        if decision.action == Action.REUSE:
+            append(
+                self.writer,
+                Event.Type.TOOL_RESULT,
+                stage=self.stage,
+                idempotency_key=key,
+                payload={
+                    "call": call_id,
+                    "tool": tool.name,
+                    "reused": True,
+                    "external_id": existing.external_id,
+                    "cost": "0",
+                },
+            )
+            if existing.result is None:
+                # A supervisor confirmed it by hand (edits.edit_effect): the external id is
+                # all that is known, and the stage must still see it, not "no result".
+                return {"external_id": existing.external_id}
+            return existing.result
+        if decision.action == Action.SKIP:
+            append(
+                self.writer,
+                Event.Type.TOOL_RESULT,
+                stage=self.stage,
+                idempotency_key=key,
+                payload={
+                    "call": call_id,
+                    "tool": tool.name,
+                    "skipped": True,
+                    "reason": "a supervisor abandoned this effect",
+                },
+            )
+            return None
+        if decision.action == Action.RECORD_FOUND:
+            record_found(self.writer, existing, answer)
+            return answer.result
+        # CALL or RETRY_SAME_KEY: intent first, then the call.
+        effect = record_intent(
             self.writer,
             {
                 "delivery_key": key,
@@ -553,8 +529,7 @@ class StageContext:
                 "args": args,
             },
         )
-        self._fault(call_id, "before")
-        self._before_call(call_id)
+        self.hooks.before_call(self, call_id)
         # Fence the call itself, not only the writes around it: a worker that froze after
         # its intent (GC pause, suspended VM, SIGSTOP) and wakes after a takeover would
         # otherwise make the call the resumed run already made (a second card charge) and
@@ -562,16 +537,16 @@ class StageContext:
         if not leases.holds(self.writer.run_id, self.writer.token):
             raise LeaseLost(self.writer.run_id, self.writer.token)
         started = time.monotonic()
+        self.usage.add_call(tool.name, tool.cost)
         try:
             result = tool.call(args, key)
-            if self._timed_out(call_id):
-                raise OutcomeUnknown(f"{tool.name} did not answer in time")
+            self.hooks.after_call(self, call_id, result)
         except ToolRejected as exc:
-            ledger.record_outcome(self.writer, effect, status=Effect.Status.FAILED, error=str(exc))
+            record_outcome(self.writer, effect, status=Effect.Status.FAILED, error=str(exc))
             raise
         except Exception as exc:
             # We cannot tell whether the call happened: say so, never guess.
-            ledger.record_outcome(
+            record_outcome(
                 self.writer,
                 effect,
                 status=Effect.Status.UNKNOWN,
@@ -586,8 +561,7 @@ class StageContext:
                 run_status=Run.Status.FAILED,
             )
             raise StageStopped(str(exc)) from exc
-        self._fault(call_id, "after")
-        ledger.record_outcome(
+        record_outcome(
             self.writer,
             effect,
             status=Effect.Status.CONFIRMED,
@@ -606,22 +580,47 @@ class StageContext:
         )
         return result
 
-    def _apply_reconciliation(self, effect: Effect, answer: Reconciliation) -> Any:
-        if not answer.found:
-            return None
-        if not answer.matches:
+    # The approved plan ------------------------------------------------------------------
+
+    def _keep_contract(self, call_id: str, tool, action: str) -> None:
+        """Hold the decision about to be acted on against the approved plan's line. The first
+        difference is recorded (PLAN_DEVIATED); a call the plan did not promise on a tool that
+        must never be guessed about (RECONCILE_FIRST, NEVER) is not made: the run stops for a
+        human before it."""
+        if self.contract is None:
+            return
+        difference = self.contract.difference(self.stage, call_id, tool.name, tool.policy, action)
+        if difference is None:
+            return
+        if not self.deviated:
+            self.deviate(difference.describe(), difference=difference.to_dict())
+        if difference.stop_before:
             self._stop(
                 Run.Status.NEEDS_APPROVAL,
                 Event.Type.NEEDS_APPROVAL,
-                f"{effect.tool} ({effect.call_id}) found on the target but it differs: "
-                f"{answer.detail}",
-                key=effect.delivery_key,
+                f"{difference.describe()}; the approved plan did not promise this call, so it "
+                "was not made: read the fresh plan and approve again",
             )
-        ledger.record_found(self.writer, effect, answer)
-        return answer.result
+
+    def deviate(self, reason: str, **details: Any) -> None:
+        """Append PLAN_DEVIATED, once per approved plan, with what was used against it."""
+        used = contract.used_since(self.run, self.contract)
+        used.add(self.usage)
+        append(
+            self.writer,
+            Event.Type.PLAN_DEVIATED,
+            stage=self.stage,
+            payload={
+                **self.contract.verdict_payload(used),
+                "reason": reason,
+                **details,
+            },
+            deviated=True,
+        )
+        self.deviated = True
 
     def _stop(self, status: str, event_type: str, reason: str, *, key: str = "") -> None:
-        ledger.append(
+        append(
             self.writer,
             event_type,
             stage=self.stage,
@@ -630,25 +629,6 @@ class StageContext:
             status=status,
         )
         raise StageStopped(reason)
-
-
-def latest_checkpoint(run: Run, stage: str) -> Checkpoint | None:
-    """The newest checkpoint of `stage` this run can build on: its own, else those its
-    branch point inherits (up to that checkpoint's seq, on whichever ancestor holds it)."""
-    node: Run | None = run
-    limit: int | None = None
-    while node is not None:
-        query = Checkpoint.objects.filter(run=node, stage=stage)
-        if limit is not None:
-            query = query.filter(last_seq__lte=limit)
-        found = query.order_by("-last_seq").first()
-        if found is not None:
-            return found
-        point = node.branch_checkpoint
-        if point is None:  # a root run, or a branch that starts from the beginning
-            return None
-        node, limit = point.run, point.last_seq
-    return None
 
 
 def _ms(started: float) -> int:

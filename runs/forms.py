@@ -6,7 +6,8 @@ from typing import Any
 
 from django import forms
 
-from runs import ledger, queries, stats
+from runs import queries, stats
+from runs.edits import EDITABLE_EFFECT_FIELDS, MAX_EDIT_REASON_CHARS
 from runs.models import Effect, Run
 from runs.pipeline import registry
 from runs.resume import STRICT, UPGRADE
@@ -24,6 +25,8 @@ class InboxFilterForm(forms.Form):
     stage = forms.ChoiceField(label="Stage", required=False)
     # The id of the last run of the previous page (keyset paging).
     after = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    # The runs of one notification: the link in a message about many runs (runs/notify.py).
+    notice = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -48,6 +51,7 @@ class InboxFilterForm(forms.Form):
             pipeline=data.get("pipeline") or "",
             stage=data.get("stage") or "",
             run_pk=data.get("q"),
+            notice=data.get("notice"),
         )
 
 
@@ -84,51 +88,49 @@ class ApproveForm(forms.Form):
 
 
 class EffectLedgerForm(forms.ModelForm):
-    """A supervisor's correction of one effect. It is applied through ledger.edit_effect()
-    (reason required, the run's lease taken, LEDGER_EDITED appended), never a plain save."""
+    """A supervisor's correction of one effect. It only validates what was typed: EffectAdmin
+    applies it through edits.edit_effect() (reason required, the run's lease taken,
+    LEDGER_EDITED appended), never a plain save."""
 
     reason = forms.CharField(
         label="Reason",
+        max_length=MAX_EDIT_REASON_CHARS,
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text="Why this correction is right (e.g. “checked with the card processor: "
         "no charge was made”). Recorded in the run's event log with your user name.",
     )
-    # Set per request by the admin: who is editing ("user:alice").
-    actor = ""
+    # Set per request by the admin when the ledger refused this very submission (the run
+    # became active, a worker holds its lease, nothing changed): shown as the form's error.
+    refusal = ""
 
     class Meta:
         model = Effect
-        fields = list(ledger.EDITABLE_EFFECT_FIELDS)
+        fields = list(EDITABLE_EFFECT_FIELDS)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if self.refusal:
+            raise forms.ValidationError(self.refusal)
+        return cleaned
 
     def is_valid(self) -> bool:
-        # The admin saves whatever form is valid. Some refusals only the ledger can make (the
-        # run became active, a worker holds its lease, nothing changed), so the edit is applied
-        # here, as the last step of validation, and a refusal becomes a form error with
-        # nothing written. EffectAdmin.save_model() therefore has nothing left to do.
-        if not super().is_valid():
-            self._restore_instance()
-            return False
-        if getattr(self, "ledger_event", None) is not None:
+        if super().is_valid():
             return True
-        changes = {
+        self._restore_instance()
+        return False
+
+    def changes(self) -> dict[str, Any]:
+        """The fields the supervisor changed, with their new values."""
+        return {
             name: self.cleaned_data[name]
-            for name in ledger.EDITABLE_EFFECT_FIELDS
+            for name in EDITABLE_EFFECT_FIELDS
             if name in self.changed_data
         }
-        try:
-            self.ledger_event = ledger.edit_effect(
-                self.instance.pk, changes, reason=self.cleaned_data["reason"], actor=self.actor
-            )
-        except ledger.LedgerError as exc:
-            self.add_error(None, str(exc))
-            self._restore_instance()
-            return False
-        return True
 
     def _restore_instance(self) -> None:
         # Validation copied the submitted values onto the instance; the page that shows the
         # error names the effect by it ("charge_card:promote-charge [failed]"), which must
         # say what the ledger holds, not what was refused.
-        for name in ledger.EDITABLE_EFFECT_FIELDS:
+        for name in EDITABLE_EFFECT_FIELDS:
             if name in self.initial:
                 setattr(self.instance, name, self.initial[name])

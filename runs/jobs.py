@@ -1,4 +1,5 @@
-"""RQ jobs. They take primary keys and stay thin: the work is in engine.py."""
+"""RQ jobs. They take primary keys and stay thin: the work is in engine.py, stored_plans.py
+and notify.py."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import django_rq
 from django.conf import settings
 from django.db import close_old_connections, connections
 
-from runs import engine
+from runs import engine, hooks, notify
 
 
 def job_id(run_pk: int, ticket: str) -> str:
@@ -33,7 +34,38 @@ def enqueue_stage(run_pk: int, stage: str, ticket: str) -> None:
 def execute_stage(run_pk: int, stage: str, ticket: str) -> str:
     close_old_connections()
     try:
-        return engine.execute(run_pk, stage, ticket)
+        # RQ pickles the result: the plain word reads anywhere without importing Resumer.
+        return engine.execute(run_pk, stage, ticket, hooks=hooks.installed()).value
     finally:
         # The worker's process lives on between jobs; never carry a connection across them.
+        connections.close_all()
+
+
+def enqueue_plan(run_pk: int) -> None:
+    queue().enqueue(compute_plan, run_pk, result_ttl=600, failure_ttl=24 * 3600)
+
+
+def compute_plan(run_pk: int) -> str:
+    """Compute and store a stopped run's plan (it asks the run's targets)."""
+    from runs import stored_plans
+    from runs.models import Run
+
+    close_old_connections()
+    try:
+        run = Run.objects.filter(pk=run_pk).first()
+        if run is None:
+            return "no-such-run"
+        plan = stored_plans.refresh(run)
+        return plan.fingerprint[:12]
+    finally:
+        connections.close_all()
+
+
+def deliver_notification(notification_pk: int, channel: str) -> str:
+    """One attempt to send a notification to one target (notify.deliver); queued with RQ's
+    Retry, so a failed attempt (it raises) is tried again after the backoff."""
+    close_old_connections()
+    try:
+        return notify.deliver(notification_pk, channel)
+    finally:
         connections.close_all()

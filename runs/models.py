@@ -2,7 +2,8 @@
 content-addressed artifacts and the single-writer lease.
 
 Rules about one row's state live here. Flows that touch several rows live in plain modules:
-`ledger.py` (the one append path), `leases.py`, `engine.py`, `planner.py`, `resume.py`.
+`append.py` (the one append path), `effects.py`, `checkpoints.py`, `edits.py`, `leases.py`,
+`engine.py`, `planner.py`, `resume.py`.
 """
 
 from __future__ import annotations
@@ -63,7 +64,6 @@ class RunStatus(models.TextChoices):
     SUCCEEDED = "succeeded", "Succeeded"
     # Replaced by an upgrade branch; kept read-only for its history.
     SUPERSEDED = "superseded", "Superseded"
-    CANCELLED = "cancelled", "Cancelled"
 
 
 class Run(models.Model):
@@ -71,7 +71,7 @@ class Run(models.Model):
 
     ACTIVE = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.RESUMING)
     RESUMABLE = (RunStatus.INTERRUPTED, RunStatus.FAILED, RunStatus.NEEDS_APPROVAL)
-    TERMINAL = (RunStatus.SUCCEEDED, RunStatus.SUPERSEDED, RunStatus.CANCELLED)
+    TERMINAL = (RunStatus.SUCCEEDED, RunStatus.SUPERSEDED)
 
     pipeline = models.CharField(max_length=64)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PENDING)
@@ -81,9 +81,12 @@ class Run(models.Model):
     current_stage = models.CharField(max_length=64, blank=True)
     # Bumped by every append; approvals compare-and-set on it (optimistic concurrency).
     version = models.PositiveIntegerField(default=0)
-    # Head of the event log: the last seq and its chained hash. Only ledger.append writes them.
+    # Head of the event log: the last seq and its chained hash. Only append.py writes them.
     last_seq = models.PositiveIntegerField(default=0)
     head_hash = models.CharField(max_length=64, blank=True)
+    # HMAC of (run, last_seq, head_hash) under RESUMER_CHAIN_KEY, which the database never holds
+    # (chain.head_anchor); written in the same statement that moves the head, "" without a key.
+    head_anchor = models.CharField(max_length=64, blank=True)
     # Input versions pinned when the run was created, e.g. {"facts": "v3", "topic": "..."}.
     inputs = models.JSONField(default=dict)
     parent = models.ForeignKey(
@@ -102,8 +105,9 @@ class Run(models.Model):
     queued_at = models.DateTimeField(null=True, blank=True)
     # How many approvals resumed this run (0 for the original execution).
     attempt = models.PositiveIntegerField(default=0)
-    # Demo knobs: per-call delay and fault injection (crash / stall points), see engine.py.
-    options = models.JSONField(default=dict, blank=True)
+    # The resumed work departed from its approved plan (a PLAN_DEVIATED event): the run
+    # stays with those that need a human whatever its status, until the next approval.
+    deviated = models.BooleanField(default=False)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
 
@@ -142,8 +146,8 @@ class Run(models.Model):
         return int(match.group(1)) if match else None
 
     @classmethod
-    def attention_for(cls, status: str) -> int:
-        if status in cls.RESUMABLE:
+    def attention_for(cls, status: str, deviated: bool = False) -> int:
+        if status in cls.RESUMABLE or deviated:
             return 0
         if status in cls.ACTIVE:
             return 1
@@ -184,8 +188,10 @@ class EventType(models.TextChoices):
     RESUMED = "RESUMED", "Resumed"
     BRANCHED = "BRANCHED", "Branched"
     SUCCEEDED = "SUCCEEDED", "Succeeded"
-    CANCELLED = "CANCELLED", "Cancelled"
     LEDGER_EDITED = "LEDGER_EDITED", "Ledger edited"
+    # The verdict on resumed work against the approved plan (runs/contract.py).
+    PLAN_KEPT = "PLAN_KEPT", "Plan kept"
+    PLAN_DEVIATED = "PLAN_DEVIATED", "Plan deviated"
 
 
 class Event(AppendOnlyModel):
@@ -331,10 +337,6 @@ class Effect(models.Model):
     def __str__(self) -> str:
         return f"{self.tool}:{self.call_id} [{self.status}]"
 
-    @property
-    def is_settled(self) -> bool:
-        return self.status in self.SETTLED
-
 
 class Artifact(AppendOnlyModel):
     # Versioned name: "facts/v3" is name "facts", version 3; the uri is artifact://facts/v3.
@@ -400,3 +402,145 @@ class Lease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} token={self.token} holder={self.holder or '-'}"
+
+
+class StoredPlan(models.Model):
+    """The reconcile plan of a run as it was last computed: when the run stopped, when a ledger
+    edit changed the facts, or when an operator asked the targets again. Pages show it and
+    never compute one (a plan asks targets reconcile questions); an approval always computes
+    a fresh plan and compares fingerprints. One row per run, replaced on every computation."""
+
+    run = models.OneToOneField(
+        Run, on_delete=models.CASCADE, primary_key=True, related_name="stored_plan"
+    )
+    fingerprint = models.CharField(max_length=64)
+    # The run's version the plan was computed at: a different version now means the facts
+    # moved since, and the page says so.
+    run_version = models.PositiveIntegerField()
+    computed_at = models.DateTimeField(db_default=Now())
+    # planner.Plan.to_dict(); Plan.from_dict() gives the value back.
+    data = models.JSONField()
+    # What the inbox shows without reading `data`.
+    blocked = models.BooleanField(default=False)
+    drifted = models.BooleanField(default=False)
+    resume_money = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    fresh_money = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+
+    def __str__(self) -> str:
+        return f"plan of run-{self.run_id} ({self.fingerprint[:12]})"
+
+    @property
+    def is_current(self) -> bool:
+        return self.run_version == self.run.version
+
+
+# --- Notifications (runs/notify.py) ----------------------------------------------------------
+
+
+class NotificationState(models.TextChoices):
+    # Runs that stop now join it. At most one notification is open at a time.
+    OPEN = "open", "Open: runs are joining"
+    # The window closed but Redis refused its delivery jobs; the next sweep queues them again.
+    CLOSED = "closed", "Closed: waiting to be queued"
+    # Its delivery jobs are on the queue; the deliveries say how each attempt went.
+    QUEUED = "queued", "Queued"
+
+
+class Notification(models.Model):
+    """One message (per target) about the runs that stopped within one window: a single run,
+    or a whole outage's worth of them. runs/notify.py says how runs join and how it is sent."""
+
+    State = NotificationState
+
+    state = models.CharField(
+        max_length=8, choices=NotificationState.choices, default=NotificationState.OPEN
+    )
+    opened_at = models.DateTimeField(db_default=Now())
+    queued_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-opened_at", "-id"]
+        constraints = [
+            # The compare-and-set that batches an outage: of two sweepers that both find no
+            # open notification, the second one's insert fails and it joins the first one's.
+            # It also serves "the open notification" that every stopping run looks up.
+            models.UniqueConstraint(
+                fields=["state"],
+                condition=models.Q(state=NotificationState.OPEN),
+                name="notification_one_open",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(state__in=NotificationState.values),
+                name="notification_state_valid",
+            ),
+        ]
+        indexes = [
+            # Sweepers: notifications whose window is over (open or closed, opened long enough ago).
+            models.Index(fields=["state", "opened_at"], name="notification_due_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"notification {self.pk}"
+
+
+class NotificationRun(models.Model):
+    """A run in a notification, with the event that put it there."""
+
+    notification = models.ForeignKey(Notification, on_delete=models.PROTECT, related_name="runs")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="notices")
+    # The event that stopped the run, and why it is in the message: the status it moved
+    # into, or the event's type (notify.NOTIFY_ON holds both kinds).
+    seq = models.PositiveIntegerField()
+    reason = models.CharField(max_length=32)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # A run is in a message once. The index also serves the message's run list and
+            # the inbox filtered to one notification (?notice=).
+            models.UniqueConstraint(fields=["notification", "run"], name="notification_run_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run-{self.run_id} in notification {self.notification_id}"
+
+
+class DeliveryChannel(models.TextChoices):
+    WEBHOOK = "webhook", "Webhook"
+    EMAIL = "email", "Email"
+
+
+class Delivery(AppendOnlyModel):
+    """One attempt to send a notification to one target: the delivery log."""
+
+    Channel = DeliveryChannel
+
+    notification = models.ForeignKey(
+        Notification, on_delete=models.PROTECT, related_name="deliveries"
+    )
+    channel = models.CharField(max_length=8, choices=DeliveryChannel.choices)
+    # The webhook's scheme and host (its path may be a credential, as Slack's are), or the
+    # email addresses.
+    target = models.CharField(max_length=255)
+    attempt = models.PositiveSmallIntegerField()
+    ok = models.BooleanField()
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "deliveries"
+        constraints = [
+            # A job numbers its attempt from this index's (notification, channel) prefix.
+            models.UniqueConstraint(
+                fields=["notification", "channel", "attempt"], name="delivery_attempt_unique"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(channel__in=DeliveryChannel.values),
+                name="delivery_channel_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel} attempt {self.attempt} of notification {self.notification_id}"

@@ -78,6 +78,11 @@ class ToolRejected(Exception):
     """The target answered and refused: nothing happened there, a new attempt is safe."""
 
 
+class OutcomeUnknown(Exception):
+    """An external call neither confirmed nor refused (a time-out, a dropped connection): the
+    engine records the effect's outcome as unknown and never guesses."""
+
+
 @dataclass(frozen=True)
 class Tool:
     name: str

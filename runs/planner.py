@@ -18,22 +18,13 @@ from decimal import Decimal
 from typing import Any
 
 from runs import artifacts
-from runs.engine import latest_checkpoint
-from runs.ledger import canonical_json
+from runs.chain import canonical_json
+from runs.checkpoints import latest_checkpoint, manifest_problems
 from runs.models import Checkpoint, Effect, Event, ReplayPolicy, Run
 from runs.pipeline import Call, Pipeline, registry
+from runs.replay import CALLING, Action, Recorded, asks_target, decide
 
-
-class Action:
-    """What the resume will do about one expected call."""
-
-    REUSE = "reuse"  # confirmed: return the recorded result, no call
-    RETRY_SAME_KEY = "retry-same-key"  # idempotent: call again, the target deduplicates
-    RECORD_FOUND = "record-found"  # reconcile found it: record as done, do not call again
-    CALL = "call"  # nothing happened yet (or the target confirms it did not): call
-    SKIP = "skip"  # a supervisor abandoned it
-    BLOCKED = "blocked"  # a human must decide first
-    RERUN = "re-run"  # SAFE: run again freely
+__all__ = ["Action", "Plan", "compute_plan", "fresh_cost"]
 
 
 @dataclass
@@ -57,6 +48,9 @@ class EffectLine:
     answer: str  # what the ledger or the target says
     action: str
     cost: str
+    # The engine asks the target once more right before this call (a RECONCILE_FIRST effect
+    # the target did not hold when the plan was computed): part of what the resume uses.
+    queries: int = 0
 
 
 @dataclass
@@ -64,6 +58,9 @@ class Cost:
     tool_calls: int = 0
     money: str = "0"
     meters: dict[str, int] = field(default_factory=dict)
+    # Per tool: the calls made, and the reconcile questions asked before a call.
+    calls: dict[str, int] = field(default_factory=dict)
+    queries: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -83,6 +80,8 @@ class Upgrade:
     inputs: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     cost: Cost = field(default_factory=Cost)
+    # What the branch will do about each call of the stages it re-runs: its contract.
+    effects: list[EffectLine] = field(default_factory=list)
 
 
 @dataclass
@@ -132,6 +131,21 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        """The value back from its stored form (a stored plan is shown, never re-derived)."""
+        data = dict(data)
+        data["artifacts"] = [ArtifactLine(**a) for a in data["artifacts"]]
+        data["effects"] = [EffectLine(**e) for e in data["effects"]]
+        data["drift"] = [DriftLine(**d) for d in data["drift"]]
+        data["cost_resume"] = Cost(**data["cost_resume"])
+        data["cost_fresh"] = Cost(**data["cost_fresh"])
+        upgrade = dict(data["upgrade"])
+        upgrade["cost"] = Cost(**upgrade["cost"])
+        upgrade["effects"] = [EffectLine(**e) for e in upgrade["effects"]]
+        data["upgrade"] = Upgrade(**upgrade)
+        return cls(**data)
+
     def fingerprint_basis(self) -> dict[str, Any]:
         data = self.to_dict()
         data.pop("fingerprint", None)
@@ -163,11 +177,12 @@ def _candidate_checkpoints(run: Run, pipeline: Pipeline) -> list[tuple[str, Chec
 def _verified_prefix(
     run: Run, pipeline: Pipeline
 ) -> tuple[Checkpoint | None, list[ArtifactLine], list[str]]:
-    """The longest prefix of stages whose checkpoints' artifacts still verify."""
+    """The longest prefix of stages whose checkpoints' manifests and artifacts still verify."""
     lines: list[ArtifactLine] = []
     fallbacks: list[str] = []
     chosen: Checkpoint | None = None
     candidates = _candidate_checkpoints(run, pipeline)
+    altered = manifest_problems([cp for _, cp in candidates])
     for index, (stage, cp) in enumerate(candidates):
         checks = [
             artifacts.verify(entry["uri"], entry["sha256"])
@@ -175,6 +190,8 @@ def _verified_prefix(
         ]
         lines += [ArtifactLine(stage, cp.id, c.uri, c.ok, c.reason) for c in checks]
         bad = [c for c in checks if not c.ok]
+        if cp.id in altered:  # its manifest is not the one its VERIFIED event recorded
+            bad.insert(0, artifacts.Check(cp.id, False, altered[cp.id]))
         if bad:
             dropped = [c.id for _, c in candidates[index:]]
             fallbacks.append(
@@ -200,89 +217,53 @@ def _own_effects(run: Run, stages: list[str]) -> dict[tuple[str, str], Effect]:
 
 
 def _effect_line(stage: str, call_id: str, tool, effect: Effect | None) -> tuple[EffectLine, str]:
-    """The resume action for one expected call; returns the line and a blocker (or "")."""
-    base = {
-        "stage": stage,
-        "call_id": call_id,
-        "tool": tool.name,
-        "policy": str(tool.policy),
-        "status": effect.status if effect else "none",
-        "delivery_key": effect.delivery_key if effect else "",
-        "external_id": effect.external_id if effect else "",
-    }
-    cost = str(tool.cost)
-    if tool.policy == ReplayPolicy.SAFE:
-        return EffectLine(**base, answer="pure computation", action=Action.RERUN, cost=cost), ""
-    if effect is None:
-        return EffectLine(**base, answer="not attempted yet", action=Action.CALL, cost=cost), ""
-    status = effect.status
-    if status == Effect.Status.CONFIRMED:
-        line = EffectLine(
-            **base, answer=f"confirmed as {effect.external_id}", action=Action.REUSE, cost="0"
-        )
-        return line, ""
-    if status == Effect.Status.ABANDONED:
-        return EffectLine(
-            **base, answer="abandoned by a supervisor", action=Action.SKIP, cost="0"
-        ), ""
-    if status == Effect.Status.FAILED:
-        answer = "the target refused it: nothing happened there"
-        if tool.policy == ReplayPolicy.NEVER:
-            answer = "a supervisor recorded that it did not happen"
-        return EffectLine(**base, answer=answer, action=Action.CALL, cost=cost), ""
-    # INTENT or UNKNOWN: the call may or may not have happened.
-    if tool.policy == ReplayPolicy.IDEMPOTENT:
-        return EffectLine(
-            **base,
-            answer=f"{status}: outcome not recorded",
-            action=Action.RETRY_SAME_KEY,
-            cost=cost,
-        ), ""
-    if tool.policy == ReplayPolicy.RECONCILE_FIRST:
-        answer = tool.reconcile(effect)
-        if not answer.found:
-            return EffectLine(
-                **base,
-                answer=f"not found on the target ({answer.detail})",
-                action=Action.CALL,
-                cost=cost,
-            ), ""
-        if answer.matches:
-            line = EffectLine(
-                **base,
-                answer=(
-                    f"found on the target ({effect.target}): {answer.detail}; record it, "
-                    f"do not {tool.verb} again"
-                ),
-                action=Action.RECORD_FOUND,
-                cost="0",
-            )
-            line.external_id = answer.external_id
-            return line, ""
-        blocker = (
-            f"{tool.name} ({call_id}): found on the target but different — "
-            f"{answer.detail}. A supervisor must resolve it in the ledger."
-        )
-        return EffectLine(
-            **base, answer=f"found but different: {answer.detail}", action=Action.BLOCKED, cost="0"
-        ), blocker
-    blocker = (
-        f"{tool.name} ({call_id}) is {tool.policy}: its outcome is {status} and it is never "
-        "re-run automatically. A supervisor must resolve it in the ledger (admin)."
+    """The resume action for one expected call (replay.decide, asking the target where the
+    decision needs it); returns the line and a blocker (or "")."""
+    recorded = Recorded.of(effect)
+    answer, unanswered = None, ""
+    if asks_target(tool.policy, recorded):
+        try:
+            answer = tool.reconcile(effect)
+        except Exception as exc:  # a target that is down or slow blocks; it never guesses
+            unanswered = str(exc) or type(exc).__name__
+    decision = decide(
+        tool=tool.name,
+        call_id=call_id,
+        policy=tool.policy,
+        recorded=recorded,
+        answer=answer,
+        unanswered=unanswered,
+        verb=tool.verb,
+        target=effect.target if effect else "",
     )
-    return EffectLine(
-        **base, answer=f"{status}: outcome unknown", action=Action.BLOCKED, cost="0"
-    ), blocker
+    line = EffectLine(
+        stage=stage,
+        call_id=call_id,
+        tool=tool.name,
+        policy=str(tool.policy),
+        status=effect.status if effect else "none",
+        delivery_key=effect.delivery_key if effect else "",
+        external_id=decision.external_id or (effect.external_id if effect else ""),
+        answer=decision.answer,
+        action=str(decision.action),
+        cost=str(tool.cost) if decision.calls else "0",
+        # The answer was "not there": the engine asks once more before it calls.
+        queries=1 if answer is not None and decision.calls else 0,
+    )
+    return line, decision.reason
 
 
 def _cost(pipeline: Pipeline, lines: list[EffectLine]) -> Cost:
     cost = Cost()
     money = Decimal(0)
     for line in lines:
-        if line.action in (Action.REUSE, Action.RECORD_FOUND, Action.SKIP, Action.BLOCKED):
+        if line.queries:
+            cost.queries[line.tool] = cost.queries.get(line.tool, 0) + line.queries
+        if line.action not in CALLING:
             continue
         tool = pipeline.tool(line.tool)
         cost.tool_calls += 1
+        cost.calls[tool.name] = cost.calls.get(tool.name, 0) + 1
         money += tool.cost
         if tool.meter:
             cost.meters[tool.meter] = cost.meters.get(tool.meter, 0) + 1
@@ -290,26 +271,19 @@ def _cost(pipeline: Pipeline, lines: list[EffectLine]) -> Cost:
     return cost
 
 
+def _call_line(stage: str, call: Call, pipeline: Pipeline) -> EffectLine:
+    """A call that nothing has been recorded for: it will be made."""
+    tool = pipeline.tool(call.tool)
+    action = Action.RERUN if tool.policy == ReplayPolicy.SAFE else Action.CALL
+    return EffectLine(
+        stage, call.call_id, tool.name, str(tool.policy), "none", "", "", "", str(action),
+        str(tool.cost),
+    )  # fmt: skip
+
+
 def fresh_cost(pipeline: Pipeline) -> Cost:
     """What a blind retry from step one would spend: every expected call again."""
-    lines = []
-    for stage in pipeline.stages:
-        for call in stage.calls:
-            tool = pipeline.tool(call.tool)
-            lines.append(
-                EffectLine(
-                    stage.name,
-                    call.call_id,
-                    tool.name,
-                    str(tool.policy),
-                    "none",
-                    "",
-                    "",
-                    "",
-                    Action.CALL,
-                    str(tool.cost),
-                )
-            )
+    lines = [_call_line(s.name, call, pipeline) for s in pipeline.stages for call in s.calls]
     return _cost(pipeline, lines)
 
 
@@ -484,18 +458,7 @@ def _upgrade(
                 f"key (e.g. a second article for the new revision)"
             )
     lines = [
-        EffectLine(
-            stage.name,
-            call.call_id,
-            call.tool,
-            str(pipeline.tool(call.tool).policy),
-            "none",
-            "",
-            "",
-            "",
-            Action.CALL,
-            str(pipeline.tool(call.tool).cost),
-        )
+        _call_line(stage.name, call, pipeline)
         for stage in pipeline.stages
         if stage.name in rerun
         for call in stage.calls
@@ -514,4 +477,5 @@ def _upgrade(
         inputs=new_inputs,
         warnings=warnings,
         cost=_cost(pipeline, lines),
+        effects=lines,
     )

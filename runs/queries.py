@@ -9,18 +9,24 @@ and related rows are fetched in one query per kind.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import reduce
 from operator import or_
+from typing import Any
 
 from django.core.files.storage import default_storage
 from django.db.models import Q, QuerySet, Subquery
 from django.http import Http404
 
 from runs import artifacts as artifact_store
-from runs.models import Artifact, Checkpoint, Effect, Event, Run
+from runs import stored_plans
+from runs.contract import Usage
+from runs.models import Artifact, Checkpoint, Effect, Event, Run, StoredPlan
+from runs.payload_summary import summarize
 from runs.pipeline import Pipeline, UnknownPipeline, registry
-from runs.planner import Plan, compute_plan
+from runs.planner import Plan
 
 INBOX_PAGE_SIZE = 50
 TIMELINE_PAGE_SIZE = 100
@@ -30,12 +36,13 @@ TEXT_PREVIEW_BYTES = 200_000
 
 # --- Inbox -----------------------------------------------------------------------------------
 
-# Columns the inbox shows; the JSON columns (inputs, options) stay in the database.
+# Columns the inbox shows; the JSON column (inputs) stays in the database.
 INBOX_FIELDS = (
     "id",
     "pipeline",
     "status",
     "attention",
+    "deviated",
     "current_stage",
     "attempt",
     "last_seq",
@@ -51,6 +58,8 @@ class InboxFilters:
     pipeline: str = ""
     stage: str = ""
     run_pk: int | None = None
+    # Only the runs of this notification (runs/notify.py).
+    notice: int | None = None
 
 
 @dataclass
@@ -99,6 +108,8 @@ def _filtered(filters: InboxFilters) -> QuerySet[Run]:
         runs = runs.filter(pipeline=filters.pipeline)
     if filters.stage:
         runs = runs.filter(current_stage=filters.stage)
+    if filters.notice is not None:
+        runs = runs.filter(notices__notification_id=filters.notice)
     return runs
 
 
@@ -226,6 +237,8 @@ def timeline(run: Run, after: int | None, size: int = TIMELINE_PAGE_SIZE) -> Tim
         .order_by("seq")[: size + 1]
     )
     newer = rows[size - 1].seq if len(rows) > size else None
+    for event in rows:
+        event.shown = shown_payload(event)
     return TimelinePage(
         run=run,
         events=rows[:size],
@@ -233,6 +246,25 @@ def timeline(run: Run, after: int | None, size: int = TIMELINE_PAGE_SIZE) -> Tim
         older_after=max(start - size, 0) if start > 0 else None,
         newer_after=newer,
     )
+
+
+def shown_payload(event: Event) -> dict[str, Any]:
+    """What the event's timeline row reads of its payload, however the payload is stored:
+    inline, or as an artifact with a summary beside the reference."""
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    if not event.payload_ref:
+        return payload
+    if "summary" in payload:
+        return payload["summary"]
+    if event.type == Event.Type.LEDGER_EDITED:
+        # Stored before events kept a summary: who changed what, and why, must still show,
+        # so it is read from the artifact. Edits are rare; a page holds few of them.
+        try:
+            stored = json.loads(artifact_store.read(event.payload_ref))
+        except (artifact_store.ArtifactMissing, ValueError):
+            return {}
+        return summarize(stored) if isinstance(stored, dict) else {}
+    return {}
 
 
 @dataclass
@@ -332,8 +364,14 @@ class RunPage:
     timeline: TimelinePage
     facts: RunFacts
     branches: list[Run]
-    # Computed only for a run a human can resume: the plan asks targets reconcile questions.
+    # The stored plan of a run a human can resume (pages never compute one: a plan asks
+    # targets reconcile questions), with its row: when it was computed, and whether the run
+    # moved since.
     plan: Plan | None = None
+    stored_plan: StoredPlan | None = None
+    # The verdict on the latest approved plan (PLAN_KEPT / PLAN_DEVIATED), if the resumed
+    # work reached one.
+    verdict: Verdict | None = None
 
 
 def resume_point(plan: Plan | None) -> tuple[str, int]:
@@ -348,9 +386,9 @@ def resume_point(plan: Plan | None) -> tuple[str, int]:
 
 def run_page(run: Run, after: int | None) -> RunPage:
     facts = run_facts(run)
-    plan = compute_plan(run) if run.is_resumable else None
+    shown = _shown_plan(run)
     page = timeline(run, after)
-    page.settled_checkpoint, page.settled_until = resume_point(plan)
+    page.settled_checkpoint, page.settled_until = resume_point(shown.get("plan"))
     return RunPage(
         run=run,
         progress=progress(run, facts.checkpoint_stages),
@@ -361,7 +399,64 @@ def run_page(run: Run, after: int | None) -> RunPage:
                 "id", "status", "current_stage", "created_at", "branch_checkpoint"
             ).order_by("id")
         ),
-        plan=plan,
+        **shown,
+        verdict=verdict(run),
+    )
+
+
+def _shown_plan(run: Run) -> dict[str, Any]:
+    shown = stored_plans.shown(run) if run.is_resumable else None
+    if shown is None:
+        return {}
+    return {"plan": shown[0], "stored_plan": shown[1]}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kept: bool
+    seq: int
+    fingerprint: str
+    mode: str
+    promised: Usage
+    used: Usage
+    reason: str
+
+    @property
+    def summary(self) -> str:
+        used = self.used
+        calls = f"{used.tool_calls} call{'s' if used.tool_calls != 1 else ''}"
+        if self.kept:
+            return f"Plan kept: {calls}, ${used.money.quantize(Decimal('0.0001'))}, as approved"
+        promised = self.promised
+        return (
+            f"Plan deviated: {self.reason or 'the resumed work departed from the plan'} "
+            f"(approved: {promised.tool_calls} calls, "
+            f"${promised.money.quantize(Decimal('0.0001'))}; so far: {calls}, "
+            f"${used.money.quantize(Decimal('0.0001'))})"
+        )
+
+
+def verdict(run: Run) -> Verdict | None:
+    """The newest verdict event of the run: one indexed read from the end of its log."""
+    if run.attempt == 0 and run.parent_id is None:
+        return None  # never approved: no plan to keep
+    row = (
+        Event.objects.filter(run=run, type__in=(Event.Type.PLAN_KEPT, Event.Type.PLAN_DEVIATED))
+        .order_by("-seq")
+        .values_list("seq", "type", "payload")
+        .first()
+    )
+    if row is None:
+        return None
+    seq, type_, payload = row
+    return Verdict(
+        kept=type_ == Event.Type.PLAN_KEPT,
+        seq=seq,
+        fingerprint=payload.get("fingerprint", ""),
+        mode=payload.get("mode", ""),
+        promised=Usage.from_dict(payload.get("promised")),
+        used=Usage.from_dict(payload.get("used")),
+        reason=payload.get("reason", ""),
     )
 
 
@@ -381,14 +476,6 @@ def timeline_update(run: Run, after: int | None) -> TimelineUpdate:
     facts = None if page.live else run_facts(run)
     stages = facts.checkpoint_stages if facts is not None else None
     return TimelineUpdate(run, page, progress(run, stages), facts)
-
-
-def approval_recorded(run_pk: int, fingerprint: str) -> bool:
-    """Has an approval of exactly this plan already been applied (a double-clicked button,
-    a re-sent form)? Then the second submission is the same decision, not a stale one."""
-    return Event.objects.filter(
-        run_id=run_pk, type=Event.Type.PLAN_APPROVED, payload__fingerprint=fingerprint
-    ).exists()
 
 
 # --- Pipelines -------------------------------------------------------------------------------

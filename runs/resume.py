@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models.functions import Now
 
-from runs import engine, leases, ledger
-from runs.ledger import Writer
+from runs import engine, leases, replay
+from runs.append import Writer, append, create_run
+from runs.contract import Contract
+from runs.effects import record_found
 from runs.models import Checkpoint, Effect, Event, Run
 from runs.pipeline import registry
 from runs.planner import Action, Plan, compute_plan
@@ -35,6 +37,11 @@ class ResumeRefused(Exception):
 
 class StalePlan(ResumeRefused):
     pass
+
+
+class AlreadyApproved(ResumeRefused):
+    """This exact plan was approved before with the same action (a double click, a re-sent
+    form or command): the same decision again, not a stale one. Nothing more is done."""
 
 
 @dataclass(frozen=True)
@@ -57,10 +64,25 @@ def load_run(public_id: str) -> Run:
 
 
 def approve(run: Run, action: str, fingerprint: str, *, actor: str) -> Approval:
-    """Approve `action` on the plan with `fingerprint`. Raises ResumeRefused (or StalePlan)
-    and changes nothing when the approval does not hold."""
+    """Approve `action` on the plan with `fingerprint`. Raises ResumeRefused (StalePlan,
+    AlreadyApproved) and changes nothing when the approval does not hold."""
     if action not in ACTIONS:
         raise ResumeRefused(f"unknown action {action!r}: choose strict or upgrade")
+    try:
+        return _approve(run, action, fingerprint, actor=actor)
+    except ResumeRefused as exc:
+        # Refused because this very plan was approved a moment ago, with the same action (a
+        # double click, a re-sent form or command, a second approver just behind the first):
+        # the same decision again, which lands where the first one did. The dashboard and
+        # `manage.py resume` both say so instead of showing a refusal.
+        if _approved_before(run, action, fingerprint):
+            raise AlreadyApproved(
+                "This plan was already approved; nothing more was done.", exc.plan
+            ) from exc
+        raise
+
+
+def _approve(run: Run, action: str, fingerprint: str, *, actor: str) -> Approval:
     run.refresh_from_db()
     plan = compute_plan(run)
     _check(plan, action, fingerprint)
@@ -77,7 +99,7 @@ def approve(run: Run, action: str, fingerprint: str, *, actor: str) -> Approval:
             )
         token = leases.acquire(run.pk, actor, takeover=True)
         writer = Writer(run.pk, token, actor)
-        ledger.append(
+        append(
             writer,
             Event.Type.PLAN_APPROVED,
             stage=plan.next_stage,
@@ -108,6 +130,15 @@ def approve(run: Run, action: str, fingerprint: str, *, actor: str) -> Approval:
     return approval
 
 
+def _approved_before(run: Run, action: str, fingerprint: str) -> bool:
+    return Event.objects.filter(
+        run_id=run.pk,
+        type=Event.Type.PLAN_APPROVED,
+        payload__fingerprint=fingerprint,
+        payload__action=action,
+    ).exists()
+
+
 def _check(plan: Plan, action: str, fingerprint: str) -> None:
     if not plan.resumable:
         raise ResumeRefused(plan.not_resumable_reason, plan)
@@ -124,27 +155,45 @@ def _check(plan: Plan, action: str, fingerprint: str) -> None:
 
 
 def _record_reconciliations(writer: Writer, plan: Plan) -> None:
-    """Write down what the reconcile queries found, now that a human approved the plan."""
+    """Write down what the reconcile queries found, now that a human approved the plan. The
+    target is asked once more and the answer goes through the same replay.decide() as the
+    plan's: if it no longer says "record it", nothing is recorded."""
+    pipeline = registry.get(plan.pipeline)
     for line in plan.effects:
         if line.action != Action.RECORD_FOUND:
             continue
         effect = Effect.objects.get(delivery_key=line.delivery_key)
-        pipeline = registry.get(plan.pipeline)
-        answer = pipeline.tool(effect.tool).reconcile(effect)
-        if not (answer.found and answer.matches and answer.external_id):
+        tool = pipeline.tool(effect.tool)
+        try:
+            answer = tool.reconcile(effect)
+        except Exception as exc:
+            answer, unanswered = None, str(exc) or type(exc).__name__
+        else:
+            unanswered = ""
+        decision = replay.decide(
+            tool=tool.name,
+            call_id=effect.call_id,
+            policy=tool.policy,
+            recorded=replay.Recorded.of(effect),
+            answer=answer,
+            unanswered=unanswered,
+            verb=tool.verb,
+            target=effect.target,
+        )
+        if decision.action != Action.RECORD_FOUND:
             # The target's answer moved between the plan and this approval: the transaction
             # rolls back and the operator gets the fresh plan, not a half-recorded effect.
             raise StalePlan(
                 f"{effect.tool} ({effect.call_id}): the target no longer confirms what the plan "
-                "showed; read the fresh plan and approve again",
+                f"showed ({decision.answer}); read the fresh plan and approve again",
                 None,
             )
-        ledger.record_found(writer, effect, answer)
+        record_found(writer, effect, answer)
 
 
 def _strict(writer: Writer, run: Run, plan: Plan) -> Approval:
     ticket = uuid.uuid4().hex
-    ledger.append(
+    append(
         writer,
         Event.Type.RESUMED,
         stage=plan.next_stage,
@@ -153,8 +202,14 @@ def _strict(writer: Writer, run: Run, plan: Plan) -> Approval:
             "checkpoint": plan.checkpoint,
             "next_stage": plan.next_stage,
             "pinned_inputs": run.inputs,
+            # The approved plan's promise: the engine holds every call of the resumed work
+            # against it (runs/contract.py).
+            "contract": Contract.from_plan(
+                plan.fingerprint, STRICT, plan.effects, plan.cost_resume
+            ).to_payload(),
         },
         status=Run.Status.RESUMING,
+        deviated=False,
         current_stage=plan.next_stage,
         ticket=ticket,
         queued_at=Now(),
@@ -170,13 +225,11 @@ def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
         Checkpoint.objects.get(pk=upgrade.branch_checkpoint) if upgrade.branch_checkpoint else None
     )
     ticket = uuid.uuid4().hex
-    branch = ledger.create_run(
+    branch = create_run(
         run.pipeline,
         inputs=upgrade.inputs,
         actor=actor,
         first_stage=upgrade.branch_stage,
-        # Fault injection belongs to the run it was set on; delays carry over for the demo.
-        options={k: v for k, v in run.options.items() if k == "delay"},
         parent=run,
         branch_checkpoint=point,
         payload={
@@ -184,10 +237,13 @@ def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
             "checkpoint": upgrade.branch_checkpoint,
             "upgraded": {d.input: [d.pinned, d.current] for d in plan.drift},
             "warnings": upgrade.warnings,
+            "contract": Contract.from_plan(
+                plan.fingerprint, UPGRADE, upgrade.effects, upgrade.cost
+            ).to_payload(),
         },
         ticket=ticket,
     )
-    ledger.append(
+    append(
         writer,
         Event.Type.BRANCHED,
         payload={

@@ -2,7 +2,9 @@
 
     viewer      reads every run, plan, event and artifact
     operator    also approves a resume (strict or upgrade)
-    supervisor  also edits the effect ledger in the admin (is_staff)
+    supervisor  also edits the effect ledger in the admin and manages the queues (is_staff)
+    supervisor  also edits the effect ledger in the admin (is_staff), and reads the
+                notifications' delivery log there
 
 Group membership is checked here, in one place, by every view and admin class, instead of
 model permissions: the roles are the product's vocabulary and need no migration. A superuser
@@ -45,6 +47,17 @@ def can_approve(user: AnyUser) -> bool:
 
 def can_edit_ledger(user: AnyUser) -> bool:
     # The ledger is edited in the admin, which only staff may enter.
+    return SUPERVISOR in roles(user) and bool(getattr(user, "is_staff", False))
+
+
+def can_manage_queues(user: AnyUser) -> bool:
+    # django-rq's pages show job arguments and delete or requeue jobs; being staff (which the
+    # admin's read-only tables need) is not enough.
+    return SUPERVISOR in roles(user) and bool(getattr(user, "is_staff", False))
+
+
+def can_read_delivery_log(user: AnyUser) -> bool:
+    # Notification targets and their failures: the admin, supervisors only.
     return SUPERVISOR in roles(user) and bool(getattr(user, "is_staff", False))
 
 

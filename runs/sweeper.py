@@ -21,8 +21,8 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
 
-from runs import leases, ledger
-from runs.ledger import Writer
+from runs import leases
+from runs.append import Writer, append
 from runs.models import Event, Lease, Run
 
 log = logging.getLogger("runs.sweeper")
@@ -144,7 +144,7 @@ def interrupt(finding: Finding, *, takeover: bool = False) -> bool:
                 # INTERRUPTED and an approved resume, which leaves the run active again with
                 # a fresh ticket): the finding is stale; the next round reads afresh.
                 return False
-            ledger.append(
+            append(
                 writer,
                 Event.Type.INTERRUPTED,
                 stage=run.current_stage,

@@ -54,6 +54,7 @@ urlpatterns = [
     path("<run:pk>/", views.run_detail, name="run"),
     path("<run:pk>/timeline/", views.run_timeline, name="timeline"),
     path("<run:pk>/plan/", views.plan, name="plan"),
+    path("<run:pk>/plan/check/", views.check_targets, name="check_targets"),
     path("<run:pk>/approve/", views.approve_plan, name="approve"),
     path("artifacts/<id:pk>/", views.artifact_detail, name="artifact"),
     path("artifacts/<id:pk>/raw/", views.artifact_raw, name="artifact_raw"),

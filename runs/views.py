@@ -16,21 +16,25 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.cache import patch_vary_headers
+from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from runs import artifacts as artifact_store
-from runs import charts, queries, roles, stats
+from runs import charts, queries, roles, stats, stored_plans
 from runs.forms import ApproveForm, InboxFilterForm, PipelineWindowForm
-from runs.models import Artifact
+from runs.models import Artifact, StoredPlan
 from runs.planner import Plan, compute_plan
-from runs.resume import ResumeRefused, approve
+from runs.resume import AlreadyApproved, ResumeRefused, approve
 
 View = Callable[..., HttpResponse]
 
 
 def role_required(check: Callable[..., bool]) -> Callable[[View], View]:
-    """Log in first, then the role: a logged-in user without it gets 403."""
+    """Log in first, then the role: a logged-in user without it gets 403.
+
+    What a role may read (runs, agent output, artifacts) is kept by no cache, shared or the
+    browser's: every dashboard response is `Cache-Control: private, no-store`."""
 
     def decorator(view: View) -> View:
         @wraps(view)
@@ -46,7 +50,7 @@ def role_required(check: Callable[..., bool]) -> Callable[[View], View]:
                 raise PermissionDenied("Your role does not allow this.")
             return view(request, *args, **kwargs)
 
-        return wrapped
+        return cache_control(private=True, no_store=True)(wrapped)
 
     return decorator
 
@@ -110,20 +114,41 @@ def run_timeline(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 @viewer_required
 def plan(request: HttpRequest, pk: int) -> HttpResponse:
+    """The stored plan: a GET never asks a target anything (see runs/stored_plans.py)."""
     run = queries.get_run(pk)
-    return _render_plan(request, run, compute_plan(run))
+    shown = stored_plans.shown(run)
+    if shown is None:
+        return _render_plan(request, run, None)
+    return _render_plan(request, run, shown[0], stored=shown[1])
+
+
+@require_POST
+@operator_required
+def check_targets(request: HttpRequest, pk: int) -> HttpResponse:
+    """ "Check targets again": compute the plan now, asking each target, and store it."""
+    run = queries.get_run(pk)
+    stored_plans.refresh(run)
+    messages.info(request, "The plan was computed again with the targets' answers of now.")
+    return redirect("runs:plan", pk=run.pk)
 
 
 def _render_plan(
     request: HttpRequest,
     run,
-    plan: Plan,
+    plan: Plan | None,
     *,
+    stored: StoredPlan | None = None,
     refusal: str = "",
     form: ApproveForm | None = None,
     status: int = 200,
 ) -> HttpResponse:
-    context = {"run": run, "plan": plan, "refusal": refusal, "form": form}
+    context = {
+        "run": run,
+        "plan": plan,
+        "stored_plan": stored,
+        "refusal": refusal,
+        "form": form,
+    }
     return render(request, "runs/plan.html", context, status=status)
 
 
@@ -133,20 +158,23 @@ def approve_plan(request: HttpRequest, pk: int) -> HttpResponse:
     run = queries.get_run(pk)
     form = ApproveForm(request.POST)
     if not form.is_valid():
-        return _render_plan(request, run, compute_plan(run), form=form, status=400)
+        shown = stored_plans.shown(run)
+        plan, stored = shown if shown is not None else (None, None)
+        return _render_plan(request, run, plan, stored=stored, form=form, status=400)
     action, fingerprint = form.cleaned_data["action"], form.cleaned_data["fingerprint"]
     actor = f"user:{request.user.get_username()}"
     try:
         approval = approve(run, action, fingerprint, actor=actor)
+    except AlreadyApproved as exc:
+        # The same decision again (a double click): it lands where the first one did.
+        messages.info(request, str(exc))
+        return redirect("runs:run", pk=run.pk)
     except ResumeRefused as exc:  # StalePlan included
-        if queries.approval_recorded(run.pk, fingerprint):
-            # This very plan was approved a moment ago (a double click, a re-sent form): the
-            # second submission is the same decision, so it lands where the first one did.
-            messages.info(request, "This plan was already approved; nothing more was done.")
-            return redirect("runs:run", pk=run.pk)
-        return _render_plan(
-            request, run, exc.plan or compute_plan(run), refusal=str(exc), status=409
-        )
+        # The refusal comes with the fresh plan (or the target's answer moved under it): that
+        # is now the run's stored plan.
+        fresh = exc.plan if exc.plan is not None else compute_plan(run)
+        stored = stored_plans.store(fresh)
+        return _render_plan(request, run, fresh, stored=stored, refusal=str(exc), status=409)
     if approval.branch is not None:
         messages.success(
             request,

@@ -3,7 +3,8 @@
 SimpleWorker executes jobs in the worker process itself, so a fault-injected crash (SIGKILL)
 kills the worker the way an OOM kill would, and Django's connections are never shared across
 a fork. The sweeper thread is what turns a dead worker's run into *interrupted*: it reads the
-database's leases, so detection does not wait on RQ's own abandoned-job cleanup.
+database's leases, so detection does not wait on RQ's own abandoned-job cleanup. The same
+thread closes notification windows and releases scheduled jobs (runs/notify.py).
 
     manage.py rqworker default --worker-class runs.worker.ResumerWorker
 """
@@ -17,32 +18,62 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import connection
+from rq.scheduler import RQScheduler
 from rq.worker import SimpleWorker
 
-from runs import sweeper
+from runs import notify, sweeper
 
 log = logging.getLogger("runs.worker")
 
 
 class SweeperThread(threading.Thread):
-    def __init__(self, interval: float) -> None:
+    """Every sweep interval: crash detection, then the notification windows that are over,
+    then the RQ jobs whose scheduled time has come (delivery retries waiting out their
+    backoff). Each step fails on its own and is tried again next round."""
+
+    def __init__(self, interval: float, worker: SimpleWorker) -> None:
         super().__init__(daemon=True, name="resumer-sweeper")
         self.interval = interval
         self.stopping = threading.Event()
+        self.worker = worker
+        self.scheduler: RQScheduler | None = None
 
     def run(self) -> None:
+        steps = [
+            ("sweep", sweeper.sweep),
+            ("notification close", notify.close_due),
+            ("scheduled jobs", self.release_scheduled),
+        ]
         while not self.stopping.wait(self.interval):
-            try:
-                sweeper.sweep()
-            except Exception as exc:  # database or Redis away: try again next round
-                log.warning("sweep failed: %s", exc)
-                connection.close()
+            for name, step in steps:
+                try:
+                    step()
+                except Exception as exc:  # database or Redis away: try again next round
+                    log.warning("%s failed: %s", name, exc)
+                    connection.close()
         connection.close()
+
+    def release_scheduled(self) -> None:
+        """Move due scheduled jobs onto their queues. This is the step RQ's scheduler takes
+        (`rqworker --with-scheduler`), taken here instead: RQ's runs in a forked process that
+        a SIGKILLed worker leaves running behind it. RQ's per-queue scheduler lock still keeps
+        two workers from moving the same jobs at once."""
+        if self.scheduler is None:
+            self.scheduler = RQScheduler(
+                self.worker.queues,
+                connection=self.worker.connection,
+                serializer=self.worker.serializer,
+            )
+        if self.scheduler.acquire_locks():
+            try:
+                self.scheduler.enqueue_scheduled_jobs()
+            finally:
+                self.scheduler.release_locks()
 
 
 class ResumerWorker(SimpleWorker):
     def work(self, *args, **kwargs):  # type: ignore[override]
-        thread = SweeperThread(float(settings.RESUMER_SWEEP_INTERVAL))
+        thread = SweeperThread(float(settings.RESUMER_SWEEP_INTERVAL), self)
         thread.start()
         try:
             return super().work(*args, **kwargs)

@@ -1,32 +1,27 @@
-"""Shared fixtures: real Redis, real `rqworker` processes, and helpers to drive the demo.
+"""Shared fixtures: real Redis, real `rqworker` processes, the demo's facts and its story run.
+Helpers live in tests/support.
 
 Tests that start workers use `transactional_db`: the worker processes read what the test
 wrote, so it has to be committed. Their teardown flushes the tables, which the append-only
-triggers refuse; the flush runs inside ledger.maintenance() for this connection only.
+triggers refuse; the flush runs inside runs.maintenance.maintenance() for this connection only.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
-import subprocess
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
 
 import django_rq
 import pytest
 from django.conf import settings
 from django.test import TransactionTestCase
 
-from runs import worker
-from runs.ledger import maintenance
+from demo import faults
+from demo_service.process import ServiceProcess
+from runs.maintenance import maintenance
 from runs.models import Run
-from tests.faults.matrix import worker_env
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.processes import Workers, wait_for
+from tests.support.state import run_status
 
 _original_teardown = TransactionTestCase._fixture_teardown
 
@@ -37,47 +32,6 @@ def _teardown_in_maintenance(self: TransactionTestCase) -> None:
 
 
 TransactionTestCase._fixture_teardown = _teardown_in_maintenance
-
-
-def wait_for(predicate: Callable[[], Any], *, timeout: float = 60, what: str = "condition") -> Any:
-    """Poll until predicate() is truthy. The timeout only bounds a hung test; no test asserts
-    on how long anything took."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def run_status(run: Run) -> str:
-    return Run.objects.values_list("status", flat=True).get(pk=run.pk)
-
-
-class Workers:
-    """Starts real `manage.py rqworker` processes and makes sure none outlives the test."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.procs: list[subprocess.Popen] = []
-        self.log_dir = log_dir
-
-    def start(self, *, burst: bool = False, name: str = "") -> subprocess.Popen:
-        log = open(self.log_dir / f"worker-{len(self.procs)}{name}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(
-            worker.command(burst=burst), cwd=ROOT, env=worker_env(), stdout=log, stderr=log
-        )
-        self.procs.append(proc)
-        return proc
-
-    def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGCONT)  # a test may have frozen it
-                proc.kill()
-            proc.wait(timeout=10)
 
 
 @pytest.fixture
@@ -101,7 +55,7 @@ def facts(db) -> None:
 
 @pytest.fixture
 def workers(transactional_db, redis_conn, facts, tmp_path) -> Iterator[Workers]:
-    pool = Workers(tmp_path)
+    pool = Workers(tmp_path / "logs")
     yield pool
     pool.stop_all()
 
@@ -109,11 +63,12 @@ def workers(transactional_db, redis_conn, facts, tmp_path) -> Iterator[Workers]:
 @pytest.fixture
 def story_run(workers) -> Run:
     """The protocol's story: research, facts, draft and two images done; the worker dies
-    uploading the cover. Returns the run once the sweeper has marked it interrupted."""
-    from runs import engine
+    uploading the cover. Returns the run once the sweeper has marked it interrupted and a
+    worker has stored the plan the stop asked for (what an operator then reads)."""
+    from runs.models import StoredPlan
 
-    run = engine.start_run(
-        "content", {}, actor="test", options={"crash": "visual/upload-cover/before"}
+    run = faults.start_run(
+        "content", {}, actor="test", faults={"crash": "visual/upload-cover/before"}
     )
     doomed = workers.start()
     doomed.wait(timeout=120)
@@ -121,4 +76,27 @@ def story_run(workers) -> Run:
     workers.start()  # a healthy worker whose sweeper notices the dead one's lease
     wait_for(lambda: run_status(run) == Run.Status.INTERRUPTED, what="interrupted")
     run.refresh_from_db()
+    wait_for(
+        lambda: StoredPlan.objects.filter(run=run, run_version=run.version).exists(),
+        what="the stored plan",
+    )
     return run
+
+
+@pytest.fixture(scope="session")
+def demo_service_process(tmp_path_factory) -> Iterator[ServiceProcess]:
+    """One real demo service (gunicorn, its own SQLite file) for the whole session."""
+    folder = tmp_path_factory.mktemp("demo-service")
+    service = ServiceProcess(database=folder / "service.sqlite3", log=folder / "service.log")
+    service.start()
+    yield service
+    service.stop()
+
+
+@pytest.fixture
+def demo_service(demo_service_process) -> ServiceProcess:
+    """The demo service, running and empty: no objects, stored responses, meter rows or
+    faults. A test may stop() it (the target is down); the next test gets it started again."""
+    demo_service_process.start()
+    demo_service_process.reset()
+    return demo_service_process

@@ -13,15 +13,16 @@ from collections import Counter
 import pytest
 from django.db import connection
 
-from runs import leases, ledger
-from runs.ledger import Writer
+from runs import leases
+from runs.append import Writer, append, create_run
+from runs.chain import verify_chain
 from runs.models import Event, Run
 
 EVENTS_PER_WRITER = 500
 
 
 def append_concurrently(writers: int) -> Run:
-    run = ledger.create_run(
+    run = create_run(
         "content",
         inputs={"topic": "resumable-agents", "facts": "v3"},
         actor="test",
@@ -36,7 +37,7 @@ def append_concurrently(writers: int) -> Run:
         try:
             start.wait(timeout=60)
             for n in range(EVENTS_PER_WRITER):
-                ledger.append(
+                append(
                     writer,
                     Event.Type.TOOL_CALLED,
                     stage="research",
@@ -70,7 +71,7 @@ def assert_gap_free(run: Run, writers: int) -> None:
     assert len(written) == writers * EVENTS_PER_WRITER
     assert set(written.values()) == {1}
     assert Run.objects.get(pk=run.pk).last_seq == total
-    report = ledger.verify_chain(run.pk)
+    report = verify_chain(run.pk)
     assert report.ok, report.problems
 
 

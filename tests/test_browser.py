@@ -24,11 +24,12 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
-from runs import engine, leases, ledger, roles
-from runs.ledger import Writer
-from runs.management.commands.seed_demo import run_inline
+from demo import faults
+from demo.management.commands.seed_demo import run_inline
+from runs import leases, roles, stored_plans
+from runs.append import Writer, append
 from runs.models import Event, Run
-from tests.plan_support import resumed_inline
+from tests.support.plans import resumed_inline
 
 pytestmark = pytest.mark.browser
 
@@ -112,8 +113,12 @@ def login(page: Page, live_server, username: str) -> None:
 
 
 def executed(**options) -> Run:
-    run = engine.start_run("content", {}, actor="test", options=options, enqueue=False)
-    return run_inline(run.pk)
+    """A run executed here until it stops, with the plan its stop has a worker compute."""
+    run = faults.start_run("content", {}, actor="test", faults=options, enqueue=False)
+    run = run_inline(run.pk)
+    if run.is_resumable:
+        stored_plans.refresh(run)
+    return run
 
 
 def test_operator_resumes_the_story_and_watches_it_succeed(page, live_server, users, story_run):
@@ -193,7 +198,7 @@ def test_viewer_reads_the_plan_but_has_no_approve_control(page, live_server, use
     run = executed(timeout="visual/render-cover/after")
     # An agent's tool result with markup in it: it must read as text and do nothing.
     token = leases.acquire(run.pk, "test", takeover=True)
-    ledger.append(
+    append(
         Writer(run.pk, token, "test"),
         Event.Type.TOOL_RESULT,
         stage="visual",
@@ -253,6 +258,10 @@ def test_supervisor_resolves_a_blocked_never_effect_and_the_plan_unblocks(page, 
     expect(page.locator(".messagelist")).to_contain_text("LEDGER_EDITED")
 
     page.goto(f"{live_server.url}/runs/{run.public_id}/plan/")
+    # No worker runs here to recompute the plan the edit asked for: the page says the run
+    # changed since its plan, and the supervisor asks the targets again.
+    expect(page.locator("#plan-panel")).to_contain_text("the run changed since")
+    page.get_by_role("button", name="Check targets again").click()
     expect(page.get_by_text("Blocked: a human decides first")).to_have_count(0)
     charge = page.locator("#plan-panel").get_by_role("row").filter(has_text="promote-charge")
     expect(charge).to_contain_text("a supervisor recorded that it did not happen")

@@ -8,9 +8,12 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
+from django.test import override_settings
 
-from runs import leases, ledger
-from runs.ledger import Writer
+from demo.models import RunFaults
+from runs import leases
+from runs.append import Writer, append, create_run
+from runs.maintenance import maintenance
 from runs.models import Event, Run
 
 
@@ -21,23 +24,41 @@ def command(*args: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("name", "args"),
     [
-        ("no-such-pipeline",),
-        ("content", "--input", "facts=v99"),
-        ("content", "--input", "facts"),
-        ("content", "--input", "=v3"),
-        ("content", "--input", "colour=blue"),
-        ("content", "--crash-at", "dream/search/before"),
-        ("content", "--crash-at", "visual/no-such-call/before"),
-        ("content", "--timeout-at", "visual/render-cover/sometime"),
-        ("content", "--delay", "600"),
+        ("start_run", ("no-such-pipeline",)),
+        ("start_run", ("content", "--input", "facts=v99")),
+        ("start_run", ("content", "--input", "facts")),
+        ("start_run", ("content", "--input", "=v3")),
+        ("start_run", ("content", "--input", "colour=blue")),
+        ("start_run_with_faults", ("no-such-pipeline", "--delay", "1")),
+        ("start_run_with_faults", ("content", "--crash-at", "dream/search/before")),
+        ("start_run_with_faults", ("content", "--crash-at", "visual/no-such-call/before")),
+        ("start_run_with_faults", ("content", "--timeout-at", "visual/render-cover/sometime")),
+        ("start_run_with_faults", ("content", "--delay", "600")),
     ],
 )
-def test_start_run_command_refuses_bad_input_and_creates_no_run(facts, args):
+def test_start_run_commands_refuse_bad_input_and_create_no_run(facts, name, args):
     with pytest.raises(CommandError):
-        command("start_run", *args, "--no-enqueue")
+        command(name, *args, "--no-enqueue")
     assert not Run.objects.exists()
+    assert not RunFaults.objects.exists()
+
+
+def test_start_run_with_faults_records_the_runs_fault_points(facts):
+    out = command(
+        "start_run_with_faults",
+        "content",
+        "--crash-at",
+        "visual/upload-cover/before",
+        "--delay",
+        "0.5",
+        "--no-enqueue",
+    )
+    run = Run.objects.get()
+    assert out.startswith(f"{run.public_id} pending")
+    faults = RunFaults.objects.get(run=run)
+    assert (faults.crash, faults.timeout, faults.delay) == ("visual/upload-cover/before", "", 0.5)
 
 
 def test_start_run_command_creates_a_run_with_pinned_inputs(facts):
@@ -55,7 +76,7 @@ def test_verify_chain_command_refuses_an_unknown_or_malformed_run_id(db, run_id)
 
 
 def make_run() -> Run:
-    run = ledger.create_run(
+    run = create_run(
         "content",
         inputs={"topic": "resumable-agents", "facts": "v3"},
         actor="test",
@@ -63,7 +84,7 @@ def make_run() -> Run:
     )
     writer = Writer(run.pk, leases.acquire(run.pk, "w"), "w")
     for n in range(3):
-        ledger.append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": n})
+        append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": n})
     return run
 
 
@@ -74,7 +95,7 @@ def test_verify_chain_command_reports_an_intact_run(db):
 
 def test_verify_chain_command_fails_on_an_altered_run_and_names_the_seq(db):
     intact, altered = make_run(), make_run()
-    with ledger.maintenance(), connection.cursor() as cursor:
+    with maintenance(), connection.cursor() as cursor:
         cursor.execute(
             "UPDATE runs_event SET actor = 'mallory' WHERE run_id = %s AND seq = 3", [altered.pk]
         )
@@ -84,3 +105,13 @@ def test_verify_chain_command_fails_on_an_altered_run_and_names_the_seq(db):
     lines = out.getvalue().splitlines()
     assert f"{intact.public_id}: ok (4 events)" in lines
     assert any(line.startswith(f"{altered.public_id}: BROKEN at seq 3") for line in lines)
+
+
+def test_verify_chain_command_says_first_that_anchors_are_not_checked_without_a_key(db):
+    run = make_run()
+    with override_settings(RESUMER_CHAIN_KEY=""):
+        lines = command("verify_chain", run.public_id).splitlines()
+    assert lines == [
+        "anchors not checked: RESUMER_CHAIN_KEY is not set",
+        f"{run.public_id}: ok (4 events)",
+    ]

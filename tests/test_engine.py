@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import pytest
 
+from demo import faults
 from demo.models import Article, Asset, Render, SimCall
 from demo.simulators import meter
-from runs import artifacts, engine, leases, ledger
+from runs import artifacts, engine, leases
+from runs.chain import verify_chain
+from runs.hooks import CallHooks
 from runs.models import Checkpoint, Effect, Event, ReplayPolicy, Run
 from runs.pipeline import (
     Input,
     InvalidInput,
     KeyParts,
+    OutcomeUnknown,
     Pipeline,
     Rule,
     Stage,
@@ -28,7 +32,8 @@ from runs.pipeline import (
 )
 from runs.planner import Action, compute_plan
 from runs.resume import STRICT, approve
-from tests.conftest import run_status, wait_for
+from tests.support.processes import wait_for
+from tests.support.state import run_status
 
 # --- a small pipeline whose one stage misbehaves on demand -----------------------------------
 
@@ -130,7 +135,7 @@ def test_a_run_completes_through_a_worker_process_with_a_consistent_ledger(worke
     run.refresh_from_db()
     seqs = list(Event.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, run.last_seq + 1))
-    assert ledger.verify_chain(run.pk).ok
+    assert verify_chain(run.pk).ok
 
     checkpoints = list(Checkpoint.objects.filter(run=run).order_by("last_seq"))
     assert [c.stage for c in checkpoints] == ["research", "draft", "visual", "prefill", "publish"]
@@ -165,9 +170,7 @@ def test_rerunning_a_stage_whose_effects_are_confirmed_calls_no_renderer_or_asse
     request at all, while visual really did run again (it seals a second checkpoint).
     """
     settings.MEDIA_ROOT = tmp_path  # workers inherit it; the altered blob stays private
-    run = engine.start_run(
-        "content", {}, actor="test", options={"timeout": "publish/publish/after"}
-    )
+    run = faults.start_run("content", {}, actor="test", faults={"timeout": "publish/publish/after"})
     workers.start(burst=True).wait(timeout=120)
     assert run_status(run) == Run.Status.FAILED
 
@@ -199,22 +202,17 @@ def test_rerunning_a_stage_whose_effects_are_confirmed_calls_no_renderer_or_asse
 
 
 @pytest.mark.parametrize(
-    ("pipeline", "inputs", "options", "error"),
+    ("pipeline", "inputs", "error"),
     [
-        ("no-such-pipeline", {}, {}, UnknownPipeline),
-        ("content", {"facts": "v99"}, {}, InvalidInput),
-        ("content", {"facts": "3"}, {}, InvalidInput),
-        ("content", {"colour": "blue"}, {}, InvalidInput),
-        ("content", {}, {"crash": "dream/search/before"}, InvalidInput),
-        ("content", {}, {"crash": "research/no-such-call/before"}, InvalidInput),
-        ("content", {}, {"crash": "research/search/during"}, InvalidInput),
-        ("content", {}, {"stall": {"visual/no-such-call": 3}}, InvalidInput),
-        ("content", {}, {"turbo": True}, InvalidInput),
+        ("no-such-pipeline", {}, UnknownPipeline),
+        ("content", {"facts": "v99"}, InvalidInput),
+        ("content", {"facts": "3"}, InvalidInput),
+        ("content", {"colour": "blue"}, InvalidInput),
     ],
 )
-def test_start_run_refuses_bad_input_and_creates_no_run(facts, pipeline, inputs, options, error):
+def test_start_run_refuses_bad_input_and_creates_no_run(facts, pipeline, inputs, error):
     with pytest.raises(error):
-        engine.start_run(pipeline, inputs, actor="test", options=options, enqueue=False)
+        engine.start_run(pipeline, inputs, actor="test", enqueue=False)
     assert not Run.objects.exists()
     assert not Event.objects.exists()
 
@@ -324,3 +322,45 @@ def test_every_event_of_a_stage_carries_the_token_of_the_lease_that_ran_it(check
     tokens = set(Event.objects.filter(run=run, stage="work").values_list("token", flat=True))
     assert tokens == {started.token}
     assert started.token == leases.current(run.pk).token
+
+
+# --- call hooks ----------------------------------------------------------------------------------
+
+
+class RecordingHooks(CallHooks):
+    def __init__(self, lose_answer: bool = False) -> None:
+        self.seen: list[tuple] = []
+        self.lose_answer = lose_answer
+
+    def before_call(self, ctx, call_id: str) -> None:
+        # The intent is already in the log when the hook runs.
+        called = Event.objects.filter(run=ctx.run, type=Event.Type.TOOL_CALLED).count()
+        self.seen.append(("before", call_id, called))
+
+    def after_call(self, ctx, call_id: str, result) -> None:
+        self.seen.append(("after", call_id, result))
+        if self.lose_answer:
+            raise OutcomeUnknown("the answer never arrived")
+
+
+def test_hooks_passed_to_execute_run_around_each_tool_call(checks):
+    run = start_checks("ok")
+    run.refresh_from_db()
+    hooks = RecordingHooks()
+    assert engine.execute(run.pk, "work", run.ticket, holder="worker:test", hooks=hooks) == (
+        "verified"
+    )
+    assert hooks.seen == [("before", "probe", 1), ("after", "probe", {"n": 1})]
+
+
+def test_an_after_call_hook_that_raises_fails_the_stage_without_recording_the_result(checks):
+    run = start_checks("ok")
+    run.refresh_from_db()
+    hooks = RecordingHooks(lose_answer=True)
+    assert engine.execute(run.pk, "work", run.ticket, holder="worker:test", hooks=hooks) == (
+        "failed"
+    )
+    assert meter_count("probe") == 1  # the call happened; its answer was lost
+    assert not Event.objects.filter(run=run, type=Event.Type.TOOL_RESULT).exists()
+    failed = Event.objects.get(run=run, type=Event.Type.FAILED)
+    assert failed.payload["error"] == "OutcomeUnknown: the answer never arrived"

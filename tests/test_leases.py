@@ -7,14 +7,14 @@ import threading
 import pytest
 from django.db import connection
 
-from runs import leases, ledger
-from runs.ledger import LeaseLost, Writer
+from runs import leases
+from runs.append import LeaseLost, Writer, append, create_run
 from runs.models import Event, Lease, Run
-from tests.conftest import wait_for
+from tests.support.processes import wait_for
 
 
 def new_run() -> Run:
-    return ledger.create_run(
+    return create_run(
         "content",
         inputs={"topic": "resumable-agents", "facts": "v3"},
         actor="test",
@@ -36,7 +36,7 @@ def test_a_writer_whose_lease_was_taken_over_cannot_append(run):
     leases.acquire(run.pk, "worker-b", takeover=True)
     before = event_count(run)
     with pytest.raises(LeaseLost):
-        ledger.append(old, Event.Type.STARTED, stage="research")
+        append(old, Event.Type.STARTED, stage="research")
     assert event_count(run) == before
     assert not Event.objects.filter(run=run, token=old.token).exists()
 
@@ -44,7 +44,7 @@ def test_a_writer_whose_lease_was_taken_over_cannot_append(run):
 def test_the_new_holder_can_append_after_a_takeover(run):
     leases.acquire(run.pk, "worker-a")
     new = Writer(run.pk, leases.acquire(run.pk, "worker-b", takeover=True), "worker-b")
-    event = ledger.append(new, Event.Type.STARTED, stage="research")
+    event = append(new, Event.Type.STARTED, stage="research")
     assert Event.objects.get(pk=event.pk).token == new.token
 
 
@@ -53,7 +53,7 @@ def test_a_released_lease_cannot_append(run):
     leases.release(run.pk, writer.token)
     before = event_count(run)
     with pytest.raises(LeaseLost):
-        ledger.append(writer, Event.Type.STARTED, stage="research")
+        append(writer, Event.Type.STARTED, stage="research")
     assert event_count(run) == before
 
 
@@ -65,7 +65,7 @@ def test_an_expired_lease_cannot_append(transactional_db):
     wait_for(lambda: not leases.holds(run.pk, writer.token), timeout=30, what="lease expiry")
     before = event_count(run)
     with pytest.raises(LeaseLost):
-        ledger.append(writer, Event.Type.STARTED, stage="research")
+        append(writer, Event.Type.STARTED, stage="research")
     assert event_count(run) == before
 
 
@@ -155,13 +155,13 @@ def test_a_write_queued_behind_a_takeover_on_postgresql_is_refused(transactional
     run = new_run()
     writer = Writer(run.pk, leases.acquire(run.pk, "worker-a"), "worker-a")
     if has_appended:
-        ledger.append(writer, Event.Type.STARTED, stage="research")
+        append(writer, Event.Type.STARTED, stage="research")
     before = event_count(run)
     outcome: list[BaseException | str] = []
 
     def stale_append() -> None:
         try:
-            ledger.append(writer, Event.Type.TOOL_CALLED, stage="research")
+            append(writer, Event.Type.TOOL_CALLED, stage="research")
             outcome.append("appended")
         except BaseException as exc:
             outcome.append(exc)

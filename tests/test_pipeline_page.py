@@ -18,12 +18,13 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from runs import engine, leases, ledger, roles, stats, sweeper
-from runs.ledger import Writer
-from runs.management.commands.seed_demo import run_inline
+from demo import faults
+from demo.management.commands.seed_demo import run_inline
+from runs import engine, leases, roles, stats, sweeper
+from runs.append import Writer, append
 from runs.models import Effect, Event, Run
 from runs.pipeline import registry
-from tests.plan_support import resumed_inline
+from tests.support.plans import resumed_inline
 
 pytestmark = pytest.mark.django_db
 
@@ -58,7 +59,7 @@ def started() -> Run:
 
 
 def executed(**options) -> Run:
-    run = engine.start_run("content", {}, actor="test", options=options, enqueue=False)
+    run = faults.start_run("content", {}, actor="test", faults=options, enqueue=False)
     return run_inline(run.pk)
 
 
@@ -169,7 +170,7 @@ def test_failures_and_interruptions_are_counted_per_stage(facts):
     # A worker that vanished mid-stage, and a queued first stage that never started.
     mid = started()
     token = leases.acquire(mid.pk, "test", takeover=True)
-    ledger.append(Writer(mid.pk, token, "test"), Event.Type.STARTED, stage="research")
+    append(Writer(mid.pk, token, "test"), Event.Type.STARTED, stage="research")
     leases.release(mid.pk, token)
     for run in (mid, started()):
         sweeper.interrupt(sweeper.Finding(run.pk, "test: worker gone", {}), takeover=True)

@@ -17,8 +17,7 @@ from django.core.management import CommandError, call_command
 from demo.simulators import publish_facts
 from runs.models import Event, Run
 from runs.planner import compute_plan
-from tests.conftest import ROOT, worker_env
-from tests.plan_support import (
+from tests.support.plans import (
     TOPIC,
     checkpoint,
     ledger_state,
@@ -26,6 +25,7 @@ from tests.plan_support import (
     run_one_stage_in_process,
     tampered,
 )
+from tests.support.processes import ROOT, worker_env
 
 
 @pytest.fixture
@@ -134,6 +134,33 @@ def test_resume_upgrade_prints_the_new_branch(in_process):
     assert branch.inputs["facts"] == "v4"
     run.refresh_from_db()
     assert run.status == Run.Status.SUPERSEDED
+
+
+def test_resume_of_a_plan_already_approved_says_so_and_does_nothing_more(in_process):
+    run = run_in_process({"timeout": "visual/upload-cover/after"})
+    fingerprint = compute_plan(run).fingerprint
+    manage("resume", run.public_id, "--strict", "--fingerprint", fingerprint)
+    after_first = ledger_state(run)
+
+    out = manage("resume", run.public_id, "--strict", "--fingerprint", fingerprint)
+
+    assert out.strip() == (
+        f"{run.public_id}: This plan was already approved; nothing more was done."
+    )
+    assert ledger_state(run) == after_first
+    assert Event.objects.filter(run=run, type=Event.Type.PLAN_APPROVED).count() == 1
+
+
+def test_resume_with_another_action_on_an_approved_plan_is_refused(in_process):
+    run = run_in_process({"timeout": "visual/upload-cover/after"})
+    publish_facts(TOPIC)
+    fingerprint = compute_plan(run).fingerprint
+    manage("resume", run.public_id, "--strict", "--fingerprint", fingerprint)
+
+    with pytest.raises(CommandError, match="is resuming: it is still active"):
+        manage("resume", run.public_id, "--upgrade", "--fingerprint", fingerprint)
+
+    assert not Run.objects.filter(parent=run).exists()
 
 
 def test_resume_with_a_stale_fingerprint_is_refused_naming_the_fresh_one(in_process):

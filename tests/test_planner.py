@@ -2,7 +2,7 @@
 gets, what it costs, and that computing it writes nothing to the ledger.
 
 The story itself (crash at the cover upload) runs on real workers; scenarios that only need an
-unfinished run with a particular ledger shape are driven in-process (tests/plan_support.py).
+unfinished run with a particular ledger shape are driven in-process (tests/support/plans.py).
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from django.test.utils import CaptureQueriesContext
 
 from demo.models import Article, Charge
 from demo.simulators import content_hash
-from runs.ledger import edit_effect
+from runs.edits import edit_effect
 from runs.models import Effect, Event, Run
 from runs.planner import Action, compute_plan
-from tests.plan_support import (
+from tests.support.plans import (
+    change_manifest,
     checkpoint,
     crashed_run,
     effect,
@@ -112,9 +113,12 @@ def test_planner_reads_only_the_events_after_the_checkpoint(in_process):
         plan = compute_plan(run)
 
     event_reads = [q["sql"] for q in queries.captured_queries if '"runs_event"' in q["sql"]]
-    # One read of the log, bounded below by the checkpoint's seq (the (run, seq) index).
-    assert len(event_reads) == 1
-    assert f'"runs_event"."seq" > {chosen.last_seq}' in event_reads[0]
+    # One read of the log, bounded below by the checkpoint's seq (the (run, seq) index), and
+    # one read of the candidate checkpoints' own VERIFIED events, each by its (run, seq).
+    [tail] = [sql for sql in event_reads if '"runs_event"."seq" >' in sql]
+    assert f'"runs_event"."seq" > {chosen.last_seq}' in tail
+    [sealing] = [sql for sql in event_reads if sql != tail]
+    assert sealing.count('"runs_event"."seq" = ') == len(ALL_STAGES) - 1
     assert plan.checkpoint == chosen.id
     assert plan.tail_events == run.last_seq - chosen.last_seq
 
@@ -153,6 +157,23 @@ def test_altered_image_invalidates_its_checkpoint_and_the_plan_falls_back_saying
     [reason] = plan.fallbacks
     assert visual.id in reason and prefill.id in reason
     assert f"{cover['uri']} was altered" in reason
+
+
+def test_changed_checkpoint_manifest_makes_the_plan_fall_back_past_it_saying_why(in_process):
+    run = run_in_process({"timeout": "publish/publish/after"})
+    draft, visual, prefill = (checkpoint(run, s) for s in ("draft", "visual", "prefill"))
+    before = compute_plan(run)
+    assert before.checkpoint == prefill.id
+
+    change_manifest(visual, outputs={**visual.outputs, "forged": True})
+    plan = compute_plan(run)
+
+    assert plan.checkpoint == draft.id
+    assert plan.stages_reexecuted == ["visual", "prefill", "publish"]
+    assert plan.fingerprint != before.fingerprint
+    [reason] = plan.fallbacks
+    assert reason.startswith(f"{visual.id} is not usable: its manifest was changed")
+    assert prefill.id in reason
 
 
 # --- effects -----------------------------------------------------------------------------------

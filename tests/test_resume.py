@@ -1,7 +1,7 @@
 """Approving a plan: the strict resume, what it writes and when, and every refusal.
 
 Acceptance scenarios run on real workers and Redis; refusals and the approval event itself are
-checked on runs driven in-process (tests/plan_support.py), with the database as the witness.
+checked on runs driven in-process (tests/support/plans.py), with the database as the witness.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from rq.job import Job
 from demo.models import Article, Asset, Charge, Render, SimCall
 from demo.simulators import publish_facts
 from runs import artifacts, jobs
-from runs.ledger import edit_effect
+from runs.edits import edit_effect
 from runs.models import Checkpoint, Effect, Event, Run
 from runs.planner import compute_plan
 from runs.resume import STRICT, UPGRADE, ResumeRefused, StalePlan, approve, load_run
-from tests.plan_support import (
+from tests.support.plans import (
     TOPIC,
     checkpoint,
     crashed_run,

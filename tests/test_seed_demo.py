@@ -14,8 +14,9 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.test import RequestFactory
 
+from demo.management.commands.seed_demo import DRIFT_TOPIC
+from demo.models import RunFaults
 from runs import roles
-from runs.management.commands.seed_demo import DRIFT_TOPIC
 from runs.models import Effect, Event, Run
 from runs.planner import Action, compute_plan
 
@@ -57,7 +58,7 @@ def test_seed_demo_creates_users_and_runs_in_every_state(transactional_db, redis
 
     # The story: the worker process really died uploading the cover.
     story = next(r for r in runs if r.status == Run.Status.INTERRUPTED)
-    assert story.options == {"crash": "visual/upload-cover/before"}
+    assert RunFaults.objects.get(run=story).crash == "visual/upload-cover/before"
     interrupted = Event.objects.get(run=story, type=Event.Type.INTERRUPTED)
     assert interrupted.payload["exitcode"] == "-9"
     cover = Effect.objects.get(run=story, call_id="upload-cover")
@@ -66,7 +67,7 @@ def test_seed_demo_creates_users_and_runs_in_every_state(transactional_db, redis
     assert plan.next_stage == "visual" and plan.can_strict
 
     # The unknown charge blocks its plan until a supervisor edits the ledger.
-    blocked = next(r for r in runs if r.options.get("timeout") == "publish/promote-charge/after")
+    blocked = RunFaults.objects.get(timeout="publish/promote-charge/after").run
     assert compute_plan(blocked).blocked
 
     # Facts drifted for the other topic only.
@@ -80,7 +81,7 @@ def test_seed_demo_creates_users_and_runs_in_every_state(transactional_db, redis
 
     # The pending run went to the queue (Redis answers here) for the worker to pick up.
     pending = next(r for r in runs if r.status == Run.Status.PENDING)
-    assert pending.options == {"delay": 2.0}
+    assert RunFaults.objects.get(run=pending).delay == 2.0
     assert redis_conn.keys("rq:job:run-*")
 
     assert "viewer / viewer-demo-pass" in output

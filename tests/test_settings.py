@@ -10,10 +10,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.support.processes import ROOT
 
 # Variables this test process (or its CI) may carry that would change what a subprocess sees.
-SCRUBBED = ("DATABASE_URL", "RESUMER_ENV", "SECRET_KEY", "ALLOWED_HOSTS", "DEBUG")
+SCRUBBED = (
+    "DATABASE_URL",
+    "RESUMER_ENV",
+    "SECRET_KEY",
+    "ALLOWED_HOSTS",
+    "DEBUG",
+    "RESUMER_CHAIN_KEY",
+    "RESUMER_PIPELINES",
+    "RESUMER_CALL_HOOKS",
+)
 
 
 def manage(*args: str, env: dict[str, str], var_dir: Path) -> subprocess.CompletedProcess:
@@ -106,11 +115,26 @@ def test_check_deploy_passes_in_production(tmp_path):
             "RESUMER_ENV": "production",
             "SECRET_KEY": secrets.token_urlsafe(50),
             "ALLOWED_HOSTS": "example.com",
+            "RESUMER_CHAIN_KEY": secrets.token_urlsafe(32),
         },
         var_dir=tmp_path,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
+
+
+def test_production_without_a_chain_key_warns_that_heads_are_not_anchored(tmp_path):
+    result = manage(
+        "check",
+        env={
+            "RESUMER_ENV": "production",
+            "SECRET_KEY": secrets.token_urlsafe(50),
+            "ALLOWED_HOSTS": "example.com",
+        },
+        var_dir=tmp_path,
+    )
+    assert "runs.W002" in result.stderr + result.stdout
+    assert "RESUMER_CHAIN_KEY is not set" in result.stderr + result.stdout
 
 
 def test_production_refuses_to_start_without_a_secret_key(tmp_path):
@@ -119,3 +143,36 @@ def test_production_refuses_to_start_without_a_secret_key(tmp_path):
     )
     assert result.returncode != 0
     assert "SECRET_KEY must be set" in result.stderr
+
+
+PIPELINE_SETTINGS = """
+import json
+from django.conf import settings
+print(json.dumps({"pipelines": settings.RESUMER_PIPELINES, "hooks": settings.RESUMER_CALL_HOOKS,
+                  "demo": "demo" in settings.INSTALLED_APPS}))
+"""
+
+
+def test_the_demo_pipeline_is_the_default_with_its_app_and_fault_hooks(tmp_path):
+    found = shell_json(PIPELINE_SETTINGS, env={}, var_dir=tmp_path)
+    assert found == {
+        "pipelines": ["demo.pipeline.content_pipeline"],
+        "hooks": "demo.faults.FaultHooks",
+        "demo": True,
+    }
+
+
+def test_resumer_pipelines_from_the_environment_leave_the_demo_out(tmp_path):
+    env = {"RESUMER_PIPELINES": "acme.pipelines.blog, acme.pipelines.news,"}
+    found = shell_json(PIPELINE_SETTINGS, env=env, var_dir=tmp_path)
+    assert found == {
+        "pipelines": ["acme.pipelines.blog", "acme.pipelines.news"],
+        "hooks": "",
+        "demo": False,
+    }
+
+
+def test_a_pipeline_entry_that_does_not_import_stops_manage_py_at_start_up(tmp_path):
+    result = manage("check", env={"RESUMER_PIPELINES": "acme.nowhere.blog"}, var_dir=tmp_path)
+    assert result.returncode != 0
+    assert "runs.E001" in result.stderr and "acme.nowhere.blog" in result.stderr

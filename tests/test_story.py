@@ -7,7 +7,8 @@ from runs.models import Checkpoint, Effect, Event, Run
 from runs.planner import Action, compute_plan
 from runs.resume import STRICT, approve
 from runs.sweeper import SWEEPER
-from tests.conftest import run_status, wait_for
+from tests.support.processes import wait_for
+from tests.support.state import run_status
 
 
 def test_story_crash_leaves_checkpoints_and_an_open_cover_upload(story_run):

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from runs import engine, jobs, leases, ledger, sweeper
-from runs.ledger import LeaseLost, Writer
+from runs import engine, jobs, leases, sweeper
+from runs.append import LeaseLost, Writer, append
 from runs.models import Event, Lease, Run
-from tests.conftest import run_status, wait_for
+from tests.support.processes import wait_for
+from tests.support.state import run_status
 
 
 def start_content(*, enqueue: bool = False) -> Run:
@@ -77,7 +78,7 @@ def test_a_worker_the_sweeper_fenced_out_cannot_append_when_it_wakes(transaction
     sweeper.sweep()
     before = Event.objects.filter(run=run).count()
     with pytest.raises(LeaseLost):
-        ledger.append(writer, Event.Type.TOOL_CALLED, stage="research")
+        append(writer, Event.Type.TOOL_CALLED, stage="research")
     assert Event.objects.filter(run=run).count() == before
 
 

@@ -1,5 +1,5 @@
 """Events and checkpoints are append-only at every level: the ORM refuses, and below it the
-database's own triggers refuse raw SQL, unless ledger.maintenance() lifted them for one
+database's own triggers refuse raw SQL, unless maintenance() lifted them for one
 connection."""
 
 from __future__ import annotations
@@ -10,22 +10,24 @@ import threading
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from runs import leases, ledger
-from runs.ledger import Writer
+from runs import leases
+from runs.append import Writer, create_run
+from runs.checkpoints import write_checkpoint
+from runs.maintenance import maintenance
 from runs.models import Checkpoint, Event, ImmutableRowError, Run
 
 TABLES = ("runs_event", "runs_checkpoint")
 
 
 def run_with_checkpoint() -> tuple[Run, Checkpoint]:
-    run = ledger.create_run(
+    run = create_run(
         "content",
         inputs={"topic": "resumable-agents", "facts": "v3"},
         actor="test",
         first_stage="research",
     )
     writer = Writer(run.pk, leases.acquire(run.pk, "w"), "w")
-    checkpoint = ledger.write_checkpoint(
+    checkpoint = write_checkpoint(
         writer,
         run,
         stage="research",
@@ -120,7 +122,7 @@ def test_orm_delete_of_an_event_instance_raises_immutable_row_error(sealed):
 
 def test_maintenance_allows_raw_sql_on_its_own_connection_and_closes_again(sealed):
     run, _ = sealed
-    with ledger.maintenance(), connection.cursor() as cursor:
+    with maintenance(), connection.cursor() as cursor:
         cursor.execute(
             "UPDATE runs_event SET stage = 'draft' WHERE run_id = %s AND seq = 1", [run.pk]
         )
@@ -144,7 +146,7 @@ def test_maintenance_on_one_connection_leaves_other_connections_refused(transact
         finally:
             connection.close()
 
-    with ledger.maintenance():
+    with maintenance():
         thread = threading.Thread(target=other_connection)
         thread.start()
         thread.join(timeout=60)

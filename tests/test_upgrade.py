@@ -9,11 +9,11 @@ import pytest
 
 from demo.models import Article, Charge
 from demo.simulators import publish_facts
-from runs.ledger import edit_effect
+from runs.edits import edit_effect
 from runs.models import Checkpoint, Effect, Event, Run
 from runs.planner import compute_plan
 from runs.resume import STRICT, UPGRADE, ResumeRefused, approve
-from tests.plan_support import (
+from tests.support.plans import (
     TOPIC,
     checkpoint,
     crashed_run,

@@ -15,11 +15,14 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from demo import simulators
-from runs import engine, leases, ledger, queries, roles, sweeper
-from runs.ledger import Writer
-from runs.management.commands.seed_demo import run_inline
-from runs.models import Checkpoint, Effect, Event, Run
+from demo import faults, simulators
+from demo.management.commands.seed_demo import run_inline
+from demo.models import SimCall
+from runs import edits, leases, queries, roles, stored_plans, sweeper
+from runs.append import Writer, append
+from runs.edits import edit_effect
+from runs.maintenance import maintenance
+from runs.models import Checkpoint, Effect, Event, Run, StoredPlan
 from runs.planner import compute_plan
 
 pytestmark = pytest.mark.django_db
@@ -65,12 +68,20 @@ def operator(users) -> Client:
 
 
 def started(**options) -> Run:
-    return engine.start_run("content", {}, actor="test", options=options, enqueue=False)
+    return faults.start_run("content", {}, actor="test", faults=options, enqueue=False)
+
+
+def with_its_plan(run: Run) -> Run:
+    """What the worker's plan job does once a run stops (these tests' transactions never
+    commit, so the job is never queued): compute the plan and store it for the pages."""
+    if run.is_resumable:
+        stored_plans.refresh(run)
+    return run
 
 
 def executed(inputs: dict | None = None, **options) -> Run:
-    run = engine.start_run("content", inputs or {}, actor="test", options=options, enqueue=False)
-    return run_inline(run.pk)
+    run = faults.start_run("content", inputs or {}, actor="test", faults=options, enqueue=False)
+    return with_its_plan(run_inline(run.pk))
 
 
 def interrupted() -> Run:
@@ -78,7 +89,7 @@ def interrupted() -> Run:
     run = started()
     sweeper.interrupt(sweeper.Finding(run.pk, "test: the worker vanished", {}), takeover=True)
     run.refresh_from_db()
-    return run
+    return with_its_plan(run)
 
 
 def approvals(run: Run) -> int:
@@ -484,6 +495,56 @@ def test_approve_of_a_missing_run_is_404(operator):
     assert operator.post("/runs/run-999999/approve/", {}).status_code == 404
 
 
+# --- ledger edits on the timeline ------------------------------------------------------------
+
+CHECKED = "checked with the card processor: no charge was made."
+
+
+def _edit_row(client: Client, run: Run) -> str:
+    html = client.get(url(run)).content.decode()
+    [row] = re.findall(r'<tr class="event event-ledger_edited">.*?</tr>', html, re.S)
+    return row
+
+
+def _edit_charge(run: Run, error: str, reason: str = CHECKED) -> Event:
+    effect = Effect.objects.get(run=run, call_id="promote-charge")
+    changes = {"status": "failed", "error": error}
+    edit_effect(effect.pk, changes, reason=reason, actor="user:supervisor")
+    return Event.objects.get(run=run, type=Event.Type.LEDGER_EDITED)
+
+
+def _assert_shows_who_what_and_why(row: str) -> None:
+    assert "user:supervisor" in row
+    assert "promote-charge" in row and "charge_card" in row
+    assert "status: unknown → failed" in row
+    assert CHECKED in row
+
+
+@pytest.mark.parametrize("error_chars", [20, 20_000], ids=["inline", "stored"])
+def test_a_ledger_edit_shows_who_what_and_why_on_the_timeline(viewer, facts, error_chars):
+    run = executed(timeout="publish/promote-charge/after")
+    event = _edit_charge(run, "e" * error_chars, CHECKED + " " + "x" * 1900)
+    assert bool(event.payload_ref) == (error_chars > 20)
+    _assert_shows_who_what_and_why(_edit_row(viewer, run))
+
+
+def test_an_old_ledger_edit_stored_without_a_summary_still_shows_who_what_and_why(
+    viewer, facts, monkeypatch
+):
+    run = executed(timeout="publish/promote-charge/after")
+    # Before reasons were bounded and stored payloads kept a summary: a million-character
+    # reason, and an event that holds only the artifact's reference.
+    monkeypatch.setattr(edits, "MAX_EDIT_REASON_CHARS", 10_000_000)
+    event = _edit_charge(run, "", CHECKED + " " + "x" * 1_000_000)
+    old_body = {"stored_as": event.payload_ref, "bytes": event.payload["bytes"]}
+    column = Event._meta.get_field("payload").get_db_prep_save(old_body, connection)
+    with maintenance(), connection.cursor() as cursor:
+        cursor.execute("UPDATE runs_event SET payload = %s WHERE id = %s", [column, event.pk])
+    row = _edit_row(viewer, run)
+    _assert_shows_who_what_and_why(row)
+    assert "x" * 1000 not in row
+
+
 # --- artifacts -------------------------------------------------------------------------------
 
 
@@ -504,6 +565,72 @@ def test_artifacts_are_served_safely(viewer, facts):
     assert "Resumable agents" in page
 
 
+# --- caching ---------------------------------------------------------------------------------
+
+
+def _draft(run: Run):
+    rows = queries.artifact_rows(list(run.checkpoints.all()))
+    return next(row.artifact for row in rows if row.name == "draft")
+
+
+def _dashboard_requests(run: Run) -> dict[str, tuple[str, str, dict, dict]]:
+    """One request per kind of dashboard response: (method, path, data, headers)."""
+    draft = _draft(run)
+    fingerprint = compute_plan(run).fingerprint
+    return {
+        "inbox": ("get", "/runs/", {}, {}),
+        "inbox rows": ("get", "/runs/", {}, {"HX-Request": "true"}),
+        "run": ("get", url(run), {}, {}),
+        "timeline": ("get", url(run, "timeline/"), {}, {}),
+        "plan": ("get", url(run, "plan/"), {}, {}),
+        "refused approval": ("post", url(run, "approve/"), {"action": "strict"}, {}),
+        "approval": (
+            "post",
+            url(run, "approve/"),
+            {"action": "strict", "fingerprint": fingerprint, "confirm": "on"},
+            {},
+        ),
+        "artifact": ("get", f"/runs/artifacts/{draft.pk}/", {}, {}),
+        "raw artifact": ("get", f"/runs/artifacts/{draft.pk}/raw/", {}, {}),
+    }
+
+
+DASHBOARD_KINDS = [
+    "inbox",
+    "inbox rows",
+    "run",
+    "timeline",
+    "plan",
+    "refused approval",
+    "approval",
+    "artifact",
+    "raw artifact",
+]
+
+
+@pytest.mark.parametrize("kind", DASHBOARD_KINDS)
+def test_dashboard_responses_are_private_and_never_stored(operator, facts, kind):
+    run = executed(timeout="visual/render-cover/after")
+    method, path, data, headers = _dashboard_requests(run)[kind]
+    response = getattr(operator, method)(path, data, headers=headers)
+    assert response.status_code in (200, 302, 400)
+    directives = {d.strip() for d in response["Cache-Control"].split(",")}
+    assert {"private", "no-store"} <= directives
+
+
+@pytest.mark.parametrize("role", [None, "nobody", roles.VIEWER])
+def test_no_dashboard_response_is_a_500_for_anonymous_viewers_or_no_role(users, facts, role):
+    run = executed(timeout="visual/render-cover/after")
+    client = client_for(users[role] if role else None)
+    allowed = {None: {302}, "nobody": {403}, roles.VIEWER: {200, 403}}[role]
+    for kind, (method, path, data, headers) in _dashboard_requests(run).items():
+        response = getattr(client, method)(path, data, headers=headers)
+        if role is None and "HX-Redirect" in response:
+            continue  # an htmx request is sent to the login page through its header
+        assert response.status_code in allowed, kind
+    assert approvals(run) == 0
+
+
 # --- untrusted content -----------------------------------------------------------------------
 
 EVIL = '<script>alert(\'x\')</script><button hx-post="/runs/run-1/approve/" hx-trigger="load">go</button>'
@@ -515,7 +642,7 @@ def test_agent_output_is_rendered_as_text(viewer, facts):
     run = executed({"topic": topic}, timeout="visual/render-cover/after")
     token = leases.acquire(run.pk, "test", takeover=True)
     writer = Writer(run.pk, token, "test")
-    ledger.append(
+    append(
         writer,
         Event.Type.TOOL_RESULT,
         stage="visual",
@@ -673,7 +800,7 @@ def test_stale_plan_is_refused_with_the_fresh_plan(operator, facts):
     old = compute_plan(run)
     # Something happens after the operator read the plan: a supervisor edits the ledger.
     effect = Effect.objects.get(run=run, call_id="render-cover")
-    ledger.edit_effect(effect.pk, {"error": "checked: not rendered"}, reason="checked", actor="t")
+    edit_effect(effect.pk, {"error": "checked: not rendered"}, reason="checked", actor="t")
     fresh = compute_plan(run)
     assert fresh.fingerprint != old.fingerprint
     response = operator.post(
@@ -744,7 +871,7 @@ def test_no_control_reruns_a_run_from_the_start(operator, facts):
         assert ">retry<" not in html and "restart" not in html and "run again from" not in html
         # The only state-changing forms on our pages: approve (and log out).
         actions = set(re.findall(r'<form method="post" action="([^"]+)"', html))
-        assert actions <= {url(run, "approve/"), "/logout/"}
+        assert actions <= {url(run, "approve/"), url(run, "plan/check/"), "/logout/"}
 
 
 def test_plan_of_a_long_run_reads_only_the_end_of_its_log(operator, facts):
@@ -753,14 +880,16 @@ def test_plan_of_a_long_run_reads_only_the_end_of_its_log(operator, facts):
     run = interrupted()
     _add_events(run, 2000)
     with CaptureQueriesContext(connection) as ctx:
-        html = operator.get(url(run, "plan/")).content.decode()
-    assert f"{2000 + 2}" in html  # events after the (missing) checkpoint
+        stored_plans.refresh(run)  # what "Check targets again" and the plan job do
+    # Read before the next request: a request resets the connection's query log.
     reads = [
         q["sql"]
         for q in ctx.captured_queries
         if 'FROM "runs_event"' in q["sql"] and "COUNT(" not in q["sql"]
     ]
     assert reads and all("LIMIT" in sql for sql in reads), reads
+    html = operator.get(url(run, "plan/")).content.decode()
+    assert f"{2000 + 2}" in html  # events after the (missing) checkpoint
 
 
 def test_logout_is_a_post(users):
@@ -799,3 +928,62 @@ def test_deploy_check_reports_nothing(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "System check identified no issues" in result.stdout, result.stdout + result.stderr
+
+
+# --- the stored plan ---------------------------------------------------------------------------
+
+
+def platform_queries() -> int:
+    return SimCall.objects.filter(system="platform", operation="query").count()
+
+
+def test_reading_a_plan_never_asks_a_target(viewer, operator, facts):
+    # The publish outcome is unknown: computing its plan asks the platform.
+    run = executed(timeout="publish/publish/after")
+    asked = platform_queries()
+    for path in (url(run), url(run, "plan/"), url(run, "timeline/")):
+        assert viewer.get(path).status_code == 200
+        assert operator.get(path).status_code == 200
+    assert platform_queries() == asked
+
+
+def test_check_targets_again_asks_them_and_stores_the_fresh_plan(operator, facts):
+    run = executed(timeout="publish/publish/after")
+    asked = platform_queries()
+    before = StoredPlan.objects.get(run=run).computed_at
+
+    response = operator.post(url(run, "plan/check/"))
+
+    assert response.status_code == 302
+    assert platform_queries() == asked + 1
+    stored = StoredPlan.objects.get(run=run)
+    assert stored.computed_at >= before
+    assert stored.fingerprint == compute_plan(run).fingerprint
+
+
+def test_a_viewer_cannot_make_the_targets_be_asked(viewer, facts):
+    run = executed(timeout="publish/publish/after")
+    asked = platform_queries()
+    assert viewer.post(url(run, "plan/check/")).status_code == 403
+    assert platform_queries() == asked
+
+
+def test_a_run_without_a_stored_plan_says_so_and_offers_to_compute_it(operator, facts):
+    run = started()
+    sweeper.interrupt(sweeper.Finding(run.pk, "test: the worker vanished", {}), takeover=True)
+    html = operator.get(url(run, "plan/")).content.decode()
+    assert "No plan has been computed for this run yet" in html
+    assert "Check targets again</button>" in html
+    assert 'name="fingerprint"' not in html
+
+
+def test_the_plan_page_says_when_the_run_changed_since_its_plan(operator, facts):
+    run = executed(timeout="publish/promote-charge/after")
+    edit_effect(
+        Effect.objects.get(run=run, call_id="promote-charge").pk,
+        {"status": Effect.Status.FAILED},
+        reason="card processor shows no charge",
+        actor="user:supervisor",
+    )
+    html = operator.get(url(run, "plan/")).content.decode()
+    assert "the run changed since" in html

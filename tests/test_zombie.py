@@ -15,12 +15,15 @@ import time
 
 from rq.job import Job
 
+from demo import faults
 from demo.models import Article, Render, SimCall
-from runs import engine, jobs, ledger
+from runs import jobs
+from runs.chain import verify_chain
 from runs.models import Event, Lease, Run
 from runs.planner import compute_plan
 from runs.resume import STRICT, approve
-from tests.conftest import run_status, wait_for
+from tests.support.processes import wait_for
+from tests.support.state import run_status
 
 STALL_SECONDS = 3
 
@@ -40,10 +43,10 @@ def freeze_between_heartbeats(pid: int, run: Run) -> None:
 def test_a_frozen_worker_woken_after_a_takeover_writes_nothing_and_images_bill_once(
     workers, redis_conn
 ):
-    run = engine.start_run(
-        "content", {}, actor="test", options={"stall": {"visual/render-cover": STALL_SECONDS}}
+    run = faults.start_run(
+        "content", {}, actor="test", faults={"stall": {"visual/render-cover": STALL_SECONDS}}
     )
-    zombie = workers.start(name="-zombie")
+    zombie = workers.start("zombie")
     called = wait_for(
         lambda: Event.objects.filter(
             run=run, type=Event.Type.TOOL_CALLED, payload__call="render-cover"
@@ -60,7 +63,7 @@ def test_a_frozen_worker_woken_after_a_takeover_writes_nothing_and_images_bill_o
     freeze_between_heartbeats(zombie.pid, run)
     written_before_wake = Event.objects.filter(run=run, token=zombie_token).count()
 
-    workers.start(name="-healthy")
+    workers.start("healthy")
     wait_for(lambda: run_status(run) == Run.Status.INTERRUPTED, timeout=120, what="interrupted")
     takeover = Event.objects.get(run=run, type=Event.Type.INTERRUPTED)
     assert takeover.token > zombie_token
@@ -87,4 +90,4 @@ def test_a_frozen_worker_woken_after_a_takeover_writes_nothing_and_images_bill_o
     assert Render.objects.count() == 3
     assert SimCall.objects.filter(system="render", billed=True).count() == 3
     assert Article.objects.count() == 1
-    assert ledger.verify_chain(run.pk).ok
+    assert verify_chain(run.pk).ok

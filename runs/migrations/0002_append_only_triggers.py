@@ -1,11 +1,11 @@
 """Database triggers that make events and checkpoints append-only below the ORM.
 
 SQLite: BEFORE UPDATE/DELETE triggers abort unless resumer_maintenance() returns 1. Only
-Resumer's own connections define that function (runs/apps.py), and only ledger.maintenance()
+Resumer's own connections define that function (runs/apps.py), and only maintenance()
 makes it return 1, so raw SQL, another client, or the sqlite3 shell are refused.
 
 PostgreSQL: one trigger function rejects UPDATE, DELETE and TRUNCATE unless the session set
-resumer.maintenance = 'on' (again only ledger.maintenance()).
+resumer.maintenance = 'on' (again only maintenance(), runs/maintenance.py).
 
 Note: SQLite rebuilds a table on most ALTERs and drops its triggers; a later migration that
 alters these tables must recreate them.

@@ -84,9 +84,28 @@ def can_edit_ledger(user) -> bool:
 
 
 @register.filter
+def can_manage_queues(user) -> bool:
+    return roles.can_manage_queues(user)
+
+
+@register.filter
 def payload_get(payload: Any, key: str) -> Any:
     """payload.key for dict payloads, "" otherwise (a template cannot do .get with hyphens)."""
     return payload.get(key, "") if isinstance(payload, dict) else ""
+
+
+@register.filter
+def ledger_changes(payload: Any) -> list[tuple[str, Any, Any]]:
+    """A ledger edit's changed fields as (field, before, after)."""
+    before = payload.get("before") if isinstance(payload, dict) else None
+    after = payload.get("after") if isinstance(payload, dict) else None
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return []
+    return [
+        (name, before.get(name, ""), value)
+        for name, value in after.items()
+        if before.get(name) != value
+    ]
 
 
 @register.filter

@@ -1,4 +1,5 @@
-"""The crash matrix's case runner, shared by pytest (tests/faults) and bench/fault_matrix.py.
+"""The crash matrix's case runner, shared by pytest (tests/faults) and the
+script tests/faults/run_matrix.py.
 
 A case is one tool call of one stage of the demo pipeline and a moment: `before` the call is
 made (its intent is recorded, the outside world has not seen it) or `after` (the outside
@@ -11,29 +12,22 @@ production would go through it, with real Redis and real `rqworker` processes:
     ledger) → strict resume → run to the end → check every invariant against the database.
 
 Nothing here needs pytest: the caller provides Django (configured, migrated, demo facts
-seeded) and a Harness that knows the database and Redis the workers must use.
+seeded) and a pool of Workers that knows the database and Redis the workers must use.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import socket
-import subprocess
 import time
-import uuid
-import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
-from django.conf import settings
-from django.db import connection
 from django.db.models import Max
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.processes import Workers, wait_for
+from tests.support.state import new_account, run_status, wait_settled
+
 PIPELINE = "content"
 FULL_MATRIX_ENV = "RESUMER_FULL_MATRIX"
 
@@ -61,6 +55,18 @@ INVARIANTS: dict[str, str] = {
     "artifacts-equal": "final artifacts equal a run without a crash",
     "seq-gap-free": "event seq gap-free, hash chain intact",
     "checkpoints-verified": "every checkpoint seals its VERIFIED event",
+    "plan-kept": "the resume made exactly the calls, target requests and money its plan priced",
+}
+
+# Which simulated system each demo tool reaches: the world's own meters (SimCall) are held
+# against the plan's prediction per tool, independently of what the engine says it did.
+TOOL_SYSTEMS = {
+    "search": "search",
+    "generate_draft": "llm",
+    "render_image": "render",
+    "upload_asset": "assets",
+    "publish_article": "platform",
+    "charge_card": "card",
 }
 
 
@@ -85,7 +91,7 @@ class Case:
 def all_cases() -> list[Case]:
     """Every expected call of every stage, before and after: read from the pipeline itself,
     so a call added to the demo is in the matrix without touching this file."""
-    from runs.engine import CRASH_WHEN
+    from demo.faults import WHEN
     from runs.pipeline import registry
 
     pipeline = registry.get(PIPELINE)
@@ -93,7 +99,7 @@ def all_cases() -> list[Case]:
         Case(stage.name, call.call_id, when)
         for stage in pipeline.stages
         for call in stage.calls
-        for when in CRASH_WHEN
+        for when in WHEN
     ]
 
 
@@ -133,242 +139,6 @@ class CaseResult:
         if not self.passed and self.logs:
             lines.append(f"  worker logs: {', '.join(self.logs)}")
         return "\n".join(lines)
-
-
-# --- Waiting -------------------------------------------------------------------------------
-
-
-class Timeout(AssertionError):
-    pass
-
-
-class WorkersBroke(AssertionError):
-    """Every worker exited with an error (e.g. it could not even import the project)."""
-
-
-# Harnesses with workers to watch while waiting (see Harness.raise_if_broken).
-_LIVE_HARNESSES: weakref.WeakSet[Harness] = weakref.WeakSet()
-
-
-def wait_for(predicate: Callable[[], Any], *, timeout: float = 60, what: str = "condition") -> Any:
-    """Poll until predicate() is truthy. The timeout only bounds a hung case; nothing asserts
-    on how long anything took. If every worker has died of an error meanwhile, say so at once
-    instead of waiting out the timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        for harness in list(_LIVE_HARNESSES):
-            harness.raise_if_broken(what)
-        if time.monotonic() > deadline:
-            raise Timeout(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def run_status(run_pk: int) -> str:
-    from runs.models import Run
-
-    return Run.objects.values_list("status", flat=True).get(pk=run_pk)
-
-
-def wait_settled(run_pk: int, *, timeout: float = 90) -> str:
-    """Wait until the run is neither pending, running nor resuming; return its status."""
-    from runs.models import Run
-
-    return wait_for(
-        lambda: (s := run_status(run_pk)) not in Run.ACTIVE and s,
-        timeout=timeout,
-        what=f"run-{run_pk} to stop being active",
-    )
-
-
-# --- Processes -----------------------------------------------------------------------------
-
-
-def worker_env(redis_url: str | None = None) -> dict[str, str]:
-    """The environment that makes a worker process use this process's database, media,
-    queue and lease timings (and `redis_url`, or the configured Redis)."""
-    env = dict(os.environ)
-    env.update(
-        DATABASE_URL=database_url(),
-        REDIS_URL=redis_url or settings.REDIS_URL,
-        MEDIA_ROOT=str(settings.MEDIA_ROOT),
-        RESUMER_LEASE_TTL=str(settings.RESUMER_LEASE_TTL),
-        RESUMER_SWEEP_INTERVAL=str(settings.RESUMER_SWEEP_INTERVAL),
-        RESUMER_QUEUE_GRACE=str(settings.RESUMER_QUEUE_GRACE),
-        RESUMER_QUEUE=settings.RESUMER_QUEUE,
-        RESUMER_TESTING="1",
-        PYTHONUNBUFFERED="1",
-    )
-    return env
-
-
-def database_url() -> str:
-    """A URL that points a worker process at the database this process is using."""
-    conf = connection.settings_dict
-    if conf["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{conf['NAME']}"
-    user = conf.get("USER") or ""
-    password = f":{conf['PASSWORD']}" if conf.get("PASSWORD") else ""
-    auth = f"{user}{password}@" if user else ""
-    host = conf.get("HOST") or "127.0.0.1"
-    return f"postgres://{auth}{host}:{conf.get('PORT') or 5432}/{conf['NAME']}"
-
-
-class Harness:
-    """Starts real `manage.py rqworker` processes (ResumerWorker: SimpleWorker + sweeper) on
-    the database this process uses and the given Redis, and makes sure none outlives it."""
-
-    def __init__(
-        self, log_dir: Path, *, redis_url: str | None = None, env: dict[str, str] | None = None
-    ) -> None:
-        self.log_dir = Path(log_dir)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.redis_url = redis_url or settings.REDIS_URL
-        self.extra_env = dict(env or {})
-        self.procs: list[subprocess.Popen] = []
-        self.log_paths: dict[int, Path] = {}
-        self.started = 0  # numbers the log files across cases
-        _LIVE_HARNESSES.add(self)
-
-    def env(self) -> dict[str, str]:
-        return {**worker_env(self.redis_url), **self.extra_env}
-
-    def start_worker(
-        self, label: str = "", *, burst: bool = False, env: dict[str, str] | None = None
-    ) -> subprocess.Popen:
-        self.started += 1
-        name = f"worker-{self.started:03d}{'-' + label if label else ''}.log"
-        path = self.log_dir / name.replace("/", "_")
-        log = open(path, "wb")  # noqa: SIM115 - handed to the child, closed with it
-        # Imported here: bench/fault_matrix.py imports this module before django.setup().
-        from runs import worker
-
-        proc = subprocess.Popen(
-            worker.command(burst=burst),
-            cwd=ROOT,
-            env={**self.env(), **(env or {})},
-            stdout=log,
-            stderr=log,
-        )
-        log.close()
-        self.procs.append(proc)
-        self.log_paths[proc.pid] = path
-        return proc
-
-    def raise_if_broken(self, what: str) -> None:
-        """Raise WorkersBroke when workers were started, none is alive, and one exited with
-        an error status (a SIGKILL or a clean exit is what the tests themselves cause)."""
-        codes = [proc.poll() for proc in self.procs]
-        if not codes or None in codes or not any(c is not None and c > 0 for c in codes):
-            return
-        broken = next(p for p in self.procs if (p.poll() or 0) > 0)
-        tail = "\n".join(self.log_of(broken).splitlines()[-15:])
-        raise WorkersBroke(
-            f"while waiting for {what}, every worker exited; worker {broken.pid} with status "
-            f"{broken.returncode}:\n{tail}"
-        )
-
-    def log_of(self, proc: subprocess.Popen) -> str:
-        path = self.log_paths.get(proc.pid)
-        return path.read_text(errors="replace") if path and path.exists() else ""
-
-    def stop(self, proc: subprocess.Popen) -> None:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGCONT)  # a test may have frozen it
-            proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
-
-    def stop_all(self) -> None:
-        for proc in self.procs:
-            self.stop(proc)
-        self.procs.clear()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class PrivateRedis:
-    """A redis-server of our own on a free port, without persistence, so a test can restart
-    or flush it without touching the Redis anyone else uses."""
-
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
-        from runs.management.commands.ensure_redis import choose_binary
-
-        self.workdir = Path(workdir)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.binary = choose_binary()[0]
-        self.port = port or free_port()
-        self.proc: subprocess.Popen | None = None
-
-    def url(self, db: int = 0) -> str:
-        return f"redis://127.0.0.1:{self.port}/{db}"
-
-    def client(self):
-        import redis
-
-        return redis.Redis.from_url(self.url(), socket_connect_timeout=1, socket_timeout=5)
-
-    def start(self) -> PrivateRedis:
-        log = open(self.workdir / f"redis-{self.port}.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [
-                self.binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "no",
-                "--dir",
-                str(self.workdir),
-            ],
-            stdout=log,
-            stderr=log,
-        )
-        log.close()
-        wait_for(self._answers, timeout=20, what=f"redis-server on port {self.port}")
-        return self
-
-    def _answers(self) -> bool:
-        client = self.client()
-        try:
-            return bool(client.ping())
-        except Exception:
-            return False
-        finally:
-            client.close()
-
-    def kill(self) -> None:
-        """Die the way a crashed Redis does: no shutdown, no save (there is nothing to save)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        self.proc = None
-
-    def restart(self) -> None:
-        self.kill()
-        self.start()
-
-    def flush(self) -> None:
-        client = self.client()
-        try:
-            client.flushall()
-        finally:
-            client.close()
-
-    def stop(self) -> None:
-        self.kill()
 
 
 # --- The outside world's meters ------------------------------------------------------------
@@ -429,7 +199,7 @@ class World:
 def final_artifacts(run) -> dict[str, str]:
     """sha256 per logical artifact name (facts, draft, image-*, form) of the newest checkpoint
     of every stage: content, not uri, so two runs compare."""
-    from runs.engine import latest_checkpoint
+    from runs.checkpoints import latest_checkpoint
     from runs.pipeline import registry
 
     hashes: dict[str, str] = {}
@@ -444,7 +214,7 @@ def final_artifacts(run) -> dict[str, str]:
 
 def chain_problems(run_pk: int) -> list[str]:
     """Seq must run 1..N without a gap and every hash link must hold."""
-    from runs.ledger import verify_chain
+    from runs.chain import verify_chain
     from runs.models import Event
 
     problems = []
@@ -510,17 +280,57 @@ def once_problems(run, marks: Marks) -> list[str]:
     return problems + chain_problems(run.pk) + checkpoint_problems(run.pk)
 
 
-def event_of(run_pk: int, type_: str, call: str = "", stage: str = ""):
-    """The newest event of a type (for a call, or in a stage), or None."""
-    from runs.models import Event
+def event_payload(event) -> dict:
+    """An event's payload, wherever it is stored (a large one is an artifact)."""
+    import json
 
-    events = Event.objects.filter(run_id=run_pk, type=type_).order_by("-seq")
-    if stage:
-        events = events.filter(stage=stage)
-    for event in events:
-        if not call or event.payload.get("call") == call:
-            return event
-    return None
+    from runs import artifacts
+
+    return json.loads(artifacts.read(event.payload_ref)) if event.payload_ref else event.payload
+
+
+def plan_kept_problems(run, plan, approved: Marks) -> list[str]:
+    """The approved plan as a contract, checked from outside the engine: the calls the log
+    shows after RESUMED, and the requests the simulated systems metered after the approval,
+    per tool, must equal the plan's prediction exactly, and the engine must say PLAN_KEPT."""
+    from collections import Counter
+    from decimal import Decimal
+
+    from demo.models import SimCall
+    from runs.models import Event
+    from runs.pipeline import registry
+
+    pipeline = registry.get(run.pipeline)
+    problems = []
+    resumed = Event.objects.filter(run=run, type=Event.Type.RESUMED).order_by("-seq").first()
+    if resumed is None:
+        return ["no RESUMED event"]
+    after = Event.objects.filter(run=run, seq__gt=resumed.seq)
+    calls = Counter(event_payload(e)["tool"] for e in after.filter(type=Event.Type.TOOL_CALLED))
+    predicted = plan.cost_resume
+    if dict(calls) != predicted.calls:
+        problems.append(f"calls {dict(calls)}, the plan said {predicted.calls}")
+    money = sum((pipeline.tool(t).cost * n for t, n in calls.items()), Decimal(0))
+    if money != Decimal(predicted.money):
+        problems.append(f"calls cost ${money}, the plan said ${predicted.money}")
+    metered = Counter(
+        SimCall.objects.filter(pk__gt=approved.simcall).values_list("system", flat=True)
+    )
+    expected = Counter()
+    for tool, n in predicted.calls.items():
+        expected[TOOL_SYSTEMS[tool]] += n
+    for tool, n in predicted.queries.items():
+        expected[TOOL_SYSTEMS[tool]] += n
+    if metered != expected:
+        problems.append(f"targets metered {dict(metered)}, the plan said {dict(expected)}")
+    verdicts = list(
+        after.filter(type__in=(Event.Type.PLAN_KEPT, Event.Type.PLAN_DEVIATED)).values_list(
+            "type", "payload"
+        )
+    )
+    if [v[0] for v in verdicts] != [Event.Type.PLAN_KEPT]:
+        problems.append(f"verdicts {verdicts}, not one PLAN_KEPT")
+    return problems
 
 
 # --- The supervisor ------------------------------------------------------------------------
@@ -531,7 +341,7 @@ def resolve_never_effects(plan, *, actor: str = "user:supervisor") -> list[str]:
     by the reference the charge carried, and record what was found, with a reason. Returns a
     line per resolution; a blocker it cannot resolve is left for the caller to report."""
     from demo.models import Charge
-    from runs import ledger
+    from runs.edits import edit_effect
     from runs.models import Effect
     from runs.planner import Action
 
@@ -543,7 +353,7 @@ def resolve_never_effects(plan, *, actor: str = "user:supervisor") -> list[str]:
         # demo.pipeline._charge passes key[:32] as the processor's reference.
         charge = Charge.objects.filter(reference=effect.delivery_key[:32]).first()
         if charge is not None:
-            ledger.edit_effect(
+            edit_effect(
                 effect.pk,
                 {"status": Effect.Status.CONFIRMED, "external_id": charge.external_id},
                 reason=f"card processor shows {charge.external_id} for this reference",
@@ -551,7 +361,7 @@ def resolve_never_effects(plan, *, actor: str = "user:supervisor") -> list[str]:
             )
             done.append(f"{line.call_id}: charged as {charge.external_id} → confirmed")
         else:
-            ledger.edit_effect(
+            edit_effect(
                 effect.pk,
                 {"status": Effect.Status.FAILED, "error": "no charge at the processor"},
                 reason="card processor shows no charge for this reference",
@@ -566,14 +376,7 @@ def resolve_never_effects(plan, *, actor: str = "user:supervisor") -> list[str]:
 _REFERENCE: dict[str, str] | None = None
 
 
-def new_account(label: str) -> str:
-    """A fresh account per run: the platform's reconcile also matches by content hash within
-    an account, so runs of identical content under one account would find each other's
-    article. Artifacts do not depend on the account."""
-    return f"acct-{label}-{uuid.uuid4().hex[:8]}"[:64]
-
-
-def reference_artifacts(harness: Harness) -> dict[str, str]:
+def reference_artifacts(workers: Workers) -> dict[str, str]:
     """The artifacts of a run without a crash; computed once per process (content only, so it
     survives the test database being flushed between tests)."""
     global _REFERENCE
@@ -585,11 +388,11 @@ def reference_artifacts(harness: Harness) -> dict[str, str]:
     run = engine.start_run(
         PIPELINE, {"account": new_account("ref")}, actor="fault-matrix:reference"
     )
-    worker = harness.start_worker("reference")
+    worker = workers.start("reference")
     try:
         status = wait_settled(run.pk, timeout=120)
     finally:
-        harness.stop(worker)
+        workers.stop(worker)
     if status != Run.Status.SUCCEEDED:
         raise AssertionError(f"the reference run without a crash ended {status}")
     run.refresh_from_db()
@@ -600,25 +403,26 @@ def reference_artifacts(harness: Harness) -> dict[str, str]:
 # --- One case ------------------------------------------------------------------------------
 
 
-def run_case(case: Case, harness: Harness, reference: dict[str, str]) -> CaseResult:
+def run_case(case: Case, workers: Workers, reference: dict[str, str]) -> CaseResult:
     """Drive one crash case end to end and check every invariant. Never raises for a case
     that fails: the result says what went wrong."""
     started = time.monotonic()
     result = CaseResult(case)
     try:
-        _drive(case, harness, reference, result)
+        _drive(case, workers, reference, result)
     except Exception as exc:  # a hung or broken case is a failed case, reported as such
         result.error = f"{type(exc).__name__}: {exc}"
     finally:
-        result.logs = [str(p) for p in harness.log_paths.values()]
-        harness.stop_all()
-        harness.log_paths.clear()
+        result.logs = [str(p) for p in workers.log_paths.values()]
+        workers.stop_all()
+        workers.log_paths.clear()
         result.seconds = time.monotonic() - started
     return result
 
 
-def _drive(case: Case, harness: Harness, reference: dict[str, str], result: CaseResult) -> None:
-    from runs import engine
+def _drive(case: Case, workers: Workers, reference: dict[str, str], result: CaseResult) -> None:
+    from demo import faults
+    from runs.checkpoints import latest_checkpoint
     from runs.models import Effect, Run
     from runs.pipeline import registry
     from runs.planner import compute_plan
@@ -626,15 +430,15 @@ def _drive(case: Case, harness: Harness, reference: dict[str, str], result: Case
 
     pipeline = registry.get(PIPELINE)
     marks = Marks.now()
-    run = engine.start_run(
+    run = faults.start_run(
         PIPELINE,
         {"account": new_account(case.stage)},
         actor="fault-matrix",
-        options={"crash": case.id},
+        faults={"crash": case.id},
     )
     result.run_id = run.public_id
 
-    doomed = harness.start_worker(f"{case.stage}-{case.call}-{case.when}-doomed")
+    doomed = workers.start(f"{case.stage}-{case.call}-{case.when}-doomed")
     # Either the worker dies at the crash point or the run stops for another reason (which
     # is then reported instead of waiting out a long timeout).
     wait_for(
@@ -647,7 +451,7 @@ def _drive(case: Case, harness: Harness, reference: dict[str, str], result: Case
     if not crashed:
         return
 
-    harness.start_worker("healthy")  # its sweeper notices the dead worker's lease
+    workers.start("healthy")  # its sweeper notices the dead worker's lease
     wait_for(
         lambda: run_status(run.pk) != Run.Status.RUNNING,
         timeout=90,
@@ -675,9 +479,12 @@ def _drive(case: Case, harness: Harness, reference: dict[str, str], result: Case
             return
 
     approve(run, STRICT, plan.fingerprint, actor="user:fault-matrix")
+    approved = Marks.now()  # what the resumed work does to the world is above these
     status = wait_settled(run.pk, timeout=120)
     run.refresh_from_db()
     result.check("succeeded", status == Run.Status.SUCCEEDED, f"run ended {status}")
+    problems = plan_kept_problems(run, plan, approved)
+    result.check("plan-kept", not problems, "; ".join(problems))
 
     world = World.since(marks)
     slots = sorted(a.name for a in world.assets)
@@ -722,7 +529,7 @@ def _drive(case: Case, harness: Harness, reference: dict[str, str], result: Case
         f"{len(effects)} effect(s), unsettled: {unsettled}",
     )
 
-    publish_cp = engine.latest_checkpoint(run, "publish")
+    publish_cp = latest_checkpoint(run, "publish")
     outputs = publish_cp.outputs if publish_cp is not None else {}
     live = [a.external_id for a in world.articles]
     charged = [c.external_id for c in world.charges]

@@ -19,14 +19,18 @@ from django.core.files.storage import default_storage
 from django.core.management import CommandError, call_command
 from django.test import Client
 
+from demo import faults
+from demo.models import RunFaults
 from demo.simulators import publish_facts
-from runs import artifacts, engine, jobs, ledger, roles
-from runs.ledger import LedgerError
+from runs import artifacts, engine, jobs, roles
+from runs.append import LedgerError, Writer, append
+from runs.edits import edit_effect
 from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run
 from runs.pipeline import InvalidInput, UnknownPipeline
 from runs.planner import compute_plan
 from runs.resume import STRICT, UPGRADE, ResumeRefused, StalePlan, approve, load_run
-from tests.faults.matrix import chain_problems, new_account
+from tests.faults.matrix import chain_problems
+from tests.support.state import new_account
 
 pytestmark = pytest.mark.faults
 
@@ -43,17 +47,23 @@ def drive(run: Run) -> Run:
         run.refresh_from_db()
         if not (run.is_active and run.ticket):
             break
-        engine.execute(run.pk, run.current_stage, run.ticket, holder="test:in-process")
+        engine.execute(
+            run.pk,
+            run.current_stage,
+            run.ticket,
+            holder="test:in-process",
+            hooks=faults.FaultHooks(),
+        )
     run.refresh_from_db()
     return run
 
 
 def start_inline(options: dict | None = None, **inputs: str) -> Run:
-    run = engine.start_run(
+    run = faults.start_run(
         "content",
         {"account": new_account("bad"), **inputs},
         actor="test:bad-input",
-        options=options or {},
+        faults=options or {},
         enqueue=False,
     )
     return drive(run)
@@ -77,6 +87,7 @@ def snapshot() -> dict:
         "artifacts": Artifact.objects.count(),
         "leases": list(Lease.objects.order_by("run_id").values_list("run_id", "token")),
         "queued": jobs.queue().count,
+        "faults": RunFaults.objects.count(),
     }
 
 
@@ -273,7 +284,7 @@ def test_another_runs_fingerprint_is_refused_and_changes_nothing(failed_run):
 def test_a_fingerprint_gone_stale_by_a_ledger_edit_is_refused(failed_run):
     stale = compute_plan(failed_run).fingerprint
     upload = Effect.objects.get(run=failed_run, call_id="upload-cover")
-    ledger.edit_effect(
+    edit_effect(
         upload.pk,
         {"status": Effect.Status.FAILED},
         reason="the asset store shows no upload",
@@ -353,14 +364,14 @@ def test_a_bad_ledger_edit_is_refused_and_changes_nothing(changes, reason, messa
     assert charge.status == Effect.Status.UNKNOWN
     before = snapshot()
     with pytest.raises(LedgerError, match=message):
-        ledger.edit_effect(charge.pk, changes, reason=reason, actor="user:supervisor")
+        edit_effect(charge.pk, changes, reason=reason, actor="user:supervisor")
     assert snapshot() == before
 
 
 def test_a_ledger_edit_of_an_unknown_effect_is_refused(blocked_run):
     before = snapshot()
     with pytest.raises(LedgerError, match="does not exist"):
-        ledger.edit_effect(999999, {"status": "failed"}, reason="x", actor="user:supervisor")
+        edit_effect(999999, {"status": "failed"}, reason="x", actor="user:supervisor")
     assert snapshot() == before
 
 
@@ -440,11 +451,11 @@ def test_a_deleted_artifact_in_the_dashboard_is_a_404(operator_client, draft_blo
 
 def test_an_oversized_event_payload_is_refused_and_writes_nothing(failed_run, settings):
     token = engine.leases.acquire(failed_run.pk, "test:writer")
-    writer = ledger.Writer(failed_run.pk, token, "test:writer")
+    writer = Writer(failed_run.pk, token, "test:writer")
     before = snapshot()
     huge = {"blob": "x" * (settings.RESUMER_MAX_PAYLOAD_BYTES + 1)}
     with pytest.raises(LedgerError, match="exceeds the limit"):
-        ledger.append(writer, Event.Type.TOOL_RESULT, stage="visual", payload=huge)
+        append(writer, Event.Type.TOOL_RESULT, stage="visual", payload=huge)
     assert snapshot() == before
     engine.leases.release(failed_run.pk, token)
 
@@ -496,24 +507,27 @@ def test_an_input_version_that_does_not_exist_is_refused(inputs, transactional_d
 @pytest.mark.parametrize(
     "options",
     [
+        {"crash": "dream/search/before"},
         {"crash": "visual/nope/before"},
         {"crash": "visual/render-cover/during"},
         {"crash": "nowhere"},
         {"timeout": "publish"},
+        {"timeout": "publish/publish/before"},
         {"delay": "soon"},
         {"delay": -1},
         {"stall": {"visual/render-cover": "soon"}},
         {"stall": {"visual/render-cover": -5}},
         {"stall": "visual/render-cover"},
         {"stall": {"visual": 1}},
+        {"stall": {"visual/no-such-call": 3}},
         {"retries": 3},
     ],
     ids=lambda options: json.dumps(options),
 )
-def test_bad_run_options_are_refused(options, transactional_db, facts):
+def test_bad_fault_specs_are_refused(options, transactional_db, facts):
     before = snapshot()
     with pytest.raises(InvalidInput):
-        engine.start_run("content", {}, actor="test:bad-input", options=options)
+        faults.start_run("content", {}, actor="test:bad-input", faults=options)
     assert snapshot() == before
 
 
@@ -525,20 +539,28 @@ def test_an_unknown_pipeline_is_refused(transactional_db, facts):
 
 
 @pytest.mark.parametrize(
-    "argv",
+    ("command", "argv"),
     [
-        ["content", "--input", "facts=v99"],
-        ["content", "--input", "facts=v\u00b2"],
-        ["content", "--input", "facts"],
-        ["content", "--crash-at", "visual/nope/before"],
-        ["nope"],
+        ("start_run", ["content", "--input", "facts=v99"]),
+        ("start_run", ["content", "--input", "facts=v\u00b2"]),
+        ("start_run", ["content", "--input", "facts"]),
+        ("start_run_with_faults", ["content", "--crash-at", "visual/nope/before"]),
+        ("start_run_with_faults", ["content", "--input", "facts=v99", "--delay", "1"]),
+        ("start_run", ["nope"]),
     ],
-    ids=["missing-version", "superscript", "no-value", "bad-crash-point", "unknown-pipeline"],
+    ids=[
+        "missing-version",
+        "superscript",
+        "no-value",
+        "bad-crash-point",
+        "bad-input-with-faults",
+        "unknown-pipeline",
+    ],
 )
-def test_the_start_run_command_refuses_bad_input_with_a_command_error(
-    argv, transactional_db, facts
+def test_the_start_run_commands_refuse_bad_input_with_a_command_error(
+    command, argv, transactional_db, facts
 ):
     before = snapshot()
     with pytest.raises(CommandError):
-        call_command("start_run", *argv, "--no-enqueue", stdout=StringIO())
+        call_command(command, *argv, "--no-enqueue", stdout=StringIO())
     assert snapshot() == before

@@ -4,7 +4,7 @@ For every expected tool call of every stage of the demo pipeline, the worker is 
 before the call and after it (before its result is recorded); the sweeper interrupts the run,
 the plan is approved as a strict resume, and the run must end with every invariant of
 tests/faults/matrix.py holding. Plain `make test` runs a representative subset; the whole
-matrix runs with RESUMER_FULL_MATRIX=1 (`make faults`), and bench/fault_matrix.py prints it.
+matrix runs with RESUMER_FULL_MATRIX=1 (`make faults`), and tests/faults/run_matrix.py prints it.
 """
 
 from __future__ import annotations
@@ -31,6 +31,6 @@ def _params() -> list:
 
 
 @pytest.mark.parametrize("case", _params())
-def test_a_crash_costs_only_the_unfinished_step(case, harness, reference):
-    result = matrix.run_case(case, harness, reference)
+def test_a_crash_costs_only_the_unfinished_step(case, workers, reference):
+    result = matrix.run_case(case, workers, reference)
     assert result.passed, result.describe()

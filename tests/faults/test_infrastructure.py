@@ -14,19 +14,22 @@ import pytest
 from django.db import connection
 from rq.job import Job, JobStatus
 
-from runs import engine, jobs, sweeper
+from demo import faults
+from runs import jobs, sweeper
 from runs.models import Checkpoint, Effect, Event, Lease, Run
 from runs.planner import Action, compute_plan
 from runs.resume import STRICT, ResumeRefused, approve
 from tests.faults import matrix
-from tests.faults.matrix import Marks, event_of, new_account, once_problems, wait_for
+from tests.faults.matrix import Marks, once_problems
+from tests.support.processes import PrivateRedis, wait_for
+from tests.support.state import event_of, new_account, wait_settled
 
 pytestmark = [pytest.mark.faults, pytest.mark.workers]
 
 
 def start(label: str, **options) -> Run:
-    return engine.start_run(
-        "content", {"account": new_account(label)}, actor="test:faults", options=options
+    return faults.start_run(
+        "content", {"account": new_account(label)}, actor="test:faults", faults=options
     )
 
 
@@ -58,7 +61,7 @@ def verified_stages(run: Run) -> list[str]:
 # --- Redis restarted or flushed ------------------------------------------------------------
 
 
-def lose_redis(server: matrix.PrivateRedis, how: str) -> None:
+def lose_redis(server: PrivateRedis, how: str) -> None:
     if how == "flush":
         server.flush()
     else:
@@ -67,11 +70,11 @@ def lose_redis(server: matrix.PrivateRedis, how: str) -> None:
 
 @pytest.mark.parametrize("how", ["flush", "restart"])
 def test_a_queued_stage_job_lost_with_redis_interrupts_the_run_and_resume_loses_nothing(
-    how, private_harness, private_redis
+    how, private_workers, private_redis
 ):
     marks = Marks.now()
     run = start("redis-queued", stall={"visual/upload-cover": 2})
-    first = private_harness.start_worker("first")
+    first = private_workers.start("first")
     wait_for(lambda: called(run, "upload-cover"), what="the cover upload's intent")
     # Warm shutdown: the worker finishes visual, queues prefill and exits; nobody takes it.
     os.kill(first.pid, signal.SIGTERM)
@@ -81,33 +84,33 @@ def test_a_queued_stage_job_lost_with_redis_interrupts_the_run_and_resume_loses_
     marks_before_resume = Marks.now()
 
     lose_redis(private_redis, how)
-    private_harness.start_worker("after-redis-loss")
-    assert matrix.wait_settled(run.pk) == Run.Status.INTERRUPTED
+    private_workers.start("after-redis-loss")
+    assert wait_settled(run.pk) == Run.Status.INTERRUPTED
     plan = compute_plan(Run.objects.get(pk=run.pk))
     assert plan.next_stage == "prefill"
     assert plan.stages_skipped == ["research", "draft", "visual"]
 
     approve_fresh_plan(run)
-    matrix.wait_settled(run.pk)
+    wait_settled(run.pk)
     assert once_problems(run, marks) == []
     # Nothing before prefill ran again after the loss.
     assert matrix.World.since(marks_before_resume).renders_billed == 0
 
 
 @pytest.mark.parametrize("how", ["flush", "restart"])
-def test_redis_lost_under_an_executing_stage_loses_nothing(how, private_harness, private_redis):
+def test_redis_lost_under_an_executing_stage_loses_nothing(how, private_workers, private_redis):
     marks = Marks.now()
     run = start("redis-started", stall={"visual/render-cover": 2})
-    private_harness.start_worker("first")
+    private_workers.start("first")
     wait_for(lambda: called(run, "render-cover"), what="the cover render's intent")
 
     lose_redis(private_redis, how)
     # RQ's worker may quit on the broken connection when the job ends; a supervisor (systemd,
     # Kubernetes) would start another, and so does this test.
-    private_harness.start_worker("replacement")
-    if matrix.wait_settled(run.pk) == Run.Status.INTERRUPTED:
+    private_workers.start("replacement")
+    if wait_settled(run.pk) == Run.Status.INTERRUPTED:
         approve_fresh_plan(run)  # the next stage's job was lost with Redis: resume it
-        matrix.wait_settled(run.pk)
+        wait_settled(run.pk)
     assert once_problems(run, marks) == []
 
 
@@ -128,7 +131,7 @@ def _pg_conninfo() -> str:
     [("runs_checkpoint", Event.Type.VERIFIED), ("runs_effect", Event.Type.TOOL_CALLED)],
     ids=["VERIFIED+checkpoint", "TOOL_CALLED+intent"],
 )
-def test_a_connection_dropped_mid_append_leaves_no_partial_write(table, event_type, harness):
+def test_a_connection_dropped_mid_append_leaves_no_partial_write(table, event_type, workers):
     if connection.vendor != "postgresql":
         pytest.skip(
             "needs a server connection to kill mid-transaction (PostgreSQL); a SQLite "
@@ -147,7 +150,7 @@ def test_a_connection_dropped_mid_append_leaves_no_partial_write(table, event_ty
         # with it. Then its connection is killed. (The observer is a connection of its own:
         # inside a transaction pg_stat_activity is a snapshot that would never change.)
         blocker.execute(f"LOCK TABLE {table} IN SHARE MODE")
-        harness.start_worker("dropped")
+        workers.start("dropped")
         pid = wait_for(
             lambda: observer.execute(
                 "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
@@ -162,7 +165,7 @@ def test_a_connection_dropped_mid_append_leaves_no_partial_write(table, event_ty
     # Either the engine records the stage FAILED on a fresh connection (the error surfaced
     # inside the stage function), or, when it surfaced outside it, the lease runs out and a
     # sweeper interrupts the run. Both leave it resumable.
-    assert matrix.wait_settled(run.pk) in Run.RESUMABLE
+    assert wait_settled(run.pk) in Run.RESUMABLE
     assert matrix.chain_problems(run.pk) == []
     assert matrix.checkpoint_problems(run.pk) == []
     # The event that was inserted in the killed transaction is not there, and neither is
@@ -176,17 +179,17 @@ def test_a_connection_dropped_mid_append_leaves_no_partial_write(table, event_ty
         assert Effect.objects.filter(run=run).count() == 0
 
     approve_fresh_plan(run)
-    matrix.wait_settled(run.pk)
+    wait_settled(run.pk)
     assert once_problems(run, marks) == []
 
 
 # --- Worker shutdowns ----------------------------------------------------------------------
 
 
-def test_a_warm_shutdown_lets_the_executing_stage_finish(harness):
+def test_a_warm_shutdown_lets_the_executing_stage_finish(workers):
     marks = Marks.now()
     run = start("sigterm-warm", stall={"visual/render-cover": 2})
-    worker = harness.start_worker("warm")
+    worker = workers.start("warm")
     wait_for(lambda: called(run, "render-cover"), what="the cover render's intent")
     os.kill(worker.pid, signal.SIGTERM)
     assert worker.wait(timeout=60) == 0
@@ -194,16 +197,16 @@ def test_a_warm_shutdown_lets_the_executing_stage_finish(harness):
     run.refresh_from_db()
     assert verified_stages(run) == ["research", "draft", "visual"]
     assert (run.status, run.current_stage, bool(run.ticket)) == ("running", "prefill", True)
-    harness.start_worker("next")
-    matrix.wait_settled(run.pk)
+    workers.start("next")
+    wait_settled(run.pk)
     assert once_problems(run, marks) == []
     assert not Event.objects.filter(run=run, type=Event.Type.INTERRUPTED).exists()
 
 
-def test_a_cold_shutdown_leaves_the_stage_cleanly_interrupted(harness):
+def test_a_cold_shutdown_leaves_the_stage_cleanly_interrupted(workers):
     marks = Marks.now()
     run = start("sigterm-cold", stall={"visual/render-cover": 6})
-    worker = harness.start_worker("cold")
+    worker = workers.start("cold")
     wait_for(lambda: called(run, "render-cover"), what="the cover render's intent")
     os.kill(worker.pid, signal.SIGTERM)
     # RQ ignores a second signal within a second of the first (a pool may forward one);
@@ -212,15 +215,15 @@ def test_a_cold_shutdown_leaves_the_stage_cleanly_interrupted(harness):
     os.kill(worker.pid, signal.SIGTERM)
     worker.wait(timeout=60)
 
-    harness.start_worker("sweeper")
-    assert matrix.wait_settled(run.pk) == Run.Status.INTERRUPTED
+    workers.start("sweeper")
+    assert wait_settled(run.pk) == Run.Status.INTERRUPTED
     assert verified_stages(run) == ["research", "draft"]
     cover = Effect.objects.get(run=run, call_id="render-cover")
     assert cover.status == Effect.Status.INTENT
     assert matrix.chain_problems(run.pk) == []
 
     approve_fresh_plan(run)
-    matrix.wait_settled(run.pk)
+    wait_settled(run.pk)
     assert once_problems(run, marks) == []
 
 
@@ -228,11 +231,11 @@ def test_a_cold_shutdown_leaves_the_stage_cleanly_interrupted(harness):
 
 
 @pytest.mark.parametrize("point", ["visual/render-cover", "publish/promote-charge"])
-def test_a_zombie_worker_waking_after_takeover_has_every_write_refused(point, harness):
+def test_a_zombie_worker_waking_after_takeover_has_every_write_refused(point, workers):
     stage, call = point.split("/")
     marks = Marks.now()
     run = start("zombie", stall={point: 4})
-    zombie = harness.start_worker("zombie", burst=True)
+    zombie = workers.start("zombie", burst=True)
     wait_for(lambda: called(run, call), what=f"the {call} intent")
     # Frozen mid-stage (a GC pause, a suspended VM): no heartbeat, no writes, lease runs out.
     # Frozen right after a heartbeat committed, never halfway through one: a frozen renewal
@@ -245,10 +248,10 @@ def test_a_zombie_worker_waking_after_takeover_has_every_write_refused(point, ha
     os.kill(zombie.pid, signal.SIGSTOP)
     token = event_of(run.pk, Event.Type.STARTED, stage=stage).token
 
-    harness.start_worker("healthy")
-    assert matrix.wait_settled(run.pk) == Run.Status.INTERRUPTED
+    workers.start("healthy")
+    assert wait_settled(run.pk) == Run.Status.INTERRUPTED
     approve_fresh_plan(run)
-    assert matrix.wait_settled(run.pk) == Run.Status.SUCCEEDED
+    assert wait_settled(run.pk) == Run.Status.SUCCEEDED
     run.refresh_from_db()
     head = run.last_seq
 
@@ -274,12 +277,12 @@ def test_a_zombie_worker_waking_after_takeover_has_every_write_refused(point, ha
     ],
     ids=["IDEMPOTENT", "RECONCILE_FIRST", "NEVER"],
 )
-def test_a_timed_out_call_is_recorded_unknown_and_never_guessed(point, action, harness):
+def test_a_timed_out_call_is_recorded_unknown_and_never_guessed(point, action, workers):
     _, call = point.split("/")
     marks = Marks.now()
     run = start("timeout", timeout=f"{point}/after")
-    harness.start_worker()
-    assert matrix.wait_settled(run.pk) == Run.Status.FAILED
+    workers.start()
+    assert wait_settled(run.pk) == Run.Status.FAILED
     effect = Effect.objects.get(run=run, call_id=call)
     assert effect.status == Effect.Status.UNKNOWN
 
@@ -290,7 +293,7 @@ def test_a_timed_out_call_is_recorded_unknown_and_never_guessed(point, action, h
         with pytest.raises(ResumeRefused):
             approve(run, STRICT, plan.fingerprint, actor="user:operator")
     approve_fresh_plan(run)
-    matrix.wait_settled(run.pk)
+    wait_settled(run.pk)
     assert once_problems(run, marks) == []
 
 
@@ -298,17 +301,17 @@ def test_a_timed_out_call_is_recorded_unknown_and_never_guessed(point, action, h
 
 
 def test_a_stage_job_past_its_rq_timeout_keeps_the_last_checkpoint_and_the_stage_undone(
-    harness, settings
+    workers, settings
 ):
     # Every stage job gets a 5 s RQ timeout: the first one queued here, the later ones queued
     # by the worker. The visual stage stalls far longer.
     settings.RQ_QUEUES = {
         name: {**config, "DEFAULT_TIMEOUT": 5} for name, config in settings.RQ_QUEUES.items()
     }
-    harness.extra_env["RESUMER_JOB_TIMEOUT"] = "5"
+    workers.extra_env["RESUMER_JOB_TIMEOUT"] = "5"
     run = start("rq-timeout", stall={"visual/render-cover": 60})
-    harness.start_worker()
-    status = matrix.wait_settled(run.pk)
+    workers.start()
+    status = wait_settled(run.pk)
 
     assert status in Run.RESUMABLE
     assert verified_stages(run) == ["research", "draft"]
@@ -323,10 +326,10 @@ def test_a_stage_job_past_its_rq_timeout_keeps_the_last_checkpoint_and_the_stage
 # --- RQ calls a finished job abandoned -----------------------------------------------------
 
 
-def test_rq_reporting_a_finished_job_abandoned_leaves_the_run_finished(harness):
+def test_rq_reporting_a_finished_job_abandoned_leaves_the_run_finished(workers):
     run = start("abandoned")
-    harness.start_worker()
-    assert matrix.wait_settled(run.pk) == Run.Status.SUCCEEDED
+    workers.start()
+    assert wait_settled(run.pk) == Run.Status.SUCCEEDED
     run.refresh_from_db()
     head = (run.status, run.last_seq, run.version)
 
@@ -357,7 +360,7 @@ def test_rq_reporting_a_finished_job_abandoned_leaves_the_run_finished(harness):
 # --- A worker dying while it retries a NEVER effect ----------------------------------------
 
 
-def test_a_charge_retry_whose_worker_dies_blocks_the_plan_again(harness):
+def test_a_charge_retry_whose_worker_dies_blocks_the_plan_again(workers):
     marks = Marks.now()
     # Killed before the charge: a supervisor finds no charge and marks it failed, which lets
     # the resume call it once more. The retry stalls, and its worker is killed there too.
@@ -366,12 +369,12 @@ def test_a_charge_retry_whose_worker_dies_blocks_the_plan_again(harness):
         crash="publish/promote-charge/before",
         stall={"publish/promote-charge": 30},
     )
-    assert harness.start_worker("doomed").wait(timeout=120) == -signal.SIGKILL
-    harness.start_worker("sweeper")
-    assert matrix.wait_settled(run.pk) == Run.Status.INTERRUPTED
-    harness.stop_all()  # the retry must run on a worker of its own, the one killed below
+    assert workers.start("doomed").wait(timeout=120) == -signal.SIGKILL
+    workers.start("sweeper")
+    assert wait_settled(run.pk) == Run.Status.INTERRUPTED
+    workers.stop_all()  # the retry must run on a worker of its own, the one killed below
     approve_fresh_plan(run)  # resolves the charge as "not charged", then resumes
-    retry = harness.start_worker("retry")
+    retry = workers.start("retry")
     wait_for(
         lambda: (
             Event.objects.filter(
@@ -383,8 +386,8 @@ def test_a_charge_retry_whose_worker_dies_blocks_the_plan_again(harness):
     )
     retry.kill()
     retry.wait(timeout=30)
-    harness.start_worker("sweeper-2")
-    assert matrix.wait_settled(run.pk) == Run.Status.INTERRUPTED
+    workers.start("sweeper-2")
+    assert wait_settled(run.pk) == Run.Status.INTERRUPTED
 
     # Whether the retry reached the card processor is unknown again: the ledger must say so,
     # and the plan must wait for a supervisor instead of calling a third time.

@@ -12,32 +12,34 @@ import pytest
 from django.db import connection
 from rq.job import Job, JobStatus
 
+from demo import faults
 from demo.simulators import publish_facts
 from runs import engine, jobs, leases, sweeper
 from runs.models import Event, Run
 from runs.planner import compute_plan
-from runs.resume import STRICT, UPGRADE, ResumeRefused, StalePlan, approve
-from tests.faults import matrix
-from tests.faults.matrix import Marks, event_of, new_account, once_problems, wait_for
+from runs.resume import STRICT, UPGRADE, AlreadyApproved, ResumeRefused, StalePlan, approve
+from tests.faults.matrix import Marks, once_problems
+from tests.support.processes import Workers, wait_for
+from tests.support.state import event_of, new_account, wait_settled
 
 pytestmark = [pytest.mark.faults, pytest.mark.workers]
 
 
-def crashed(harness: matrix.Harness, label: str, *, sweep: bool = True) -> Run:
+def crashed(workers: Workers, label: str, *, sweep: bool = True) -> Run:
     """A run whose worker was SIGKILLed uploading the cover. With `sweep`, a healthy worker
     is started and its sweeper interrupts the run; without, the run is left running on an
     expired lease for the test to sweep itself."""
-    run = engine.start_run(
+    run = faults.start_run(
         "content",
         {"account": new_account(label)},
         actor="test:races",
-        options={"crash": "visual/upload-cover/before"},
+        faults={"crash": "visual/upload-cover/before"},
     )
-    doomed = harness.start_worker("doomed")
+    doomed = workers.start("doomed")
     assert doomed.wait(timeout=120) == -signal.SIGKILL
     if sweep:
-        harness.start_worker("healthy")
-        assert matrix.wait_settled(run.pk) == Run.Status.INTERRUPTED
+        workers.start("healthy")
+        assert wait_settled(run.pk) == Run.Status.INTERRUPTED
     run.refresh_from_db()
     return run
 
@@ -52,9 +54,9 @@ def count(run: Run, type_: str) -> int:
 @pytest.mark.parametrize(
     "actions", [(STRICT, STRICT), (STRICT, UPGRADE)], ids=["strict+strict", "strict+upgrade"]
 )
-def test_two_operators_approving_one_plan_at_once_resume_it_once(actions, harness):
+def test_two_operators_approving_one_plan_at_once_resume_it_once(actions, workers):
     marks = Marks.now()
-    run = crashed(harness, "two-approvers")
+    run = crashed(workers, "two-approvers")
     if UPGRADE in actions:
         publish_facts(run.inputs["topic"])  # facts v4 appears: the upgrade becomes possible
     plan = compute_plan(run)
@@ -84,13 +86,14 @@ def test_two_operators_approving_one_plan_at_once_resume_it_once(actions, harnes
 
     assert sorted(kind for kind, _ in outcomes) == ["approved", "refused"]
     refusal = next(value for kind, value in outcomes if kind == "refused")
-    assert isinstance(refusal, StalePlan)
+    # The same action on the same plan is the same decision; another action found it stale.
+    assert isinstance(refusal, AlreadyApproved if actions == (STRICT, STRICT) else StalePlan)
     assert count(run, Event.Type.PLAN_APPROVED) == 1
     assert count(run, Event.Type.RESUMED) + count(run, Event.Type.BRANCHED) == 1
     approval = next(value for kind, value in outcomes if kind == "approved")
     resumed = approval.resumed
     assert Run.objects.filter(parent=run).count() == (1 if approval.branch else 0)
-    assert matrix.wait_settled(resumed.pk) == Run.Status.SUCCEEDED
+    assert wait_settled(resumed.pk) == Run.Status.SUCCEEDED
     if not approval.branch:
         assert once_problems(run, marks) == []
 
@@ -98,7 +101,7 @@ def test_two_operators_approving_one_plan_at_once_resume_it_once(actions, harnes
 # --- An approval against a sweeper that saw the run before it -------------------------------
 
 
-def _lost_job_run(harness: matrix.Harness, redis_conn) -> tuple[Run, sweeper.Finding]:
+def _lost_job_run(workers: Workers, redis_conn) -> tuple[Run, sweeper.Finding]:
     run = engine.start_run("content", {"account": new_account("lost")}, actor="test:races")
     redis_conn.flushdb()  # the queued job is gone before any worker saw it
     finding = wait_for(
@@ -108,8 +111,8 @@ def _lost_job_run(harness: matrix.Harness, redis_conn) -> tuple[Run, sweeper.Fin
     return run, finding
 
 
-def _expired_lease_run(harness: matrix.Harness, redis_conn) -> tuple[Run, sweeper.Finding]:
-    run = crashed(harness, "expired", sweep=False)
+def _expired_lease_run(workers: Workers, redis_conn) -> tuple[Run, sweeper.Finding]:
+    run = crashed(workers, "expired", sweep=False)
     finding = wait_for(
         lambda: next((f for f in sweeper.find_expired() if f.run_pk == run.pk), None),
         what="the dead worker's lease to run out",
@@ -121,12 +124,12 @@ def _expired_lease_run(harness: matrix.Harness, redis_conn) -> tuple[Run, sweepe
     "make", [_expired_lease_run, _lost_job_run], ids=["lease-expired", "queued-job-lost"]
 )
 def test_an_approval_is_not_undone_by_a_sweeper_that_saw_the_run_before_it(
-    make, harness, redis_conn
+    make, workers, redis_conn
 ):
     marks = Marks.now()
     # No worker runs (so no other sweeper): this test is both sweepers. Two sweeper threads
     # (one per worker) read the same finding in the same round...
-    run, finding = make(harness, redis_conn)
+    run, finding = make(workers, redis_conn)
     # ...the first one marks the run interrupted...
     assert sweeper.interrupt(finding) is True
     run.refresh_from_db()
@@ -140,23 +143,23 @@ def test_an_approval_is_not_undone_by_a_sweeper_that_saw_the_run_before_it(
     run.refresh_from_db()
     assert (run.status, run.ticket, run.version) == approved
     assert count(run, Event.Type.INTERRUPTED) == 1
-    harness.start_worker("resumed")
-    assert matrix.wait_settled(run.pk) == Run.Status.SUCCEEDED
+    workers.start("resumed")
+    assert wait_settled(run.pk) == Run.Status.SUCCEEDED
     assert once_problems(run, marks) == []
 
 
 # --- A stage job delivered twice -------------------------------------------------------------
 
 
-def test_a_stage_job_delivered_to_two_workers_executes_each_effect_once(harness):
+def test_a_stage_job_delivered_to_two_workers_executes_each_effect_once(workers):
     marks = Marks.now()
-    run = engine.start_run(
+    run = faults.start_run(
         "content",
         {"account": new_account("redelivery")},
         actor="test:races",
-        options={"stall": {"draft/generate": 1}},
+        faults={"stall": {"draft/generate": 1}},
     )
-    first = harness.start_worker("first")
+    first = workers.start("first")
     wait_for(
         lambda: event_of(run.pk, Event.Type.TOOL_CALLED, call="generate"), what="the draft call"
     )
@@ -170,15 +173,15 @@ def test_a_stage_job_delivered_to_two_workers_executes_each_effect_once(harness)
     # workers take one delivery each.
     jobs.enqueue_stage(run.pk, "visual", run.ticket)
     assert jobs.queue().count == 2
-    harness.start_worker("a")
-    harness.start_worker("b")
-    assert matrix.wait_settled(run.pk) == Run.Status.SUCCEEDED
+    workers.start("a")
+    workers.start("b")
+    assert wait_settled(run.pk) == Run.Status.SUCCEEDED
     assert once_problems(run, marks) == []
     assert count(run, Event.Type.STARTED) == 5
     assert count(run, Event.Type.INTERRUPTED) == 0
 
 
-def test_a_stage_job_finding_the_lease_held_for_a_moment_still_runs_its_stage(harness):
+def test_a_stage_job_finding_the_lease_held_for_a_moment_still_runs_its_stage(workers):
     marks = Marks.now()
     run = engine.start_run(
         "content", {"account": new_account("busy")}, actor="test:races", enqueue=False
@@ -189,7 +192,7 @@ def test_a_stage_job_finding_the_lease_held_for_a_moment_still_runs_its_stage(ha
     token = leases.acquire(run.pk, "test:a duplicate delivery")
     jobs.enqueue_stage(run.pk, run.current_stage, run.ticket)
     job = Job.fetch(jobs.job_id(run.pk, run.ticket), connection=jobs.queue().connection)
-    harness.start_worker()
+    workers.start()
     wait_for(
         lambda: (
             job.get_status(refresh=True)
@@ -199,6 +202,6 @@ def test_a_stage_job_finding_the_lease_held_for_a_moment_still_runs_its_stage(ha
     )
     leases.release(run.pk, token)
 
-    assert matrix.wait_settled(run.pk) == Run.Status.SUCCEEDED
+    assert wait_settled(run.pk) == Run.Status.SUCCEEDED
     assert count(run, Event.Type.INTERRUPTED) == 0
     assert once_problems(run, marks) == []

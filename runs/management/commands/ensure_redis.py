@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -130,19 +129,12 @@ def tail(path: Path, lines: int = 20) -> str:
 
 def pid_is_redis(pid: int) -> bool:
     """Guard against a stale pidfile whose pid now belongs to some other process."""
+    if not Path("/proc").is_dir():
+        return True  # no /proc (macOS): trust the pidfile, it is in our own var/ directory
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False  # someone else's process: certainly not one we started
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    if cmdline.exists():
-        try:
-            return b"redis-server" in cmdline.read_bytes()
-        except OSError:
-            return False
-    return True  # no /proc (macOS): trust the pidfile, it is in our own var/ directory
+        return b"redis-server" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False  # gone, or someone else's process: certainly not one we started
 
 
 class Command(BaseCommand):
@@ -269,7 +261,14 @@ class Command(BaseCommand):
             # Redis we did not start (system service, CI's) is not ours to stop.
             self.stdout.write(f"Redis: none started by ensure_redis on port {port}")
             return
-        os.kill(pid, signal.SIGTERM)
+        # Redis's own SHUTDOWN, not a signal: the server we started is asked, on its port.
+        client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=PING_TIMEOUT)
+        try:
+            client.shutdown(nosave=True)
+        except (redis.exceptions.RedisError, OSError):
+            pass  # it answers SHUTDOWN by closing the connection, or it was already going
+        finally:
+            client.close()
         deadline = time.monotonic() + STOP_TIMEOUT
         while time.monotonic() < deadline and pid_is_redis(pid):
             time.sleep(0.1)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from runs.resume import STRICT, UPGRADE, ResumeRefused, approve, load_run
+from runs.resume import STRICT, UPGRADE, AlreadyApproved, ResumeRefused, approve, load_run
 
 
 class Command(BaseCommand):
@@ -24,6 +24,10 @@ class Command(BaseCommand):
             approval = approve(
                 run, opts["action"], opts["fingerprint"], actor=f"user:{opts['actor']}"
             )
+        except AlreadyApproved as exc:
+            # The same decision again (a re-run script): not an error, as in the dashboard.
+            self.stdout.write(f"{opts['run']}: {exc}")
+            return
         except ResumeRefused as exc:
             hint = f" Fresh fingerprint: {exc.plan.fingerprint}" if exc.plan else ""
             raise CommandError(f"{exc}.{hint}") from exc

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runs import engine
+from runs.models import Run
 from runs.pipeline import InvalidInput, UnknownPipeline
 
 
@@ -19,17 +22,6 @@ class Command(BaseCommand):
             help="pin an input version, e.g. --input facts=v3 (repeatable)",
         )
         parser.add_argument(
-            "--crash-at",
-            metavar="STAGE/CALL/before|after",
-            help="fault injection: the worker dies hard at this call",
-        )
-        parser.add_argument(
-            "--timeout-at",
-            metavar="STAGE/CALL/after",
-            help="fault injection: this call's answer never arrives",
-        )
-        parser.add_argument("--delay", type=float, help="seconds each call takes (demo)")
-        parser.add_argument(
             "--no-enqueue", action="store_true", help="create the run without queueing it"
         )
 
@@ -40,21 +32,14 @@ class Command(BaseCommand):
             if not sep or not name:
                 raise CommandError(f"--input {item!r} must look like name=value")
             inputs[name.strip()] = value.strip()
-        options = {}
-        if opts["crash_at"]:
-            options["crash"] = opts["crash_at"]
-        if opts["timeout_at"]:
-            options["timeout"] = opts["timeout_at"]
-        if opts["delay"] is not None:
-            options["delay"] = opts["delay"]
         try:
-            run = engine.start_run(
-                opts["pipeline"],
-                inputs,
-                actor="cli",
-                options=options,
-                enqueue=not opts["no_enqueue"],
-            )
+            run = self.start(opts["pipeline"], inputs, enqueue=not opts["no_enqueue"], opts=opts)
         except (UnknownPipeline, InvalidInput) as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(f"{run.public_id} {run.status} inputs={run.inputs}")
+
+    def start(
+        self, pipeline: str, inputs: dict[str, str], *, enqueue: bool, opts: dict[str, Any]
+    ) -> Run:
+        """Create the run (a subclass may start it differently, e.g. with faults)."""
+        return engine.start_run(pipeline, inputs, actor="cli", enqueue=enqueue)

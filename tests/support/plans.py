@@ -14,6 +14,7 @@ Two ways to get an unfinished run:
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 from collections.abc import Iterator
 from typing import Any
@@ -21,22 +22,27 @@ from typing import Any
 import django_rq
 from django.conf import settings
 from django.core.files.storage import default_storage
+from django.db import connection
 
+from demo import faults
 from runs import artifacts, engine
+from runs.maintenance import maintenance
 from runs.models import Checkpoint, Effect, Event, Lease, Run
-from tests.conftest import Workers, run_status, wait_for
+from tests.support.processes import Workers, wait_for
+from tests.support.state import run_status
 
 TOPIC = "resumable-agents"
 
 
 def run_in_process(options: dict[str, Any] | None = None) -> Run:
     """Start a content run and execute its stages here until it stops (fails, succeeds)."""
-    run = engine.start_run("content", {}, actor="test", options=options or {}, enqueue=False)
+    run = faults.start_run("content", {}, actor="test", faults=options or {}, enqueue=False)
+    hooks = faults.FaultHooks()
     for _ in range(20):
         run.refresh_from_db()
         if not (run.is_active and run.ticket):
             break
-        engine.execute(run.pk, run.current_stage, run.ticket, holder="test:in-process")
+        engine.execute(run.pk, run.current_stage, run.ticket, holder="test:in-process", hooks=hooks)
     # Every VERIFIED queued the next stage in Redis as well (dispatch after commit); this test
     # ran those stages itself, so drop the jobs rather than leave them for a later worker.
     django_rq.get_connection(settings.RESUMER_QUEUE).flushdb()
@@ -56,11 +62,11 @@ def run_one_stage_in_process() -> Run:
 def resumed_inline(options: dict[str, Any]) -> Run:
     """A run that stopped where `options` say, was approved for a strict resume, and then ran
     to its end: every stage executed in this process (seed_demo.run_inline), no Redis."""
-    from runs.management.commands.seed_demo import run_inline
+    from demo.management.commands.seed_demo import run_inline
     from runs.planner import compute_plan
     from runs.resume import approve
 
-    run = engine.start_run("content", {}, actor="test", options=options, enqueue=False)
+    run = faults.start_run("content", {}, actor="test", faults=options, enqueue=False)
     run = run_inline(run.pk)
     approve(run, "strict", compute_plan(run).fingerprint, actor="test")
     return run_inline(run.pk)
@@ -69,7 +75,7 @@ def resumed_inline(options: dict[str, Any]) -> Run:
 def crashed_run(workers: Workers, options: dict[str, Any]) -> Run:
     """The worker is SIGKILLed at the crash point; a healthy worker's sweeper interrupts the
     run. The healthy worker stays up to execute whatever is approved next."""
-    run = engine.start_run("content", {}, actor="test", options=options)
+    run = faults.start_run("content", {}, actor="test", faults=options)
     doomed = workers.start()
     doomed.wait(timeout=120)
     assert doomed.returncode == -signal.SIGKILL
@@ -81,7 +87,7 @@ def crashed_run(workers: Workers, options: dict[str, Any]) -> Run:
 
 def failed_run(workers: Workers, options: dict[str, Any]) -> Run:
     """A timeout fault: the call's outcome is unknown and the run fails; the worker lives on."""
-    run = engine.start_run("content", {}, actor="test", options=options)
+    run = faults.start_run("content", {}, actor="test", faults=options)
     workers.start()
     wait_for(lambda: run_status(run) == Run.Status.FAILED, what="failed")
     run.refresh_from_db()
@@ -117,6 +123,18 @@ def checkpoint(run: Run, stage: str) -> Checkpoint:
 
 def effect(run: Run, call_id: str) -> Effect:
     return Effect.objects.get(run=run, call_id=call_id)
+
+
+def change_manifest(checkpoint: Checkpoint, **changes: Any) -> None:
+    """What someone who can write to the database does to a sealed checkpoint: lift the
+    append-only triggers and rewrite its manifest with raw SQL."""
+    manifest = {**checkpoint.manifest, **changes}
+    cast = "::jsonb" if connection.vendor == "postgresql" else ""
+    with maintenance(), connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE runs_checkpoint SET manifest = %s{cast} WHERE id = %s",
+            [json.dumps(manifest), checkpoint.id],
+        )
 
 
 def blob_file(uri: str) -> str:

@@ -1,16 +1,16 @@
 """The fault matrix as a script: crash before and after every tool call of every stage of the
 demo pipeline, with real Redis and real worker processes, and print the matrix.
 
-    python bench/fault_matrix.py                      # SQLite in a temp directory
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/faultbench python bench/fault_matrix.py
-    python bench/fault_matrix.py --case publish       # only cases whose id contains "publish"
+    python tests/faults/run_matrix.py                 # SQLite in a temp directory
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/faultbench python tests/faults/run_matrix.py
+    python tests/faults/run_matrix.py --case publish  # only cases whose id contains "publish"
 
 It sets up everything it uses: the database (a temporary SQLite file, or DATABASE_URL, which
 is created when missing and migrated), a private redis-server on a free port (no
 persistence, stopped at the end) and its own worker processes. Each case runs under a fresh
 account, and counts only what the simulated outside world received during that case, so the
 database may already hold earlier runs. The case runner is tests/faults/matrix.py, the same
-code `pytest -m faults tests/faults` runs.
+code `pytest -m faults tests/faults` runs; pytest does not collect this script.
 
 The last line of the output is `N passed, M failed`; the exit status is 1 if M > 0.
 """
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if database_url.startswith(("postgres://", "postgresql://")):
         ensure_postgres_database(database_url)
 
-    from tests.faults.matrix import free_port
+    from tests.support.processes import PrivateRedis, Workers, free_port
 
     port = free_port()
     configure(workdir, database_url, f"redis://127.0.0.1:{port}/0")
@@ -100,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     from demo.simulators import ensure_topic
     from tests.faults import matrix
 
-    redis_server = matrix.PrivateRedis(workdir / "redis", port=port).start()
-    harness = matrix.Harness(workdir / "logs", redis_url=redis_server.url())
+    redis_server = PrivateRedis(workdir / "redis", port=port).start()
+    workers = Workers(workdir / "logs", redis_url=redis_server.url())
     started = time.monotonic()
     results: list[matrix.CaseResult] = []
     cases = [c for c in matrix.all_cases() if not args.case or any(t in c.id for t in args.case)]
@@ -114,10 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{len(cases)} case(s)",
             flush=True,
         )
-        reference = matrix.reference_artifacts(harness)
+        reference = matrix.reference_artifacts(workers)
         print(f"reference run without a crash: {len(reference)} artifacts", flush=True)
         for index, case in enumerate(cases, start=1):
-            result = matrix.run_case(case, harness, reference)
+            result = matrix.run_case(case, workers, reference)
             results.append(result)
             print(
                 f"[{index:>2}/{len(cases)}] {case.id:<34} {'PASS' if result.passed else 'FAIL'}"
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             if c not in done
         ]
     finally:
-        harness.stop_all()
+        workers.stop_all()
         redis_server.stop()
         connection.close()
 

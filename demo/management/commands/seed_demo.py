@@ -30,7 +30,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from demo import simulators
+from demo import faults, simulators
 from runs import engine, roles, sweeper
 from runs.models import Run
 
@@ -61,7 +61,9 @@ def run_inline(run_pk: int, *, holder: str | None = None) -> Run:
             run = Run.objects.get(pk=run_pk)
             if not run.is_active or not run.ticket:
                 return run
-            engine.execute(run.pk, run.current_stage, run.ticket, holder=holder)
+            engine.execute(
+                run.pk, run.current_stage, run.ticket, holder=holder, hooks=faults.FaultHooks()
+            )
 
 
 def _child(run_pk: int) -> None:
@@ -143,11 +145,11 @@ class Command(BaseCommand):
         clean = engine.start_run("content", {}, actor=SEED_ACTOR, enqueue=False)
         self._say(run_inline(clean.pk), "a clean run, research → publish")
 
-        failed = engine.start_run(
+        failed = faults.start_run(
             "content",
             {},
             actor=SEED_ACTOR,
-            options={"timeout": "visual/render-cover/after"},
+            faults={"timeout": "visual/render-cover/after"},
             enqueue=False,
         )
         self._say(
@@ -155,11 +157,11 @@ class Command(BaseCommand):
             "the cover render timed out: the plan retries it with the same delivery key",
         )
 
-        story = engine.start_run(
+        story = faults.start_run(
             "content",
             {},
             actor=SEED_ACTOR,
-            options={"crash": "visual/upload-cover/before"},
+            faults={"crash": "visual/upload-cover/before"},
             enqueue=False,
         )
         exitcode = run_until_killed(story.pk)
@@ -167,11 +169,11 @@ class Command(BaseCommand):
             story = interrupt_killed(story, exitcode, "(SIGKILL) while uploading the cover")
         self._say(story, "the story: the worker died uploading the cover; read its plan")
 
-        charge = engine.start_run(
+        charge = faults.start_run(
             "content",
             {},
             actor=SEED_ACTOR,
-            options={"timeout": "publish/promote-charge/after"},
+            faults={"timeout": "publish/promote-charge/after"},
             enqueue=False,
         )
         self._say(
@@ -179,11 +181,11 @@ class Command(BaseCommand):
             "the promotion charge (NEVER) timed out: blocked until a supervisor edits the ledger",
         )
 
-        drift = engine.start_run(
+        drift = faults.start_run(
             "content",
             {"topic": DRIFT_TOPIC},
             actor=SEED_ACTOR,
-            options={"timeout": "publish/publish/after"},
+            faults={"timeout": "publish/publish/after"},
             enqueue=False,
         )
         run_inline(drift.pk)
@@ -195,8 +197,8 @@ class Command(BaseCommand):
             f"publish timed out (the article is live); {DRIFT_TOPIC} facts v4 appeared since",
         )
 
-        pending = engine.start_run(
-            "content", {}, actor=SEED_ACTOR, options={"delay": 2}, enqueue=False
+        pending = faults.start_run(
+            "content", {}, actor=SEED_ACTOR, faults={"delay": 2}, enqueue=False
         )
         queued = engine.dispatch(pending.pk, pending.current_stage, pending.ticket)
         self._say(

@@ -1,0 +1,179 @@
+"""Fault injection for the demo, the tests and the fault matrix: a run started here may crash
+its worker, lose a call's answer, stall a call or slow every call down.
+
+    start_run("content", {}, actor="cli", faults={"crash": "visual/upload-cover/before"})
+
+The faults are kept in the demo's own table (RunFaults, keyed by the run) and acted on by
+FaultHooks, the call hooks settings.RESUMER_CALL_HOOKS installs (see runs/hooks.py):
+
+    crash    "stage/call/before|after"  the worker dies by SIGKILL there, the way an OOM kill
+                                        or a lost machine ends it: no cleanup, no last write
+    timeout  "stage/call/after"         the call happens, its answer never arrives
+    stall    {"stage/call": seconds}    sleep before that call (its intent already recorded)
+    delay    seconds                    sleep before every call, to watch a run live
+
+Crash and timeout fire on the run's first attempt only, so an approved resume gets through.
+An upgrade branch keeps its parent's delay and nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from demo.models import RunFaults
+from runs import engine
+from runs.hooks import CallHooks
+from runs.models import Run
+from runs.pipeline import InvalidInput, OutcomeUnknown, Pipeline, registry
+
+log = logging.getLogger("demo.faults")
+
+WHEN = ("before", "after")
+KINDS = ("crash", "timeout", "stall", "delay")
+MAX_DELAY = 60
+MAX_STALL = 3600
+
+
+@dataclass(frozen=True)
+class CallPoint:
+    """A moment of one call: `stage/call/before` or `stage/call/after`."""
+
+    stage: str
+    call: str
+    when: str
+
+    @classmethod
+    def parse(cls, spec: str, pipeline: Pipeline, *, kind: str = "crash") -> CallPoint:
+        parts = spec.split("/")
+        if len(parts) != 3:
+            raise InvalidInput(f"{kind} point {spec!r} must look like stage/call/before|after")
+        stage, call, when = parts
+        if stage not in pipeline.stage_names:
+            raise InvalidInput(f"{kind} point: unknown stage {stage!r}")
+        known_calls = {c.call_id for c in pipeline.stage(stage).calls}
+        if call not in known_calls:
+            raise InvalidInput(
+                f"{kind} point: stage {stage} has no call {call!r} "
+                f"(it has {', '.join(sorted(known_calls))})"
+            )
+        if when not in WHEN:
+            raise InvalidInput(f"{kind} point: {when!r} is neither 'before' nor 'after'")
+        return cls(stage, call, when)
+
+    def __str__(self) -> str:
+        return f"{self.stage}/{self.call}/{self.when}"
+
+
+def _seconds(value: Any, what: str, most: float) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"{what} must be a number of seconds, not {value!r}") from None
+    # Checked here, not by time.sleep() halfway through a stage (negative, NaN, a day).
+    if not (math.isfinite(seconds) and 0 <= seconds <= most):
+        raise InvalidInput(f"{what} must be between 0 and {most:g} seconds")
+    return seconds
+
+
+def validate(pipeline: Pipeline, spec: dict[str, Any]) -> dict[str, Any]:
+    """Check a fault spec against the pipeline; return the clean values RunFaults takes."""
+    clean: dict[str, Any] = {}
+    for kind, value in spec.items():
+        if kind == "delay":
+            clean["delay"] = _seconds(value, "delay", MAX_DELAY)
+        elif kind == "crash":
+            clean["crash"] = str(CallPoint.parse(str(value), pipeline))
+        elif kind == "timeout":
+            point = CallPoint.parse(str(value), pipeline, kind="timeout")
+            if point.when != "after":
+                raise InvalidInput("timeout point: only 'after' (the answer never arrives)")
+            clean["timeout"] = str(point)
+        elif kind == "stall":
+            if not isinstance(value, dict):
+                raise InvalidInput("stall must map stage/call to seconds")
+            stalls = {}
+            for point, seconds in value.items():
+                stage, _, call = str(point).partition("/")
+                CallPoint.parse(f"{stage}/{call}/before", pipeline, kind="stall")
+                stalls[str(point)] = _seconds(seconds, f"stall {point}", MAX_STALL)
+            clean["stall"] = stalls
+        else:
+            raise InvalidInput(f"unknown fault {kind!r} (known: {', '.join(KINDS)})")
+    return clean
+
+
+def start_run(
+    pipeline_name: str,
+    inputs: dict[str, str] | None = None,
+    *,
+    actor: str,
+    faults: dict[str, Any] | None = None,
+    enqueue: bool = True,
+) -> Run:
+    """engine.start_run() with faults: both are checked before anything is written, and the
+    run, its faults and (on commit) its first stage job come together or not at all."""
+    clean = validate(registry.get(pipeline_name), dict(faults or {}))
+    with transaction.atomic():
+        run = engine.start_run(pipeline_name, inputs, actor=actor, enqueue=enqueue)
+        if clean:
+            RunFaults.objects.create(run=run, **clean)
+    return run
+
+
+class FaultHooks(CallHooks):
+    """Acts on the RunFaults of the run whose stage is executing. One instance serves one
+    stage job (hooks.installed()), so the faults are read once per stage."""
+
+    def __init__(self) -> None:
+        self._faults: dict[int, RunFaults | None] = {}
+
+    def faults_of(self, run: Run) -> RunFaults | None:
+        if run.pk not in self._faults:
+            self._faults[run.pk] = _lookup(run)
+        return self._faults[run.pk]
+
+    def before_call(self, ctx: engine.StageContext, call_id: str) -> None:
+        faults = self.faults_of(ctx.run)
+        if faults is None:
+            return
+        if faults.crash == f"{ctx.stage}/{call_id}/before" and ctx.run.attempt == 0:
+            _die(ctx, call_id, "before")
+        stall = faults.stall.get(f"{ctx.stage}/{call_id}")
+        if stall:
+            time.sleep(float(stall))
+        if faults.delay:
+            time.sleep(faults.delay)
+
+    def after_call(self, ctx: engine.StageContext, call_id: str, result: Any) -> None:
+        faults = self.faults_of(ctx.run)
+        if faults is None or ctx.run.attempt != 0:
+            return
+        if faults.timeout == f"{ctx.stage}/{call_id}/after":
+            raise OutcomeUnknown(f"{call_id} did not answer in time")
+        if faults.crash == f"{ctx.stage}/{call_id}/after":
+            _die(ctx, call_id, "after")
+
+
+def _lookup(run: Run) -> RunFaults | None:
+    faults = RunFaults.objects.filter(run_id=run.pk).first()
+    if faults is not None or run.parent_id is None:
+        return faults
+    # An upgrade branch keeps the demo's pace (its parent's delay), none of its faults.
+    parent = _lookup(run.parent)
+    return RunFaults(delay=parent.delay) if parent is not None and parent.delay else None
+
+
+def _die(ctx: engine.StageContext, call_id: str, when: str) -> None:
+    log.error(
+        "fault injection: killing worker %s at %s/%s/%s", os.getpid(), ctx.stage, call_id, when
+    )
+    os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)  # pragma: no cover - the signal arrives first

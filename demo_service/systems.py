@@ -1,0 +1,103 @@
+"""The four systems' operations: validate a request body, execute it, return the object as
+JSON and what it cost. Each runs inside idempotency.handle_create's transaction."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from demo_service.idempotency import Invalid
+from demo_service.models import PRICES, Article, Asset, Charge, Operation, Render, content_hash
+
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}")
+MAX_CONTENT_CHARS = 5 * 1024 * 1024
+
+
+def _text(body: dict[str, Any], name: str, *, limit: int, required: bool = True) -> str:
+    value = body.get(name, "")
+    if not isinstance(value, str):
+        raise Invalid(f"{name} must be a string")
+    if required and not value.strip():
+        raise Invalid(f"{name} is required")
+    if len(value) > limit:
+        raise Invalid(f"{name} must be at most {limit} characters")
+    return value
+
+
+def _only(body: dict[str, Any], *names: str) -> None:
+    unknown = set(body) - set(names)
+    if unknown:
+        raise Invalid(f"unknown field(s): {', '.join(sorted(unknown))}")
+
+
+def render(body: dict[str, Any], key: str) -> tuple[dict[str, Any], Decimal]:
+    _only(body, "prompt")
+    row = Render.make(_text(body, "prompt", limit=2000), key)
+    return row.as_json(), row.cost
+
+
+def upload(body: dict[str, Any], key: str) -> tuple[dict[str, Any], Decimal]:
+    _only(body, "name", "content")
+    name = _text(body, "name", limit=200)
+    if not NAME_RE.fullmatch(name):
+        raise Invalid("name may hold letters, digits, '_', '.' and '-' only")
+    data = _text(body, "content", limit=MAX_CONTENT_CHARS).encode()
+    row = Asset.objects.create(
+        delivery_key=key, name=name, sha256=hashlib.sha256(data).hexdigest(), size=len(data)
+    )
+    return row.as_json(), PRICES[Operation.UPLOAD]
+
+
+def publish(body: dict[str, Any], key: str) -> tuple[dict[str, Any], Decimal]:
+    _only(body, "account", "platform", "title", "body", "cover_url", "delivery_key")
+    title = _text(body, "title", limit=300)
+    text = _text(body, "body", limit=MAX_CONTENT_CHARS)
+    row = Article.objects.create(
+        account=_text(body, "account", limit=64),
+        platform=_text(body, "platform", limit=64),
+        delivery_key=_text(body, "delivery_key", limit=255, required=False),
+        title=title,
+        body=text,
+        content_hash=content_hash(title, text),
+        cover_url=_text(body, "cover_url", limit=300, required=False),
+    )
+    return row.as_json(), PRICES[Operation.PUBLISH]
+
+
+def charge(body: dict[str, Any], key: str) -> tuple[dict[str, Any], Decimal]:
+    _only(body, "account", "amount", "reference")
+    raw = body.get("amount")
+    if not isinstance(raw, str):
+        raise Invalid('amount must be a decimal string such as "5.00"')
+    try:
+        amount = Decimal(raw)
+    except InvalidOperation:
+        raise Invalid(f"amount {raw!r} is not a decimal") from None
+    if not amount.is_finite() or not Decimal("0.01") <= amount <= Decimal("10000"):
+        raise Invalid("amount must be between 0.01 and 10000")
+    if amount != amount.quantize(Decimal("0.01")):
+        raise Invalid("amount has at most two decimal places")
+    row = Charge.objects.create(
+        account=_text(body, "account", limit=64),
+        delivery_key=key,
+        reference=_text(body, "reference", limit=200, required=False),
+        amount=amount,
+    )
+    return row.as_json(), amount
+
+
+def find_article(key: str, account: str, platform: str, chash: str) -> Article | None:
+    """By delivery key; else an article with the same content that carries no key at all
+    (published by hand, outside any pipeline). The same content under another key is another
+    delivery (another run's), never this one. Same rule as demo.simulators.find_article."""
+    scope = Article.objects.all()
+    if account:
+        scope = scope.filter(account=account)
+    if platform:
+        scope = scope.filter(platform=platform)
+    by_key = scope.filter(delivery_key=key).order_by("pk").first()
+    if by_key is not None or not chash:
+        return by_key
+    return scope.filter(content_hash=chash, delivery_key="").order_by("pk").first()

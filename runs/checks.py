@@ -1,0 +1,106 @@
+"""System checks run at start-up (every manage.py command that checks, workers included):
+each RESUMER_PIPELINES entry imports, is a Pipeline and has a name of its own, and
+RESUMER_CALL_HOOKS names a CallHooks class; in production, the chain key is set. A mistake
+stops the process with its id instead of surfacing as an UnknownPipeline on the first job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning
+from django.utils.module_loading import import_string
+
+from runs.hooks import CallHooks
+from runs.pipeline import Pipeline
+
+
+def _load(path: str) -> tuple[Any, str]:
+    """The object at `path`, or why it cannot be had (a module may fail with anything)."""
+    try:
+        return import_string(path), ""
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def check_pipelines(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    messages: list[CheckMessage] = []
+    paths = list(settings.RESUMER_PIPELINES)
+    if not paths:
+        messages.append(
+            Warning(
+                "RESUMER_PIPELINES is empty: no run can be started.",
+                hint="Set RESUMER_PIPELINES to comma-separated dotted paths of Pipeline objects.",
+                id="runs.W001",
+            )
+        )
+    named: dict[str, str] = {}
+    for path in paths:
+        pipeline, problem = _load(path)
+        if problem:
+            messages.append(
+                Error(
+                    f"RESUMER_PIPELINES entry {path!r} does not import ({problem}).",
+                    hint="Give module.attribute of a Pipeline, with its module on PYTHONPATH.",
+                    obj=path,
+                    id="runs.E001",
+                )
+            )
+            continue
+        if not isinstance(pipeline, Pipeline):
+            messages.append(
+                Error(
+                    f"RESUMER_PIPELINES entry {path!r} is a {type(pipeline).__name__}, "
+                    "not a runs.pipeline.Pipeline.",
+                    obj=path,
+                    id="runs.E002",
+                )
+            )
+            continue
+        if pipeline.name in named:
+            messages.append(
+                Error(
+                    f"RESUMER_PIPELINES entries {named[pipeline.name]!r} and {path!r} are both "
+                    f"named {pipeline.name!r}; runs find their pipeline by name.",
+                    hint="Give each pipeline a name of its own, or list it once.",
+                    obj=path,
+                    id="runs.E003",
+                )
+            )
+            continue
+        named[pipeline.name] = path
+    return messages
+
+
+def check_call_hooks(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    path = settings.RESUMER_CALL_HOOKS
+    if not path:
+        return []
+    hooks, problem = _load(path)
+    if problem or not (isinstance(hooks, type) and issubclass(hooks, CallHooks)):
+        why = problem or f"it is {hooks!r}"
+        return [
+            Error(
+                f"RESUMER_CALL_HOOKS {path!r} is not a runs.hooks.CallHooks subclass ({why}).",
+                hint="Give module.Class of a CallHooks subclass, or leave it empty.",
+                obj=path,
+                id="runs.E004",
+            )
+        ]
+    return []
+
+
+def chain_key_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """In production the run heads must be anchored: without the key, anyone who can write to
+    the database can rewrite a run's history end to end and verify_chain still passes."""
+    if not settings.PRODUCTION or settings.RESUMER_CHAIN_KEY:
+        return []
+    return [
+        Warning(
+            "RESUMER_CHAIN_KEY is not set: run heads are not anchored, so a history rewritten "
+            "in the database (every hash recomputed) passes verify_chain.",
+            hint="Set RESUMER_CHAIN_KEY to a long random secret kept outside the database, "
+            "the same on every web and worker process.",
+            id="runs.W002",
+        )
+    ]

@@ -1,0 +1,168 @@
+"""The replay decision: what happens to one expected tool call when a run goes on.
+
+One pure function, `decide()`, takes what the ledger recorded about the call's effect, the
+tool's replay policy and — where the decision needs it — the target's own answer, and returns
+the action. The planner calls it to predict a resume; the engine calls it to act, right before
+each call. No other code decides replay, so an approved plan and the engine cannot disagree
+about the same facts; when the facts change between the two (a reconcile answer that flips),
+the engine's decision differs from the plan's line and the contract check sees it.
+
+    no effect yet ........................................ CALL (SAFE: RERUN)
+    confirmed ............................................ REUSE the recorded result
+    abandoned by a supervisor ............................ SKIP
+    failed (the target refused: nothing happened) ........ CALL
+    key reused for a different request ................... REFUSE
+    intent / unknown (may or may not have happened):
+        IDEMPOTENT ....................................... RETRY_SAME_KEY
+        RECONCILE_FIRST: ask the target
+            not found .................................... CALL
+            found, same request .......................... RECORD_FOUND
+            found, different ............................. BLOCKED
+        NEVER ............................................ BLOCKED
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from runs.models import EffectStatus, ReplayPolicy
+from runs.pipeline import Reconciliation
+
+
+class Action(StrEnum):
+    """What a resume does about one expected call."""
+
+    REUSE = "reuse"  # confirmed: return the recorded result, no call
+    RETRY_SAME_KEY = "retry-same-key"  # idempotent: call again, the target deduplicates
+    RECORD_FOUND = "record-found"  # reconcile found it: record as done, do not call again
+    CALL = "call"  # nothing happened yet (or the target confirms it did not): call
+    RERUN = "re-run"  # SAFE: run again freely
+    SKIP = "skip"  # a supervisor abandoned it
+    BLOCKED = "blocked"  # a human must decide first
+    REFUSE = "refuse"  # the delivery key was used for a different request
+
+
+# Actions that reach the target with the tool's own call (and cost what the call costs).
+CALLING = frozenset({Action.CALL, Action.RETRY_SAME_KEY, Action.RERUN})
+# Actions that stop the run for a human before anything is called.
+STOPPING = frozenset({Action.BLOCKED, Action.REFUSE})
+# An unsettled effect: the call may or may not have reached the target.
+UNSETTLED = frozenset({EffectStatus.INTENT, EffectStatus.UNKNOWN})
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What the ledger holds about one effect (a row of Effect, or what the planner read)."""
+
+    status: str
+    request_hash: str
+    external_id: str = ""
+
+    @classmethod
+    def of(cls, effect: Any) -> Recorded | None:
+        if effect is None:
+            return None
+        return cls(effect.status, effect.request_hash, effect.external_id)
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    # What the ledger or the target says, for people ("confirmed as art-12").
+    answer: str
+    # Set for STOPPING actions: why a human has to decide.
+    reason: str = ""
+    # RECORD_FOUND: what the target holds.
+    external_id: str = ""
+
+    @property
+    def calls(self) -> bool:
+        return self.action in CALLING
+
+    @property
+    def stops(self) -> bool:
+        return self.action in STOPPING
+
+
+def asks_target(policy: str, recorded: Recorded | None) -> bool:
+    """Whether deciding needs the target's answer: only a RECONCILE_FIRST effect whose outcome
+    the ledger does not know. IDEMPOTENT targets deduplicate by key, and NEVER is never
+    guessed about, so neither is asked."""
+    return (
+        policy == ReplayPolicy.RECONCILE_FIRST
+        and recorded is not None
+        and recorded.status in UNSETTLED
+    )
+
+
+def decide(
+    *,
+    tool: str,
+    call_id: str,
+    policy: str,
+    recorded: Recorded | None,
+    request_hash: str = "",
+    answer: Reconciliation | None = None,
+    unanswered: str = "",
+    verb: str = "call",
+    target: str = "",
+) -> Decision:
+    """The action for one call. `request_hash` is the request about to be made (the engine
+    knows it; the planner passes "" and assumes the recorded request is repeated). `answer` is
+    required exactly when asks_target() says so, unless the target could not be asked:
+    `unanswered` then says why, and nobody guesses."""
+    if policy == ReplayPolicy.SAFE:
+        return Decision(Action.RERUN, "pure computation")
+    if recorded is None:
+        return Decision(Action.CALL, "not attempted yet")
+    if request_hash and recorded.request_hash != request_hash:
+        return Decision(
+            Action.REFUSE,
+            "the delivery key was used for a different request",
+            reason=f"{tool} ({call_id}): its delivery key was already used for a different "
+            "request; nothing was called. A supervisor must resolve it in the ledger.",
+        )
+    status = recorded.status
+    if status == EffectStatus.CONFIRMED:
+        return Decision(Action.REUSE, f"confirmed as {recorded.external_id}")
+    if status == EffectStatus.ABANDONED:
+        return Decision(Action.SKIP, "abandoned by a supervisor")
+    if status == EffectStatus.FAILED:
+        if policy == ReplayPolicy.NEVER:
+            return Decision(Action.CALL, "a supervisor recorded that it did not happen")
+        return Decision(Action.CALL, "the target refused it: nothing happened there")
+    # INTENT or UNKNOWN: the call may or may not have happened.
+    if policy == ReplayPolicy.IDEMPOTENT:
+        return Decision(Action.RETRY_SAME_KEY, f"{status}: outcome not recorded")
+    if policy == ReplayPolicy.RECONCILE_FIRST:
+        if unanswered:
+            return Decision(
+                Action.BLOCKED,
+                f"the target did not answer: {unanswered}",
+                reason=f"{tool} ({call_id}): the target did not answer ({unanswered}); nothing "
+                "is called before it does. Check targets again.",
+            )
+        if answer is None:
+            raise ValueError(f"{tool} ({call_id}): a RECONCILE_FIRST decision needs the answer")
+        if not answer.found:
+            return Decision(Action.CALL, f"not found on the target ({answer.detail})")
+        if answer.matches:
+            return Decision(
+                Action.RECORD_FOUND,
+                f"found on the target ({target}): {answer.detail}; record it, do not {verb} again",
+                external_id=answer.external_id,
+            )
+        return Decision(
+            Action.BLOCKED,
+            f"found but different: {answer.detail}",
+            reason=f"{tool} ({call_id}): found on the target but different — {answer.detail}. "
+            "A supervisor must resolve it in the ledger.",
+        )
+    return Decision(
+        Action.BLOCKED,
+        f"{status}: outcome unknown",
+        reason=f"{tool} ({call_id}) is {policy}: its outcome is {status} and it is never "
+        "re-run automatically. A supervisor must resolve it in the ledger (admin).",
+    )

@@ -1,0 +1,6 @@
+"""Shared test helpers, in one package: the fixtures (tests/conftest.py), the tests, the fault
+matrix (tests/faults/matrix.py) and its script all import from here, never from each other.
+
+    processes  real worker processes, a private redis-server, waiting, worker environments
+    plans      runs stopped in known states, for the reconcile-plan tests
+"""

@@ -1,0 +1,236 @@
+"""Real processes for the tests and the fault matrix: `rqworker` processes on this process's
+database and Redis, a redis-server of a test's own, and waiting on them.
+
+Nothing here needs pytest, and nothing touches Django before it is used: the fault matrix's
+script imports this module before django.setup().
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Timeout(AssertionError):
+    pass
+
+
+class WorkersBroke(AssertionError):
+    """Every worker exited with an error (e.g. it could not even import the project)."""
+
+
+# Worker pools to watch while waiting (see Workers.raise_if_broken).
+_LIVE_POOLS: weakref.WeakSet[Workers] = weakref.WeakSet()
+
+
+def wait_for(predicate: Callable[[], Any], *, timeout: float = 60, what: str = "condition") -> Any:
+    """Poll until predicate() is truthy. The timeout only bounds a hung test; nothing asserts
+    on how long anything took. If every worker has died of an error meanwhile, say so at once
+    instead of waiting out the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        for pool in list(_LIVE_POOLS):
+            pool.raise_if_broken(what)
+        if time.monotonic() > deadline:
+            raise Timeout(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def worker_env(redis_url: str | None = None) -> dict[str, str]:
+    """The environment that makes a worker process use this process's database, media,
+    queue, pipelines and lease timings (and `redis_url`, or the configured Redis)."""
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=database_url(),
+        REDIS_URL=redis_url or settings.REDIS_URL,
+        MEDIA_ROOT=str(settings.MEDIA_ROOT),
+        RESUMER_LEASE_TTL=str(settings.RESUMER_LEASE_TTL),
+        RESUMER_SWEEP_INTERVAL=str(settings.RESUMER_SWEEP_INTERVAL),
+        RESUMER_QUEUE_GRACE=str(settings.RESUMER_QUEUE_GRACE),
+        RESUMER_QUEUE=settings.RESUMER_QUEUE,
+        RESUMER_TESTING="1",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def database_url() -> str:
+    """A URL that points a worker process at the database this process is using."""
+    conf = connection.settings_dict
+    if conf["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{conf['NAME']}"
+    user = conf.get("USER") or ""
+    password = f":{conf['PASSWORD']}" if conf.get("PASSWORD") else ""
+    auth = f"{user}{password}@" if user else ""
+    host = conf.get("HOST") or "127.0.0.1"
+    return f"postgres://{auth}{host}:{conf.get('PORT') or 5432}/{conf['NAME']}"
+
+
+class Workers:
+    """Starts real `manage.py rqworker` processes (ResumerWorker: SimpleWorker + sweeper) on
+    the database this process uses and the given Redis, and makes sure none outlives it."""
+
+    def __init__(
+        self, log_dir: Path, *, redis_url: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.redis_url = redis_url or settings.REDIS_URL
+        self.extra_env = dict(env or {})
+        self.procs: list[subprocess.Popen] = []
+        self.log_paths: dict[int, Path] = {}
+        self.started = 0  # numbers the log files across cases
+        _LIVE_POOLS.add(self)
+
+    def env(self) -> dict[str, str]:
+        return {**worker_env(self.redis_url), **self.extra_env}
+
+    def start(
+        self, label: str = "", *, burst: bool = False, env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
+        self.started += 1
+        name = f"worker-{self.started:03d}{'-' + label if label else ''}.log"
+        path = self.log_dir / name.replace("/", "_")
+        log = open(path, "wb")  # noqa: SIM115 - handed to the child, closed with it
+        from runs import worker  # Django is set up by now
+
+        proc = subprocess.Popen(
+            worker.command(burst=burst),
+            cwd=ROOT,
+            env={**self.env(), **(env or {})},
+            stdout=log,
+            stderr=log,
+        )
+        log.close()
+        self.procs.append(proc)
+        self.log_paths[proc.pid] = path
+        return proc
+
+    def raise_if_broken(self, what: str) -> None:
+        """Raise WorkersBroke when workers were started, none is alive, and one exited with
+        an error status (a SIGKILL or a clean exit is what the tests themselves cause)."""
+        codes = [proc.poll() for proc in self.procs]
+        if not codes or None in codes or not any(c is not None and c > 0 for c in codes):
+            return
+        broken = next(p for p in self.procs if (p.poll() or 0) > 0)
+        tail = "\n".join(self.log_of(broken).splitlines()[-15:])
+        raise WorkersBroke(
+            f"while waiting for {what}, every worker exited; worker {broken.pid} with status "
+            f"{broken.returncode}:\n{tail}"
+        )
+
+    def log_of(self, proc: subprocess.Popen) -> str:
+        path = self.log_paths.get(proc.pid)
+        return path.read_text(errors="replace") if path and path.exists() else ""
+
+    def stop(self, proc: subprocess.Popen) -> None:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)  # a test may have frozen it
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            self.stop(proc)
+        self.procs.clear()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class PrivateRedis:
+    """A redis-server of our own on a free port, without persistence, so a test can restart
+    or flush it without touching the Redis anyone else uses."""
+
+    def __init__(self, workdir: Path, port: int | None = None) -> None:
+        from runs.management.commands.ensure_redis import choose_binary
+
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.binary = choose_binary()[0]
+        self.port = port or free_port()
+        self.proc: subprocess.Popen | None = None
+
+    def url(self, db: int = 0) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+    def client(self):
+        import redis
+
+        return redis.Redis.from_url(self.url(), socket_connect_timeout=1, socket_timeout=5)
+
+    def start(self) -> PrivateRedis:
+        log = open(self.workdir / f"redis-{self.port}.log", "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
+            stdout=log,
+            stderr=log,
+        )
+        log.close()
+        wait_for(self._answers, timeout=20, what=f"redis-server on port {self.port}")
+        return self
+
+    def _answers(self) -> bool:
+        client = self.client()
+        try:
+            return bool(client.ping())
+        except Exception:
+            return False
+        finally:
+            client.close()
+
+    def kill(self) -> None:
+        """Die the way a crashed Redis does: no shutdown, no save (there is nothing to save)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def flush(self) -> None:
+        client = self.client()
+        try:
+            client.flushall()
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        self.kill()

@@ -1,0 +1,47 @@
+"""What the database says about a run, for tests that wait on it or read it."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from tests.support.processes import wait_for
+
+
+def run_status(run: Any) -> str:
+    """The run's status as committed now (a Run or its primary key)."""
+    from runs.models import Run
+
+    return Run.objects.values_list("status", flat=True).get(pk=getattr(run, "pk", run))
+
+
+def wait_settled(run: Any, *, timeout: float = 90) -> str:
+    """Wait until the run is neither pending, running nor resuming; return its status."""
+    from runs.models import Run
+
+    pk = getattr(run, "pk", run)
+    return wait_for(
+        lambda: (s := run_status(pk)) not in Run.ACTIVE and s,
+        timeout=timeout,
+        what=f"run-{pk} to stop being active",
+    )
+
+
+def event_of(run_pk: int, type_: str, call: str = "", stage: str = ""):
+    """The newest event of a type (for a call, or in a stage), or None."""
+    from runs.models import Event
+
+    events = Event.objects.filter(run_id=run_pk, type=type_).order_by("-seq")
+    if stage:
+        events = events.filter(stage=stage)
+    for event in events:
+        if not call or event.payload.get("call") == call:
+            return event
+    return None
+
+
+def new_account(label: str) -> str:
+    """A fresh account per run: the platform's reconcile also matches by content hash within
+    an account, so runs of identical content under one account would find each other's
+    article. Artifacts do not depend on the account."""
+    return f"acct-{label}-{uuid.uuid4().hex[:8]}"[:64]
