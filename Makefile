@@ -1,6 +1,7 @@
 # Resumer developer commands. The two that matter:
 #
-#   make run    # venv + deps, migrate, demo data, Redis, one worker, web server on :8000
+#   make run    # venv + deps, migrate, Redis, the demo service, demo data, one worker,
+#               # web server on :8000
 #   make test   # venv + deps, chromium, Redis, ruff, pytest
 #
 # Everything runs from the virtualenv in $(VENV); nothing is installed system-wide except
@@ -9,6 +10,9 @@
 VENV ?= .venv
 PYTHON ?= python3
 PORT ?= 8000
+# The demo service (renderer, asset store, platform, card processor) the demo pipeline calls.
+DEMO_PORT ?= 8001
+DEMO_SERVICE_URL ?= http://127.0.0.1:$(DEMO_PORT)
 PYTEST_ARGS ?=
 REDIS_URL ?= redis://127.0.0.1:6379/0
 # Tests use their own Redis database, so `make test` never flushes the dev server's queue.
@@ -21,10 +25,13 @@ VAR ?= $(or $(RESUMER_VAR_DIR),var)
 WORKER_PID := $(VAR)/worker.pid
 WORKER_LOG := $(VAR)/worker.log
 WORKER_CMD := work
+DEMO_PID := $(VAR)/demo-service.pid
+DEMO_LOG := $(VAR)/demo-service.log
 
-# The settings read REDIS_URL from the environment; DATABASE_URL is passed on by make on its
-# own when given on the command line (`make test DATABASE_URL=postgres://...`).
+# The settings read REDIS_URL and DEMO_SERVICE_URL from the environment; DATABASE_URL is
+# passed on by make on its own when given on the command line (`make test DATABASE_URL=...`).
 export REDIS_URL
+export DEMO_SERVICE_URL
 
 # Crash detection fast enough for tests to watch a worker die (see settings.py).
 TEST_ENV := REDIS_URL=$(TEST_REDIS_URL) RESUMER_LEASE_TTL=4 RESUMER_SWEEP_INTERVAL=0.5 RESUMER_QUEUE_GRACE=2
@@ -59,13 +66,13 @@ endef
 .PHONY: help venv install run redis test test-redis chromium faults bench lint format clean stop
 
 help:
-	@echo "make run     set up everything and start Redis, one worker and the web server on :$(PORT)"
+	@echo "make run     set up everything and start Redis, the demo service, one worker and the web server on :$(PORT)"
 	@echo "make test    lint and run the test suite (REDIS_URL=$(TEST_REDIS_URL))"
 	@echo "make faults  run the fault-injection tests and the matrix script (tests/faults/run_matrix.py)"
 	@echo "make bench   run every bench/*.py script"
 	@echo "make lint    ruff check + ruff format --check"
 	@echo "make format  ruff format + ruff check --fix"
-	@echo "make stop    stop the worker and the Redis that ensure_redis started"
+	@echo "make stop    stop the worker, the demo service and the Redis that ensure_redis started"
 	@echo "make clean   remove var/ SQLite files and collected static files (keeps $(VENV))"
 
 # --- setup ---------------------------------------------------------------------------------
@@ -85,21 +92,33 @@ $(STAMP): $(REQUIREMENTS)
 
 # --- run -----------------------------------------------------------------------------------
 
-# One shell for the whole recipe: the trap must outlive the worker it stops. The worker runs
-# in the background (a background job of a non-interactive shell ignores Ctrl-C), so the
-# trap stops it when runserver exits, whether by Ctrl-C, a signal or an error.
+# One shell for the whole recipe: the trap must outlive the processes it stops. The demo
+# service and the worker run in the background (a background job of a non-interactive shell
+# ignores Ctrl-C), each under a supervisor that starts it again when it dies, so the trap
+# stops them when runserver exits, whether by Ctrl-C, a signal or an error. The demo service
+# comes first: seed_demo's runs render, upload, publish and charge there.
 run: $(STAMP)
 	@mkdir -p $(VAR)
 	$(MANAGE) migrate --noinput
 	@# Redis first: seed_demo queues stage jobs, which must not be lost.
 	$(MANAGE) ensure_redis | tee $(VAR)/redis.info
-	$(MANAGE) seed_demo
-	$(MANAGE) collectstatic --noinput --verbosity 0
 	@$(call stop_pidfile,$(WORKER_PID),a worker left from an earlier run,manage.py)
+	@$(call stop_pidfile,$(DEMO_PID),a demo service left from an earlier run,manage.py)
 	@redis_info=$$(cat $(VAR)/redis.info); \
-	stop_worker() { $(call stop_pidfile,$(WORKER_PID),the worker,manage.py); }; \
-	trap 'stop_worker; exit 130' INT TERM; \
-	trap stop_worker EXIT; \
+	stop_all() { \
+	  $(call stop_pidfile,$(WORKER_PID),the worker,manage.py); \
+	  $(call stop_pidfile,$(DEMO_PID),the demo service,manage.py); \
+	}; \
+	trap 'stop_all; exit 130' INT TERM; \
+	trap stop_all EXIT; \
+	echo "=== demo service started $$(date -u +%FT%TZ) ===" >> $(DEMO_LOG); \
+	$(MANAGE) demo_service >> $(DEMO_LOG) 2>&1 & \
+	echo $$! > $(DEMO_PID); \
+	if ! $(MANAGE) demo_service --wait 60; then \
+	  echo "Last lines of $(DEMO_LOG):"; tail -n 20 $(DEMO_LOG); exit 1; \
+	fi; \
+	$(MANAGE) seed_demo; \
+	$(MANAGE) collectstatic --noinput --verbosity 0; \
 	echo "=== worker started $$(date -u +%FT%TZ) ===" >> $(WORKER_LOG); \
 	$(MANAGE) $(WORKER_CMD) >> $(WORKER_LOG) 2>&1 & \
 	echo $$! > $(WORKER_PID); \
@@ -117,7 +136,9 @@ run: $(STAMP)
 	echo "            supervisor / supervisor-demo-pass"; \
 	echo "   $$redis_info"; \
 	echo "   Worker:  pid $$(cat $(WORKER_PID)), log $(WORKER_LOG)"; \
-	echo " Ctrl-C stops the web server and the worker (Redis keeps running:"; \
+	echo "   Demo service (renderer, assets, platform, card): $(DEMO_SERVICE_URL)"; \
+	echo "            pid $$(cat $(DEMO_PID)), log $(DEMO_LOG)"; \
+	echo " Ctrl-C stops the web server, the worker and the demo service (Redis keeps running:"; \
 	echo " 'make stop' stops it too)."; \
 	echo "==================================================================="; \
 	echo; \
@@ -182,6 +203,7 @@ format: $(STAMP)
 # Stops what `make run` / ensure_redis started; a system or CI Redis is left alone.
 stop:
 	@$(call stop_pidfile,$(WORKER_PID),the worker,manage.py)
+	@$(call stop_pidfile,$(DEMO_PID),the demo service,manage.py)
 	@if [ -x $(PY) ]; then \
 	  $(MANAGE) ensure_redis --stop; \
 	  a='$(REDIS_URL)'; b='$(TEST_REDIS_URL)'; \

@@ -76,6 +76,25 @@ def scratch_database(db: str, pg_database: str, prefix: str) -> Iterator[tuple[s
         shutil.rmtree(var_dir, ignore_errors=True)
 
 
+@contextmanager
+def demo_service(var_dir: Path) -> Iterator[str]:
+    """The demo service (the demo pipeline's renderer, asset store, platform and card
+    processor) for one child: gunicorn on a free port, its SQLite file in `var_dir`. Yields
+    its URL, for the child's DEMO_SERVICE_URL."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from demo_service.process import ServiceProcess
+
+    service = ServiceProcess(
+        database=var_dir / "demo-service.sqlite3", log=var_dir / "demo-service.log"
+    )
+    service.start()
+    try:
+        yield service.url
+    finally:
+        service.stop()
+
+
 def child_env(database_url: str, var_dir: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update(

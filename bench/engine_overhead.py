@@ -10,9 +10,10 @@ job queueing the next, --rounds times, alternating sides so drift from outside l
 
   * engine: engine.start_run("content") — lease, ticket, STARTED, effect intents and results,
     artifacts, VERIFIED + checkpoint, the next job queued after commit;
-  * bare:   the same simulator calls (search, generate_draft, 3x render, 3x upload, publish,
-    charge: ten per run) in plain RQ jobs that pass their data along in the job arguments,
-    with no ledger at all.
+  * bare:   the same tool calls (search, generate_draft, 3x render, 3x upload, publish,
+    charge: ten per run; the last eight over HTTP to the demo service, started here for each
+    database) in plain RQ jobs that pass their data along in the job arguments, with no
+    ledger at all.
 
 Times are the jobs' own (RQ's started_at → ended_at), so worker start-up and queue waits are
 not counted on either side. Per stage and per tool call, it prints the engine's time, the
@@ -33,7 +34,6 @@ import statistics
 import subprocess
 import sys
 from collections import defaultdict
-from decimal import Decimal
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -60,22 +60,27 @@ def bare_stage(run_key: str, stage: str, state: dict) -> str:
     """One stage of the demo pipeline as a naive RQ job would do it."""
     from django.db import close_old_connections, connections
 
-    from demo import simulators as sim
-    from demo.pipeline import IMAGE_SLOTS, PROMOTION_FEE
+    from demo.pipeline import IMAGE_SLOTS, PROMOTION_FEE, content_pipeline
+
+    def call(tool: str, key: str, **args) -> dict:
+        return content_pipeline.tool(tool).call(args, key)
 
     close_old_connections()
     try:
         following: tuple[str, dict] | None
         if stage == "research":
-            following = ("draft", {"facts": sim.search(TOPIC, 3)})
+            following = ("draft", call("search", "", topic=TOPIC, version="v3"))
         elif stage == "draft":
-            draft = sim.generate_draft(TOPIC, state["facts"])
+            draft = call("generate_draft", "", topic=TOPIC, facts=state["facts"])
             following = ("visual", {"title": draft["title"], "body": draft["body"]})
         elif stage == "visual":
             assets = {}
             for slot in IMAGE_SLOTS:
-                image = sim.render(_key(run_key, "render", slot), f"{slot}: {state['title']}")
-                asset = sim.upload(_key(run_key, "upload", slot), slot, image["svg"].encode())
+                prompt = f"{slot}: {state['title']}"
+                image = call("render_image", _key(run_key, "render", slot), prompt=prompt)
+                asset = call(
+                    "upload_asset", _key(run_key, "upload", slot), name=slot, svg=image["svg"]
+                )
                 assets[slot] = asset["url"]
             following = ("prefill", {**state, "assets": assets})
         elif stage == "prefill":
@@ -86,15 +91,22 @@ def bare_stage(run_key: str, stage: str, state: dict) -> str:
             }
             following = ("publish", {**state, "form": form})
         else:
-            article = sim.publish(
-                "acct-42",
-                "devblog",
+            article = call(
+                "publish_article",
                 _key(run_key, "publish"),
-                state["title"],
-                state["body"],
-                state["form"]["cover_url"],
+                account="acct-42",
+                platform="devblog",
+                title=state["title"],
+                body=state["body"],
+                cover_url=state["form"]["cover_url"],
             )
-            sim.charge("acct-42", _key(run_key, "charge")[:32], Decimal(PROMOTION_FEE))
+            call(
+                "charge_card",
+                _key(run_key, "charge"),
+                account="acct-42",
+                amount=str(PROMOTION_FEE),
+                article=article["external_id"],
+            )
             assert article["external_id"]
             following = None
         if following is not None:
@@ -163,13 +175,14 @@ def child(db: str, runs: int, rounds: int) -> None:
     _common.setup_django()
     import django_rq
 
-    from demo.models import Article
     from demo.simulators import ensure_topic
+    from demo_service.process import ServiceClient
     from runs import engine
     from runs.chain import verify_chain
     from runs.models import Run
 
     ensure_topic()
+    world = ServiceClient(os.environ["DEMO_SERVICE_URL"])
     redis = django_rq.get_connection("default")
     samples: dict[str, dict[str, list[float]]] = {"engine": defaultdict(list), "bare": {}}
     samples["bare"] = defaultdict(list)
@@ -184,11 +197,11 @@ def child(db: str, runs: int, rounds: int) -> None:
                 assert all(verify_chain(pk).ok for pk in started)
                 prefix = "run-"
             else:
-                articles = Article.objects.count()
+                articles = len(world.articles())
                 for n in range(runs):
                     _enqueue_bare(f"r{round_no}-{n}", "research", {})
                 _burst_worker()
-                assert Article.objects.count() == articles + runs, "bare runs did not finish"
+                assert len(world.articles()) == articles + runs, "bare runs did not finish"
                 prefix = "bare-"
             for stage, seconds in _job_times(prefix).items():
                 samples[side][stage].extend(seconds)
@@ -270,13 +283,15 @@ def main() -> None:
             url, var_dir = scratch
             env = _common.child_env(url, var_dir)
             env["REDIS_URL"] = REDIS_URL
-            summary.append(
-                _common.run_child(
-                    Path(__file__),
-                    ["--child", db, "--runs", str(args.runs), "--rounds", str(args.rounds)],
-                    env,
+            with _common.demo_service(var_dir) as service_url:
+                env["DEMO_SERVICE_URL"] = service_url
+                summary.append(
+                    _common.run_child(
+                        Path(__file__),
+                        ["--child", db, "--runs", str(args.runs), "--rounds", str(args.rounds)],
+                        env,
+                    )
                 )
-            )
     print(
         "SUMMARY: "
         + "; ".join(

@@ -229,13 +229,15 @@ def main() -> None:
             if scratch is None:
                 continue
             url, var_dir = scratch
-            summary.append(
-                _common.run_child(
-                    Path(__file__),
-                    ["--child", db, "--events", str(args.events), "--repeat", str(args.repeat)],
-                    _common.child_env(url, var_dir),
+            with _common.demo_service(var_dir) as service_url:
+                env = {**_common.child_env(url, var_dir), "DEMO_SERVICE_URL": service_url}
+                summary.append(
+                    _common.run_child(
+                        Path(__file__),
+                        ["--child", db, "--events", str(args.events), "--repeat", str(args.repeat)],
+                        env,
+                    )
                 )
-            )
 
     worst = max((r["ratio"] for r in summary), default=0.0)
     parts = [

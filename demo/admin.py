@@ -1,12 +1,13 @@
-"""The demo's simulated outside world, read-only: what the renderer, the asset store, the
-platform and the card processor received. A supervisor checks here before correcting the
-effect ledger ("was the card really charged?"). Also the faults injected into each run."""
+"""The demo's in-process outside world, read-only: the search source's facts and the meter of
+the search and model calls. Also the faults injected into each run. What the renderer, the
+asset store, the platform and the card processor hold is the demo service's: a supervisor
+asks it (GET /v1/charges/by-key/<delivery key>) before correcting the effect ledger."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
-from demo.models import Article, Asset, Charge, FactSheet, Render, RunFaults, SimCall
+from demo.models import FactSheet, RunFaults, SimCall
 from runs.admin import ReadOnlyAdmin, RunRowAdmin, RunSearchMixin
 
 
@@ -25,38 +26,8 @@ class FactSheetAdmin(ReadOnlyAdmin):
     ordering = ["topic", "-version"]
 
 
-@admin.register(Render)
-class RenderAdmin(ReadOnlyAdmin):
-    list_display = ["id", "key", "prompt", "cost", "created_at"]
-    search_fields = ["=key"]
-    ordering = ["-id"]
-
-
-@admin.register(Asset)
-class AssetAdmin(ReadOnlyAdmin):
-    list_display = ["id", "name", "key", "sha256", "size", "created_at"]
-    search_fields = ["=key", "name"]
-    ordering = ["-id"]
-
-
-@admin.register(Article)
-class ArticleAdmin(ReadOnlyAdmin):
-    list_display = ["external_id", "account", "platform", "title", "delivery_key", "created_at"]
-    list_filter = ["account", "platform"]
-    search_fields = ["=delivery_key", "=content_hash"]
-    ordering = ["-id"]
-
-
-@admin.register(Charge)
-class ChargeAdmin(ReadOnlyAdmin):
-    list_display = ["external_id", "account", "reference", "amount", "created_at"]
-    list_filter = ["account"]
-    search_fields = ["=reference"]
-    ordering = ["-id"]
-
-
 @admin.register(RunFaults)
 class RunFaultsAdmin(RunSearchMixin, RunRowAdmin):
-    list_display = ["run_link", "crash", "timeout", "stall", "delay"]
+    list_display = ["run_link", "crash", "timeout", "stall", "delay", "network"]
     search_fields = ["=run__id"]
     ordering = ["-run_id"]

@@ -11,9 +11,18 @@ FaultHooks, the call hooks settings.RESUMER_CALL_HOOKS installs (see runs/hooks.
     timeout  "stage/call/after"         the call happens, its answer never arrives
     stall    {"stage/call": seconds}    sleep before that call (its intent already recorded)
     delay    seconds                    sleep before every call, to watch a run live
+    network  {"stage/call": mode}       the demo service fails that call's request, for real:
+             drop   it commits, then drops the connection without answering
+             late   it commits, then answers after the tool's read time-out
+             5xx    it answers 503 before committing anything
+             down   the call waits until the service stops answering (someone stops it:
+                    a test's ServiceProcess.stop()), then is made against a closed port
 
-Crash and timeout fire on the run's first attempt only, so an approved resume gets through.
-An upgrade branch keeps its parent's delay and nothing else.
+Crash, timeout and network faults fire on the run's first attempt only, so an approved resume
+gets through. A network fault is armed on the service (POST /_faults) for the call's delivery
+key once its intent is recorded, so it takes exactly that call's first request; an IDEMPOTENT
+tool's retry with the same key then goes through. An upgrade branch keeps its parent's delay
+and nothing else.
 """
 
 from __future__ import annotations
@@ -26,20 +35,33 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
 from demo.models import RunFaults
+from demo_service.process import ServiceClient
 from runs import engine
 from runs.hooks import CallHooks
-from runs.models import Run
+from runs.models import Effect, Run
 from runs.pipeline import InvalidInput, OutcomeUnknown, Pipeline, registry
+from runs.tools.http import spec_of
 
 log = logging.getLogger("demo.faults")
 
 WHEN = ("before", "after")
-KINDS = ("crash", "timeout", "stall", "delay")
+KINDS = ("crash", "timeout", "stall", "delay", "network")
 MAX_DELAY = 60
 MAX_STALL = 3600
+NETWORK_MODES = ("drop", "late", "5xx", "down")
+# The demo service's operation behind each of the demo pipeline's HTTP tools.
+SERVICE_OPERATIONS = {
+    "render_image": "render",
+    "upload_asset": "upload",
+    "publish_article": "publish",
+    "charge_card": "charge",
+}
+# How long a "down" call waits for someone to stop the service before it goes ahead.
+MAX_DOWN_WAIT = 120
 
 
 @dataclass(frozen=True)
@@ -105,8 +127,31 @@ def validate(pipeline: Pipeline, spec: dict[str, Any]) -> dict[str, Any]:
                 CallPoint.parse(f"{stage}/{call}/before", pipeline, kind="stall")
                 stalls[str(point)] = _seconds(seconds, f"stall {point}", MAX_STALL)
             clean["stall"] = stalls
+        elif kind == "network":
+            clean["network"] = _network(pipeline, value)
         else:
             raise InvalidInput(f"unknown fault {kind!r} (known: {', '.join(KINDS)})")
+    return clean
+
+
+def _network(pipeline: Pipeline, value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise InvalidInput("network must map stage/call to drop, late, 5xx or down")
+    clean = {}
+    for point, mode in value.items():
+        stage, _, call = str(point).partition("/")
+        CallPoint.parse(f"{stage}/{call}/before", pipeline, kind="network")
+        tool = next(c.tool for c in pipeline.stage(stage).calls if c.call_id == call)
+        if tool not in SERVICE_OPERATIONS:
+            raise InvalidInput(
+                f"network fault {point}: {tool} does not call the demo service (these do: "
+                f"{', '.join(SERVICE_OPERATIONS)})"
+            )
+        if mode not in NETWORK_MODES:
+            raise InvalidInput(
+                f"network fault {point}: {mode!r} is not one of {', '.join(NETWORK_MODES)}"
+            )
+        clean[str(point)] = str(mode)
     return clean
 
 
@@ -151,6 +196,9 @@ class FaultHooks(CallHooks):
             time.sleep(float(stall))
         if faults.delay:
             time.sleep(faults.delay)
+        mode = faults.network.get(f"{ctx.stage}/{call_id}")
+        if mode and ctx.run.attempt == 0:
+            _network_fault(ctx, call_id, mode)
 
     def after_call(self, ctx: engine.StageContext, call_id: str, result: Any) -> None:
         faults = self.faults_of(ctx.run)
@@ -160,6 +208,32 @@ class FaultHooks(CallHooks):
             raise OutcomeUnknown(f"{call_id} did not answer in time")
         if faults.crash == f"{ctx.stage}/{call_id}/after":
             _die(ctx, call_id, "after")
+
+
+def _network_fault(ctx: engine.StageContext, call_id: str, mode: str) -> None:
+    """Have the demo service fail this call's request (its intent, and so its delivery key,
+    is recorded by now)."""
+    effect = (
+        Effect.objects.filter(run=ctx.run, stage=ctx.stage, call_id=call_id).order_by("-pk").first()
+    )
+    if effect is None:  # a SAFE call has no key; validate() refuses those
+        return
+    service = ServiceClient(settings.DEMO_SERVICE_URL)
+    operation = SERVICE_OPERATIONS[effect.tool]
+    key = effect.delivery_key
+    log.warning("fault injection: %s for %s/%s (%s)", mode, ctx.stage, call_id, operation)
+    if mode == "drop":
+        service.arm(operation, "drop", key=key)
+    elif mode == "late":
+        spec = spec_of(ctx.pipeline.tool(effect.tool))
+        late = (spec.read_timeout if spec is not None else 5.0) + 1
+        service.arm(operation, "delay", key=key, seconds=late)
+    elif mode == "5xx":
+        service.arm(operation, "error", key=key, status=503)
+    elif mode == "down":
+        deadline = time.monotonic() + MAX_DOWN_WAIT
+        while service.answers() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 def _lookup(run: Run) -> RunFaults | None:

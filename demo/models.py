@@ -1,8 +1,10 @@
-"""The demo's outside world: simulated external systems with their own state.
+"""The demo's in-process outside world (the search source and the language model) and the
+faults injected into runs. The renderer, the asset store, the platform and the card processor
+are the demo service (demo_service/), with a database of its own.
 
-None of these tables is part of the run ledger. Resumer only reaches them through the tools in
-demo/pipeline.py, and reconcile asks them questions exactly as it would ask a real platform.
-Every request any of them receives is metered in SimCall, so a test can count calls.
+None of these tables is part of the run ledger. Resumer only reaches the search source and the
+model through the SAFE tools in demo/pipeline.py; every request either receives is metered in
+SimCall, so a test can count calls.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from django.db.models.functions import Now
 
 
 class SimCall(models.Model):
-    """The meter: one row per request an external system received."""
+    """The meter of the in-process systems: one row per search or model call."""
 
     system = models.CharField(max_length=32)
     operation = models.CharField(max_length=32)
@@ -43,69 +45,6 @@ class FactSheet(models.Model):
         ]
 
 
-class Render(models.Model):
-    """The image renderer: each row is one billed render. Idempotent by key."""
-
-    key = models.CharField(max_length=64, unique=True)
-    prompt = models.TextField()
-    svg = models.TextField()
-    sha256 = models.CharField(max_length=64)
-    cost = models.DecimalField(max_digits=10, decimal_places=4)
-    created_at = models.DateTimeField(db_default=Now())
-
-
-class Asset(models.Model):
-    """The asset store: uploads are idempotent by key."""
-
-    key = models.CharField(max_length=64, unique=True)
-    name = models.CharField(max_length=200)
-    sha256 = models.CharField(max_length=64)
-    size = models.PositiveIntegerField()
-    created_at = models.DateTimeField(db_default=Now())
-
-    @property
-    def url(self) -> str:
-        return f"https://assets.example/{self.sha256[:16]}/{self.name}.svg"
-
-
-class Article(models.Model):
-    """The publishing platform. Like most real ones it does NOT deduplicate publishes: two
-    calls make two articles. That is why publish is RECONCILE_FIRST."""
-
-    account = models.CharField(max_length=64)
-    platform = models.CharField(max_length=64)
-    delivery_key = models.CharField(max_length=64)
-    title = models.CharField(max_length=300)
-    body = models.TextField()
-    content_hash = models.CharField(max_length=64)
-    cover_url = models.CharField(max_length=300, blank=True)
-    created_at = models.DateTimeField(db_default=Now())
-
-    class Meta:
-        indexes = [
-            # Reconcile: "is there an article with this delivery key / content hash?"
-            models.Index(fields=["account", "platform", "delivery_key"], name="article_key_idx"),
-            models.Index(fields=["account", "platform", "content_hash"], name="article_hash_idx"),
-        ]
-
-    @property
-    def external_id(self) -> str:
-        return f"art-{self.pk}"
-
-
-class Charge(models.Model):
-    """The card processor: every call charges. Never re-run automatically."""
-
-    account = models.CharField(max_length=64)
-    reference = models.CharField(max_length=64)
-    amount = models.DecimalField(max_digits=10, decimal_places=2)
-    created_at = models.DateTimeField(db_default=Now())
-
-    @property
-    def external_id(self) -> str:
-        return f"ch-{self.pk}"
-
-
 class RunFaults(models.Model):
     """What demo/faults.py injects into one run: the demo's own table, keyed by the run, so
     the run ledger carries no demo knobs. Crash and timeout points fire on the run's first
@@ -122,6 +61,8 @@ class RunFaults(models.Model):
     stall = models.JSONField(default=dict, blank=True)
     # Seconds before every call, to watch a run live.
     delay = models.FloatField(default=0)
+    # {"stage/call": "drop"|"late"|"5xx"|"down"}: the demo service fails that call's request.
+    network = models.JSONField(default=dict, blank=True)
 
     class Meta:
         verbose_name_plural = "run faults"

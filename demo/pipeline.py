@@ -5,6 +5,16 @@
 research searches the (versioned) fact source; draft writes the article; visual renders a
 cover and two body images and uploads them; prefill fills the platform's publish form;
 publish publishes (RECONCILE_FIRST) and pays a promotion fee (NEVER).
+
+The renderer, the asset store, the platform and the card processor are the demo service
+(demo_service/, `python -m demo_service`, at settings.DEMO_SERVICE_URL), reached only through
+HTTP tools (runs/tools/http.py): the delivery key travels as Idempotency-Key (the platform
+ignores it and stores the key sent in the body, which is why publish reconciles first), and a
+request whose answer is lost is a real unknown outcome. The search source and the language
+model stay in-process SAFE functions (demo/simulators.py): the facts are the run's pinned,
+versioned input, read when a run starts and whenever a plan checks for drift, which must not
+wait on a network service; and a SAFE call has nothing for an HTTP tool to add (no key, no
+reconcile, re-run freely).
 """
 
 from __future__ import annotations
@@ -13,24 +23,31 @@ import hashlib
 import json
 import re
 from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
 
 from demo import simulators as sim
-from runs.models import Effect, ReplayPolicy
+from runs.models import ReplayPolicy
 from runs.pipeline import (
     Call,
     Input,
     InvalidInput,
     KeyParts,
     Pipeline,
-    Reconciliation,
     Rule,
     Stage,
     StageOutput,
     Tool,
 )
+from runs.tools.http import Lookup, http_tool
 
 IMAGE_SLOTS = ("body-1", "body-2", "cover")
 PROMOTION_FEE = Decimal("5.00")
+# What the demo service charges per call (demo_service/models.py PRICES): what plans price.
+RENDER_PRICE = Decimal("0.0400")
+UPLOAD_PRICE = Decimal("0.0010")
+PUBLISH_PRICE = Decimal("0.0000")
 
 
 # --- inputs --------------------------------------------------------------------------------
@@ -100,8 +117,14 @@ def _generate(args: dict, key: str) -> dict:
     return sim.generate_draft(args["topic"], args["facts"])
 
 
-def _render(args: dict, key: str) -> dict:
-    return sim.render(key, args["prompt"])
+def _service_url() -> str:
+    # Read at call time: a worker's settings decide where the outside world is.
+    return settings.DEMO_SERVICE_URL
+
+
+def content_hash(title: str, body: str) -> str:
+    """The platform's hash of an article's content (what its lookup matches on)."""
+    return hashlib.sha256(f"{title}\n{body}".encode()).hexdigest()
 
 
 def _render_key(ctx, args: dict) -> KeyParts:
@@ -113,10 +136,6 @@ def _render_key(ctx, args: dict) -> KeyParts:
     )
 
 
-def _upload(args: dict, key: str) -> dict:
-    return sim.upload(key, args["name"], args["svg"].encode())
-
-
 def _upload_key(ctx, args: dict) -> KeyParts:
     return KeyParts(
         ctx.run.inputs["account"],
@@ -126,50 +145,26 @@ def _upload_key(ctx, args: dict) -> KeyParts:
     )
 
 
-def _publish(args: dict, key: str) -> dict:
-    return sim.publish(
-        args["account"],
-        args["platform"],
-        key,
-        args["title"],
-        args["body"],
-        args["cover_url"],
-    )
-
-
 def _publish_key(ctx, args: dict) -> KeyParts:
     # delivery_key = sha256(account + platform + canonical draft id + revision)
     return KeyParts(args["account"], args["platform"], args["draft_id"], args["revision"])
 
 
-def _publish_reconcile(effect: Effect) -> Reconciliation:
-    req = effect.request
-    article = sim.find_article(
-        req["account"], req["platform"], effect.delivery_key, req["content_hash"]
-    )
-    if article is None:
-        return Reconciliation(found=False, detail="no article with this delivery key or content")
-    if article.content_hash != req["content_hash"] or article.title != req["title"]:
-        return Reconciliation(
-            found=True,
-            matches=False,
-            external_id=article.external_id,
-            detail=f"{article.external_id} exists with other content",
-        )
-    return Reconciliation(
-        found=True,
-        external_id=article.external_id,
-        result={
-            "external_id": article.external_id,
-            "url": f"https://{article.platform}.example/a/{article.pk}",
-            "content_hash": article.content_hash,
-        },
-        detail=f"{article.external_id} is live with the same title and content hash",
-    )
+def _article_body(args: dict, key: str) -> dict[str, Any]:
+    # The platform honours no Idempotency-Key: the delivery key goes in the body, where the
+    # platform keeps it with the article and its lookup finds it.
+    return {
+        "account": args["account"],
+        "platform": args["platform"],
+        "title": args["title"],
+        "body": args["body"],
+        "cover_url": args["cover_url"],
+        "delivery_key": key,
+    }
 
 
-def _charge(args: dict, key: str) -> dict:
-    return sim.charge(args["account"], key[:32], Decimal(args["amount"]))
+def _same_article(request: dict[str, Any], found: dict[str, Any]) -> bool:
+    return found["content_hash"] == request["content_hash"] and found["title"] == request["title"]
 
 
 def _charge_key(ctx, args: dict) -> KeyParts:
@@ -185,37 +180,66 @@ TOOLS = (
         cost=sim.PRICES["llm"],
         meter="llm",
     ),
-    Tool(
+    http_tool(
         "render_image",
         ReplayPolicy.IDEMPOTENT,
-        _render,
+        url="/v1/renders",
+        base_url=_service_url,
+        body=lambda args, key: {"prompt": args["prompt"]},
         key=_render_key,
-        cost=sim.PRICES["render"],
+        external_id="id",
+        target="renderer",
+        cost=RENDER_PRICE,
         meter="render",
     ),
-    Tool(
+    http_tool(
         "upload_asset",
         ReplayPolicy.IDEMPOTENT,
-        _upload,
+        url="/v1/assets",
+        base_url=_service_url,
+        body=lambda args, key: {"name": args["name"], "content": args["svg"]},
         key=_upload_key,
-        cost=sim.PRICES["upload"],
+        external_id="id",
+        target="asset store",
+        cost=UPLOAD_PRICE,
         meter="upload",
     ),
-    Tool(
+    http_tool(
         "publish_article",
         ReplayPolicy.RECONCILE_FIRST,
-        _publish,
+        url="/v1/articles",
+        base_url=_service_url,
+        body=_article_body,
+        idempotency_header=None,
         key=_publish_key,
-        reconcile=_publish_reconcile,
+        external_id="id",
+        # By delivery key; else the same content published by hand, without any key.
+        reconcile=Lookup(
+            "/v1/articles/by-key/{key}?account={account}&platform={platform}"
+            "&content_hash={content_hash}",
+            matches=_same_article,
+        ),
+        target="platform",
         verb="publish",
-        cost=sim.PRICES["publish"],
+        cost=PUBLISH_PRICE,
         meter="publish",
     ),
-    Tool(
+    http_tool(
         "charge_card",
         ReplayPolicy.NEVER,
-        _charge,
+        url="/v1/charges",
+        base_url=_service_url,
+        body=lambda args, key: {
+            "account": args["account"],
+            "amount": args["amount"],
+            "reference": f"promotion of {args['article']}",
+        },
         key=_charge_key,
+        external_id="id",
+        # Never asked by a resume (NEVER is never guessed about); what a supervisor looks
+        # the charge up with before resolving the ledger.
+        reconcile="/v1/charges/by-key/{key}",
+        target="card processor",
         cost=PROMOTION_FEE,
         meter="charge",
         verb="charge",
@@ -300,7 +324,7 @@ def publish(ctx) -> StageOutput:
         cover_url=form["cover_url"],
         draft_id=draft_cp.outputs["draft_id"],
         revision=draft_cp.outputs["revision"],
-        content_hash=sim.content_hash(form["title"], body),
+        content_hash=content_hash(form["title"], body),
     )
     charge = ctx.call(
         "promote-charge",

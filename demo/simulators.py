@@ -1,24 +1,20 @@
-"""The simulated external systems' APIs. Each call is metered in SimCall; state lives in the
-demo tables only. Prices are per call, in dollars."""
+"""The demo's in-process systems: the versioned search source and the language model, the
+two SAFE tools of the demo pipeline. Each call is metered in SimCall; the facts live in the
+demo's FactSheet table. Prices are per call, in dollars. The renderer, the asset store, the
+platform and the card processor are the demo service (demo_service/), reached over HTTP."""
 
 from __future__ import annotations
 
-import hashlib
 from decimal import Decimal
-from xml.sax.saxutils import escape
 
 from django.db import transaction
 from django.db.models import Max
 
-from demo.models import Article, Asset, Charge, FactSheet, Render, SimCall
+from demo.models import FactSheet, SimCall
 
 PRICES = {
     "search": Decimal("0.0100"),
     "llm": Decimal("0.0500"),
-    "render": Decimal("0.0400"),
-    "upload": Decimal("0.0010"),
-    "publish": Decimal("0.0000"),
-    "charge": Decimal("5.0000"),
 }
 
 
@@ -122,92 +118,3 @@ def generate_draft(topic: str, facts: list[dict]) -> dict:
     lines += [f"[{i}] {fact['source']}" for i, fact in enumerate(facts, start=1)]
     body = "\n".join(lines)
     return {"title": title, "body": body}
-
-
-# --- image renderer (IDEMPOTENT by key) -----------------------------------------------------
-
-
-def render(key: str, prompt: str) -> dict:
-    with transaction.atomic():
-        existing = Render.objects.filter(key=key).first()
-        if existing is None:
-            svg = (
-                '<svg xmlns="http://www.w3.org/2000/svg" width="320" height="180" viewBox="0 0 320 180">'
-                f'<rect width="320" height="180" fill="#{hashlib.sha256(prompt.encode()).hexdigest()[:6]}"/>'
-                f'<text x="16" y="96" font-size="14" fill="#fff">{escape(prompt[:60])}</text></svg>'
-            )
-            existing = Render.objects.create(
-                key=key,
-                prompt=prompt,
-                svg=svg,
-                sha256=hashlib.sha256(svg.encode()).hexdigest(),
-                cost=PRICES["render"],
-            )
-            meter("render", "render", key, billed=True)
-        else:
-            meter("render", "render-dedup", key)
-    return {
-        "external_id": f"rnd-{existing.pk}",
-        "svg": existing.svg,
-        "sha256": existing.sha256,
-    }
-
-
-# --- asset store (IDEMPOTENT by key) --------------------------------------------------------
-
-
-def upload(key: str, name: str, data: bytes) -> dict:
-    digest = hashlib.sha256(data).hexdigest()
-    with transaction.atomic():
-        asset, created = Asset.objects.get_or_create(
-            key=key, defaults={"name": name, "sha256": digest, "size": len(data)}
-        )
-        meter("assets", "upload" if created else "upload-dedup", key, billed=created)
-    return {"external_id": f"ast-{asset.pk}", "url": asset.url, "sha256": asset.sha256}
-
-
-# --- publishing platform (no dedup: RECONCILE_FIRST) ------------------------------------------
-
-
-def content_hash(title: str, body: str) -> str:
-    return hashlib.sha256(f"{title}\n{body}".encode()).hexdigest()
-
-
-def publish(account: str, platform: str, key: str, title: str, body: str, cover_url: str) -> dict:
-    article = Article.objects.create(
-        account=account,
-        platform=platform,
-        delivery_key=key,
-        title=title,
-        body=body,
-        content_hash=content_hash(title, body),
-        cover_url=cover_url,
-    )
-    meter("platform", "publish", key, billed=True)
-    return {
-        "external_id": article.external_id,
-        "url": f"https://{platform}.example/a/{article.pk}",
-        "content_hash": article.content_hash,
-    }
-
-
-def find_article(account: str, platform: str, key: str, chash: str) -> Article | None:
-    """The platform's query API: by delivery key; else an article with the same content that
-    carries no key at all (published by hand, outside any pipeline). An article with the same
-    content under another key is another delivery (another run's), never this one."""
-    meter("platform", "query", key)
-    by_key = Article.objects.filter(account=account, platform=platform, delivery_key=key).first()
-    if by_key is not None:
-        return by_key
-    return Article.objects.filter(
-        account=account, platform=platform, content_hash=chash, delivery_key=""
-    ).first()
-
-
-# --- card processor (NEVER) ---------------------------------------------------------------
-
-
-def charge(account: str, reference: str, amount: Decimal) -> dict:
-    row = Charge.objects.create(account=account, reference=reference, amount=amount)
-    meter("card", "charge", reference, billed=True)
-    return {"external_id": row.external_id, "amount": str(row.amount)}

@@ -1,5 +1,5 @@
 """The service's own state: the four systems' objects, stored idempotent responses, the meter
-and the armed faults. Prices and behaviour are those of demo/simulators.py."""
+and the armed faults. The demo pipeline prices its tools with these prices."""
 
 from __future__ import annotations
 

@@ -1,10 +1,15 @@
-"""Start, stop and steer a demo service process: for tests, benches and the fault matrix.
+"""Start, stop and steer a demo service process: for tests, benches, the fault matrix and
+`make run`.
 
     service = ServiceProcess(database=tmp / "service.sqlite3", log=tmp / "service.log")
     service.start()                      # a real gunicorn on a free port
     service.arm("publish", "drop")       # the next publish commits, then drops the connection
     service.count("render", key)         # billed renders under that key
     service.stop()                       # down: connections are refused until start()
+
+    world = ServiceClient("http://127.0.0.1:8001")   # the same questions, of any running one
+    marks = world.marks()                # ... act ...
+    world.renders(after=marks["render"]) # what was rendered since
 
 Nothing here imports Django: it runs in the test process, which has Resumer's settings.
 """
@@ -32,7 +37,110 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-class ServiceProcess:
+class ServiceClient:
+    """The service's control endpoints and collections, as a test or a supervisor reads them
+    (never a pipeline: it only speaks through its HTTP tools)."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url.rstrip("/")
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    def _control(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = httpx.request(method, f"{self.url}{path}", timeout=10, trust_env=False, **kwargs)
+        response.raise_for_status()
+        return response.json()
+
+    def answers(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/_health", timeout=1, trust_env=False).is_success
+        except httpx.TransportError:
+            return False
+
+    def reset(self) -> None:
+        """Forget all objects, stored responses, meter rows and faults."""
+        self._control("POST", "/_reset")
+
+    def arm(
+        self,
+        op: str,
+        mode: str,
+        *,
+        key: str = "",
+        seconds: float = 0,
+        status: int = 503,
+        times: int = 1,
+    ) -> dict[str, Any]:
+        """Arm a fault for the next `times` requests of `op` (and `key`): mode "drop" commits
+        then drops the connection, "delay" commits then answers after `seconds`, "error"
+        answers `status` before committing anything."""
+        spec: dict[str, Any] = {"op": op, "mode": mode, "key": key, "times": times}
+        if mode == "delay":
+            spec["seconds"] = seconds
+        if mode == "error":
+            spec["status"] = status
+        return self._control("POST", "/_faults", json=spec)
+
+    def faults(self) -> list[dict[str, Any]]:
+        return self._control("GET", "/_faults")["data"]
+
+    def disarm(self) -> None:
+        self._control("DELETE", "/_faults")
+
+    def marks(self) -> dict[str, int]:
+        """The newest row number of each collection ("render", "upload", "publish",
+        "charge") and of the meter ("meter"): pass one back as `after`."""
+        return self._control("GET", "/_marks")
+
+    def meter(
+        self, op: str | None = None, key: str | None = None, *, after: int | None = None
+    ) -> list[dict[str, Any]]:
+        params = {k: v for k, v in (("op", op), ("key", key), ("after", after)) if v is not None}
+        return self._control("GET", "/_meter", params=params)["data"]
+
+    def count(
+        self,
+        op: str,
+        key: str | None = None,
+        outcome: str | None = "billed",
+        *,
+        after: int | None = None,
+    ) -> int:
+        """How many requests of `op` (under `key`, after meter row `after`) had `outcome`
+        (billed by default; None: any outcome)."""
+        return sum(
+            row["count"]
+            for row in self.meter(op, key, after=after)
+            if outcome is None or row["outcome"] == outcome
+        )
+
+    def renders(self, **filters: Any) -> list[dict[str, Any]]:
+        return self._control("GET", "/v1/renders", params=filters)["data"]
+
+    def assets(self, **filters: Any) -> list[dict[str, Any]]:
+        return self._control("GET", "/v1/assets", params=filters)["data"]
+
+    def articles(self, **filters: Any) -> list[dict[str, Any]]:
+        return self._control("GET", "/v1/articles", params=filters)["data"]
+
+    def charges(self, **filters: Any) -> list[dict[str, Any]]:
+        return self._control("GET", "/v1/charges", params=filters)["data"]
+
+    def publish(self, article: dict[str, Any]) -> dict[str, Any]:
+        """Publish as anyone may (by hand, or a request that arrives late)."""
+        return self._control("POST", "/v1/articles", json=article)
+
+    def edit_article(self, article_id: str, **changes: str) -> dict[str, Any]:
+        """What an editor does to a live article: title, body or its delivery key."""
+        return self._control("PATCH", f"/v1/articles/{article_id}", json=changes)
+
+    def delete_article(self, article_id: str) -> None:
+        self._control("DELETE", f"/v1/articles/{article_id}")
+
+
+class ServiceProcess(ServiceClient):
     """One `python -m demo_service` process (gunicorn master and worker, in their own process
     group). The port stays the same across stop() and start()."""
 
@@ -49,10 +157,7 @@ class ServiceProcess:
         self.host = host
         self.port = port or free_port(host)
         self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        super().__init__(f"http://{self.host}:{self.port}")
 
     @property
     def running(self) -> bool:
@@ -87,9 +192,8 @@ class ServiceProcess:
                     f"the demo service exited with {self.proc.returncode}; its log:\n"
                     + self.log.read_text(errors="replace")[-4000:]
                 )
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{self.url}/_health", timeout=1, trust_env=False).is_success:
-                    return
+            if self.answers():
+                return
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"the demo service did not answer on {self.url}")
@@ -114,51 +218,3 @@ class ServiceProcess:
                 return True
         except OSError:
             return False
-
-    # --- the control endpoints ----------------------------------------------------------
-
-    def _control(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = httpx.request(method, f"{self.url}{path}", timeout=10, trust_env=False, **kwargs)
-        response.raise_for_status()
-        return response.json()
-
-    def reset(self) -> None:
-        """Forget all objects, stored responses, meter rows and faults."""
-        self._control("POST", "/_reset")
-
-    def arm(
-        self,
-        op: str,
-        mode: str,
-        *,
-        key: str = "",
-        seconds: float = 0,
-        status: int = 503,
-        times: int = 1,
-    ) -> dict[str, Any]:
-        """Arm a fault for the next `times` requests of `op` (and `key`): mode "drop" commits
-        then drops the connection, "delay" commits then answers after `seconds`, "error"
-        answers `status` before committing anything."""
-        spec: dict[str, Any] = {"op": op, "mode": mode, "key": key, "times": times}
-        if mode == "delay":
-            spec["seconds"] = seconds
-        if mode == "error":
-            spec["status"] = status
-        return self._control("POST", "/_faults", json=spec)
-
-    def faults(self) -> list[dict[str, Any]]:
-        return self._control("GET", "/_faults")["data"]
-
-    def meter(self, op: str | None = None, key: str | None = None) -> list[dict[str, Any]]:
-        params = {k: v for k, v in (("op", op), ("key", key)) if v is not None}
-        return self._control("GET", "/_meter", params=params)["data"]
-
-    def count(self, op: str, key: str | None = None, outcome: str = "billed") -> int:
-        """How many requests of `op` (under `key`) had `outcome` (billed by default)."""
-        return sum(row["count"] for row in self.meter(op, key) if row["outcome"] == outcome)
-
-    def articles(self, **filters: str) -> list[dict[str, Any]]:
-        return self._control("GET", "/v1/articles", params=filters)["data"]
-
-    def charges(self, **filters: str) -> list[dict[str, Any]]:
-        return self._control("GET", "/v1/charges", params=filters)["data"]

@@ -88,10 +88,28 @@ def charge(body: dict[str, Any], key: str) -> tuple[dict[str, Any], Decimal]:
     return row.as_json(), amount
 
 
+def article_by_id(article_id: str) -> Article | None:
+    number = article_id.removeprefix("art-")
+    return Article.objects.filter(pk=int(number)).first() if number.isdecimal() else None
+
+
+def edit_article(row: Article, changes: dict[str, Any]) -> None:
+    """An editor's change to a live article: title, body, or the delivery key it carries."""
+    _only(changes, "title", "body", "delivery_key")
+    if "title" in changes:
+        row.title = _text(changes, "title", limit=300)
+    if "body" in changes:
+        row.body = _text(changes, "body", limit=MAX_CONTENT_CHARS)
+    if "delivery_key" in changes:
+        row.delivery_key = _text(changes, "delivery_key", limit=255, required=False)
+    row.content_hash = content_hash(row.title, row.body)
+    row.save()
+
+
 def find_article(key: str, account: str, platform: str, chash: str) -> Article | None:
     """By delivery key; else an article with the same content that carries no key at all
     (published by hand, outside any pipeline). The same content under another key is another
-    delivery (another run's), never this one. Same rule as demo.simulators.find_article."""
+    delivery (another run's), never this one."""
     scope = Article.objects.all()
     if account:
         scope = scope.filter(account=account)

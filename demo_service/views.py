@@ -6,7 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.db import transaction
-from django.db.models import Count, Sum
+from django.db.models import Count, Max, QuerySet, Sum
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -26,36 +26,66 @@ from demo_service.models import (
 # --- the four systems ------------------------------------------------------------------------
 
 
-@require_POST
-def create_render(request: HttpRequest) -> JsonResponse:
-    return handle_create(request, Operation.RENDER, systems.render)
+def _listing(request: HttpRequest, rows: QuerySet, fields: tuple[str, ...]) -> JsonResponse:
+    """GET of a collection: ?<field>= filters, ?after=<n> only objects created after the one
+    numbered n (what a test marked before it acted), oldest first, at most 1000."""
+    for field in fields:
+        if field in request.GET:
+            rows = rows.filter(**{field: request.GET[field]})
+    if "after" in request.GET:
+        try:
+            rows = rows.filter(pk__gt=int(request.GET["after"]))
+        except ValueError:
+            return error(400, "invalid_request", "after must be a whole number")
+    return JsonResponse({"data": [row.as_json() for row in rows.order_by("pk")[:1000]]})
 
 
-@require_POST
-def create_asset(request: HttpRequest) -> JsonResponse:
-    return handle_create(request, Operation.UPLOAD, systems.upload)
+@require_http_methods(["GET", "POST"])
+def renders(request: HttpRequest) -> JsonResponse:
+    if request.method == "POST":
+        return handle_create(request, Operation.RENDER, systems.render)
+    return _listing(request, Render.objects.all(), ("delivery_key",))
+
+
+@require_http_methods(["GET", "POST"])
+def assets(request: HttpRequest) -> JsonResponse:
+    if request.method == "POST":
+        return handle_create(request, Operation.UPLOAD, systems.upload)
+    return _listing(request, Asset.objects.all(), ("delivery_key", "name"))
 
 
 @require_http_methods(["GET", "POST"])
 def articles(request: HttpRequest) -> JsonResponse:
     if request.method == "POST":
         return handle_create(request, Operation.PUBLISH, systems.publish)
-    rows = Article.objects.order_by("pk")
-    for field in ("account", "platform", "delivery_key"):
-        if field in request.GET:
-            rows = rows.filter(**{field: request.GET[field]})
-    return JsonResponse({"data": [a.as_json() for a in rows[:1000]]})
+    return _listing(request, Article.objects.all(), ("account", "platform", "delivery_key"))
+
+
+@require_http_methods(["GET", "PATCH", "DELETE"])
+def article(request: HttpRequest, article_id: str) -> JsonResponse:
+    """One article, as an editor of the platform sees it: PATCH changes its title, body or the
+    delivery key it carries (what happens to a live article behind a pipeline's back), DELETE
+    takes it down. Neither is metered: no pipeline does either."""
+    row = systems.article_by_id(article_id)
+    if row is None:
+        return error(404, "not_found", f"no article {article_id}")
+    if request.method == "GET":
+        return JsonResponse(row.as_json())
+    if request.method == "DELETE":
+        row.delete()
+        return JsonResponse({"id": article_id, "deleted": True})
+    try:
+        systems.edit_article(row, parse_body(request))
+    except Invalid as exc:
+        return error(400, "invalid_request", str(exc))
+    return JsonResponse(row.as_json())
 
 
 @require_http_methods(["GET", "POST"])
 def charges(request: HttpRequest) -> JsonResponse:
     if request.method == "POST":
         return handle_create(request, Operation.CHARGE, systems.charge)
-    rows = Charge.objects.order_by("pk")
-    for field in ("account", "delivery_key"):
-        if field in request.GET:
-            rows = rows.filter(**{field: request.GET[field]})
-    return JsonResponse({"data": [c.as_json() for c in rows[:1000]]})
+    return _listing(request, Charge.objects.all(), ("account", "delivery_key"))
 
 
 # --- reconcile lookups by delivery key ---------------------------------------------------------
@@ -134,12 +164,18 @@ def fault_list(request: HttpRequest) -> JsonResponse:
 
 @require_GET
 def meter(request: HttpRequest) -> JsonResponse:
-    """Requests answered, per operation, key and outcome: ?op= and ?key= filter."""
+    """Requests answered, per operation, key and outcome: ?op= and ?key= filter, ?after=<n>
+    counts only what came after meter row n (see /_marks)."""
     rows = MeterEntry.objects.all()
     if "op" in request.GET:
         rows = rows.filter(operation=request.GET["op"])
     if "key" in request.GET:
         rows = rows.filter(key=request.GET["key"])
+    if "after" in request.GET:
+        try:
+            rows = rows.filter(pk__gt=int(request.GET["after"]))
+        except ValueError:
+            return error(400, "invalid_request", "after must be a whole number")
     grouped = (
         rows.values("operation", "key", "outcome")
         .annotate(count=Count("id"), cost=Sum("cost"))
@@ -157,6 +193,25 @@ def meter(request: HttpRequest) -> JsonResponse:
                 }
                 for g in grouped
             ]
+        }
+    )
+
+
+@require_GET
+def marks(request: HttpRequest) -> JsonResponse:
+    """The newest row number of each collection and of the meter: pass one back as ?after= to
+    see only what came since, without resetting anything (the fault matrix runs many cases
+    against one service)."""
+    return JsonResponse(
+        {
+            name: model.objects.aggregate(top=Max("pk"))["top"] or 0
+            for name, model in (
+                ("render", Render),
+                ("upload", Asset),
+                ("publish", Article),
+                ("charge", Charge),
+                ("meter", MeterEntry),
+            )
         }
     )
 

@@ -86,7 +86,7 @@ INSTALLED_APPS = [
     "axes",
     "runs",
 ]
-# The demo app is the demo pipeline's simulated outside world (and its fault injection and
+# The demo app is the demo pipeline's in-process fact source (and its fault injection and
 # seed_demo): its tables, admin pages and commands belong to a deployment only if it runs it.
 if USES_DEMO:
     INSTALLED_APPS.append("demo")
@@ -226,6 +226,9 @@ RESUMER_MAX_PAYLOAD_BYTES = 5 * 1024 * 1024
 RESUMER_CHAIN_KEY = os.environ.get("RESUMER_CHAIN_KEY", "")
 # An HTTP tool's request or response body above this size is recorded as an artifact.
 RESUMER_HTTP_INLINE_BODY_BYTES = 2 * 1024
+# Where the demo pipeline's HTTP tools find the demo service (python -m demo_service; make
+# run starts it there).
+DEMO_SERVICE_URL = os.environ.get("DEMO_SERVICE_URL", "http://127.0.0.1:8001").rstrip("/")
 
 # --- Notifications (runs/notify.py) -------------------------------------------------------
 # Where links in messages point: the address people open the dashboard at.

@@ -3,6 +3,7 @@ and what a target said it found. Each goes with its event in one transaction."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
@@ -13,10 +14,26 @@ from runs.append import Writer, append
 from runs.models import Effect, Event
 from runs.pipeline import Reconciliation
 
-__all__ = ["record_found", "record_intent", "record_outcome"]
+__all__ = ["MorePayload", "record_found", "record_intent", "record_outcome", "with_more"]
 
 
-def record_intent(writer: Writer, effect_fields: dict[str, Any], *, event_payload: dict) -> Effect:
+# more_payload(): payload fields built inside the event's transaction, because building them
+# may write artifact rows (an HTTP tool's large bodies), which must commit with the fenced
+# append or not at all.
+MorePayload = Callable[[], dict[str, Any]] | None
+
+
+def with_more(payload: dict, more_payload: MorePayload) -> dict:
+    return {**payload, **more_payload()} if more_payload is not None else payload
+
+
+def record_intent(
+    writer: Writer,
+    effect_fields: dict[str, Any],
+    *,
+    event_payload: dict,
+    more_payload: MorePayload = None,
+) -> Effect:
     """Commit the effect intent (and its TOOL_CALLED event) before the external call.
 
     An existing effect with the same delivery key is reused: its attempts go up, and the
@@ -26,7 +43,7 @@ def record_intent(writer: Writer, effect_fields: dict[str, Any], *, event_payloa
             writer,
             Event.Type.TOOL_CALLED,
             stage=effect_fields["stage"],
-            payload=event_payload,
+            payload=with_more(event_payload, more_payload),
             idempotency_key=effect_fields["delivery_key"],
         )
         effect = (
@@ -59,6 +76,7 @@ def record_outcome(
     event_type: str = Event.Type.TOOL_RESULT,
     event_payload: dict | None = None,
     run_status: str | None = None,
+    more_payload: MorePayload = None,
 ) -> Event:
     """Write back what the call produced (or what is known of it) with its event."""
     with transaction.atomic():
@@ -66,14 +84,17 @@ def record_outcome(
             writer,
             event_type,
             stage=effect.stage,
-            payload=event_payload
-            or {
-                "call": effect.call_id,
-                "tool": effect.tool,
-                "status": status,
-                "external_id": external_id,
-                "error": error,
-            },
+            payload=with_more(
+                event_payload
+                or {
+                    "call": effect.call_id,
+                    "tool": effect.tool,
+                    "status": status,
+                    "external_id": external_id,
+                    "error": error,
+                },
+                more_payload,
+            ),
             idempotency_key=effect.delivery_key,
             status=run_status,
         )
@@ -88,7 +109,9 @@ def record_outcome(
         return event
 
 
-def record_found(writer: Writer, effect: Effect, answer: Reconciliation) -> Event:
+def record_found(
+    writer: Writer, effect: Effect, answer: Reconciliation, *, more_payload: MorePayload = None
+) -> Event:
     """The target says the effect happened and matches: confirm it with a RECONCILED event
     (the engine on its own re-check, or an approval writing down what the plan showed)."""
     return record_outcome(
@@ -106,4 +129,5 @@ def record_found(writer: Writer, effect: Effect, answer: Reconciliation) -> Even
             "external_id": answer.external_id,
             "detail": answer.detail,
         },
+        more_payload=more_payload,
     )

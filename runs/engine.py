@@ -29,7 +29,7 @@ from runs.append import LeaseLost, LedgerError, Writer, append, create_run
 from runs.chain import canonical_json
 from runs.checkpoints import latest_checkpoint, write_checkpoint
 from runs.contract import Contract, Usage
-from runs.effects import record_found, record_intent, record_outcome
+from runs.effects import MorePayload, record_found, record_intent, record_outcome, with_more
 from runs.hooks import CallHooks
 from runs.models import Checkpoint, Effect, Event, ReplayPolicy, Run
 from runs.pipeline import (
@@ -39,6 +39,7 @@ from runs.pipeline import (
     registry,
 )
 from runs.replay import Action, Recorded, asks_target, decide
+from runs.tools.http import KeyConflict, exchanges_payload, recording
 
 log = logging.getLogger("runs.engine")
 
@@ -418,20 +419,24 @@ class StageContext:
         self.hooks.before_call(self, call_id)
         started = time.monotonic()
         self.usage.add_call(tool.name, tool.cost)
-        result = tool.call(args, "")
+        with recording() as seen:
+            result = tool.call(args, "")
         self.hooks.after_call(self, call_id, result)
-        append(
-            self.writer,
-            Event.Type.TOOL_RESULT,
-            stage=self.stage,
-            payload={
-                "call": call_id,
-                "tool": tool.name,
-                "result": result,
-                "cost": str(tool.cost),
-                "duration_ms": _ms(started),
-            },
-        )
+        payload = {
+            "call": call_id,
+            "tool": tool.name,
+            "result": result,
+            "cost": str(tool.cost),
+            "duration_ms": _ms(started),
+        }
+        with transaction.atomic():
+            more = self._exchanges(seen, call_id)
+            append(
+                self.writer,
+                Event.Type.TOOL_RESULT,
+                stage=self.stage,
+                payload=with_more(payload, more),
+            )
         return result
 
     def _decide(self, call_id: str, tool, existing: Effect | None, req_hash: str):
@@ -439,10 +444,12 @@ class StageContext:
         decision needs it: the one decision the planner predicted with."""
         recorded = Recorded.of(existing)
         answer, unanswered = None, ""
+        asked: list = []
         if asks_target(tool.policy, recorded):
             self.usage.add_query(tool.name)
             try:
-                answer = tool.reconcile(existing)
+                with recording() as asked:
+                    answer = tool.reconcile(existing)
             except Exception as exc:  # a target that cannot answer is never guessed about
                 unanswered = str(exc) or type(exc).__name__
         decision = decide(
@@ -456,20 +463,24 @@ class StageContext:
             verb=tool.verb,
             target=existing.target if existing else "",
         )
-        return decision, answer
+        return decision, answer, asked
 
     def _call_effect(self, call_id: str, tool, args: dict[str, Any]) -> Any:
         parts = tool.key(self, args)
         key = parts.key
         req_hash = request_hash(tool.name, args)
         existing = Effect.objects.filter(delivery_key=key).first()
-        decision, answer = self._decide(call_id, tool, existing, req_hash)
+        decision, answer, asked = self._decide(call_id, tool, existing, req_hash)
         self._keep_contract(call_id, tool, decision.action)
         if decision.action == Action.REFUSE:
             self._stop(Run.Status.FAILED, Event.Type.FAILED, decision.reason, key=key)
         if decision.action == Action.BLOCKED:
             self._stop(
-                Run.Status.NEEDS_APPROVAL, Event.Type.NEEDS_APPROVAL, decision.reason, key=key
+                Run.Status.NEEDS_APPROVAL,
+                Event.Type.NEEDS_APPROVAL,
+                decision.reason,
+                key=key,
+                more_payload=self._exchanges(asked, f"{call_id}/reconcile", "reconcile"),
             )
         if decision.action == Action.REUSE:
             append(
@@ -505,7 +516,9 @@ class StageContext:
             )
             return None
         if decision.action == Action.RECORD_FOUND:
-            record_found(self.writer, existing, answer)
+            record_found(
+                self.writer, existing, answer, more_payload=self._exchanges(asked, call_id)
+            )
             return answer.result
         # CALL or RETRY_SAME_KEY: intent first, then the call.
         effect = record_intent(
@@ -528,6 +541,8 @@ class StageContext:
                 "target": parts.target,
                 "args": args,
             },
+            # What the target answered when it was asked first ("not found"), if it was.
+            more_payload=self._exchanges(asked, f"{call_id}/reconcile", "reconcile"),
         )
         self.hooks.before_call(self, call_id)
         # Fence the call itself, not only the writes around it: a worker that froze after
@@ -538,11 +553,38 @@ class StageContext:
             raise LeaseLost(self.writer.run_id, self.writer.token)
         started = time.monotonic()
         self.usage.add_call(tool.name, tool.cost)
+        seen: list = []
         try:
-            result = tool.call(args, key)
+            with recording() as seen:
+                result = tool.call(args, key)
             self.hooks.after_call(self, call_id, result)
+        except KeyConflict as exc:
+            # Nothing happened for this request, and the same key would get the same 409: the
+            # run stops, and replay.decide() blocks a resume of this effect for a human.
+            record_outcome(
+                self.writer,
+                effect,
+                status=Effect.Status.CONFLICT,
+                error=str(exc)[:2000],
+                event_type=Event.Type.FAILED,
+                event_payload={
+                    "call": call_id,
+                    "tool": tool.name,
+                    "status": "conflict",
+                    "error": str(exc)[:2000],
+                },
+                run_status=Run.Status.FAILED,
+                more_payload=self._exchanges(seen, call_id),
+            )
+            raise StageStopped(str(exc)) from exc
         except ToolRejected as exc:
-            record_outcome(self.writer, effect, status=Effect.Status.FAILED, error=str(exc))
+            record_outcome(
+                self.writer,
+                effect,
+                status=Effect.Status.FAILED,
+                error=str(exc),
+                more_payload=self._exchanges(seen, call_id),
+            )
             raise
         except Exception as exc:
             # We cannot tell whether the call happened: say so, never guess.
@@ -559,6 +601,7 @@ class StageContext:
                     "error": f"outcome unknown: {type(exc).__name__}: {exc}"[:2000],
                 },
                 run_status=Run.Status.FAILED,
+                more_payload=self._exchanges(seen, call_id),
             )
             raise StageStopped(str(exc)) from exc
         record_outcome(
@@ -577,8 +620,18 @@ class StageContext:
                 "duration_ms": _ms(started),
                 "result": _summary(result),
             },
+            more_payload=self._exchanges(seen, call_id),
         )
         return result
+
+    def _exchanges(self, seen: list, call_id: str, field: str = "exchanges") -> MorePayload:
+        """The requests and responses an HTTP tool made, as more payload for its call's event
+        (None for other tools): built inside the event's transaction, since large bodies
+        become artifact rows that must commit with the fenced append or not at all."""
+        if not seen:
+            return None
+        name = f"http/{self.run.public_id}/{self.stage}/{call_id}"
+        return lambda: {field: exchanges_payload(seen, name=name, run=self.run)}
 
     # The approved plan ------------------------------------------------------------------
 
@@ -619,15 +672,24 @@ class StageContext:
         )
         self.deviated = True
 
-    def _stop(self, status: str, event_type: str, reason: str, *, key: str = "") -> None:
-        append(
-            self.writer,
-            event_type,
-            stage=self.stage,
-            idempotency_key=key,
-            payload={"error": reason},
-            status=status,
-        )
+    def _stop(
+        self,
+        status: str,
+        event_type: str,
+        reason: str,
+        *,
+        key: str = "",
+        more_payload: MorePayload = None,
+    ) -> None:
+        with transaction.atomic():
+            append(
+                self.writer,
+                event_type,
+                stage=self.stage,
+                idempotency_key=key,
+                payload=with_more({"error": reason}, more_payload),
+                status=status,
+            )
         raise StageStopped(reason)
 
 

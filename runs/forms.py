@@ -11,6 +11,7 @@ from runs.edits import EDITABLE_EFFECT_FIELDS, MAX_EDIT_REASON_CHARS
 from runs.models import Effect, Run
 from runs.pipeline import registry
 from runs.resume import STRICT, UPGRADE
+from runs.stops import ReasonKind
 
 
 class InboxFilterForm(forms.Form):
@@ -23,6 +24,16 @@ class InboxFilterForm(forms.Form):
     status = forms.ChoiceField(label="Status", required=False)
     pipeline = forms.ChoiceField(label="Pipeline", required=False)
     stage = forms.ChoiceField(label="Stage", required=False)
+    reason = forms.ChoiceField(
+        label="Why it stopped",
+        required=False,
+        choices=[("", "Any")] + list(ReasonKind.choices),
+        error_messages={
+            "invalid_choice": "Choose why runs stopped: "
+            + ", ".join(ReasonKind.values)
+            + ", or any."
+        },
+    )
     # The id of the last run of the previous page (keyset paging).
     after = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
     # The runs of one notification: the link in a message about many runs (runs/notify.py).
@@ -52,6 +63,7 @@ class InboxFilterForm(forms.Form):
             stage=data.get("stage") or "",
             run_pk=data.get("q"),
             notice=data.get("notice"),
+            reason=data.get("reason") or "",
         )
 
 
@@ -85,6 +97,69 @@ class ApproveForm(forms.Form):
         label="I have read the plan",
         error_messages={"required": "Tick “I have read the plan” to confirm."},
     )
+
+
+class RunIdsField(forms.Field):
+    """Run ids as the group page sends them: one value per ticked box ("run-12" or "12"), or
+    one comma-separated value (the runs the page showed)."""
+
+    widget = forms.MultipleHiddenInput
+    default_error_messages = {
+        "invalid": "%(value)s is not a run id (e.g. run-123).",
+        "too_many": "At most %(max)s runs in one approval.",
+    }
+    MAX_RUNS = 10_000
+
+    def to_python(self, value: Any) -> list[int]:
+        values = value.split(",") if isinstance(value, str) else list(value or [])
+        values = [str(item).strip() for item in values if str(item).strip()]
+        if len(values) > self.MAX_RUNS:
+            raise forms.ValidationError(
+                self.error_messages["too_many"], code="too_many", params={"max": self.MAX_RUNS}
+            )
+        pks = []
+        for text in values:
+            pk = Run.pk_from_public_id(text if text.startswith("run-") else f"run-{text}")
+            if pk is None:
+                raise forms.ValidationError(
+                    self.error_messages["invalid"], code="invalid", params={"value": text[:40]}
+                )
+            pks.append(pk)
+        return pks
+
+
+GROUP_SCOPES = [("all", "Every run shown"), ("selected", "The ticked runs")]
+
+
+class GroupApproveForm(forms.Form):
+    """The approval of a group of runs (runs/triage.py): the group fingerprint that was read,
+    and either every run the page showed (`shown`, one comma-separated field whatever the
+    group's size) or the ticked ones. A run that left the group since the page was shown is
+    not a form error: approve_group skips it and lists its fresh plan. A run that joined the
+    group since is not approved: nobody saw it."""
+
+    action = forms.ChoiceField(choices=[(STRICT, "Strict resume"), (UPGRADE, "Upgrade")])
+    fingerprint = forms.RegexField(regex=r"^[0-9a-f]{64}$", max_length=64)
+    scope = forms.ChoiceField(choices=GROUP_SCOPES)
+    shown = RunIdsField(required=False, widget=forms.HiddenInput)
+    runs = RunIdsField(required=False)
+    confirm = forms.BooleanField(
+        label="I have read the group's plan",
+        error_messages={"required": "Tick “I have read the group's plan” to confirm."},
+    )
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        scope = cleaned.get("scope")
+        if scope == "selected" and not cleaned.get("runs"):
+            self.add_error("runs", "Tick at least one run to approve.")
+        elif scope == "all" and not cleaned.get("shown"):
+            self.add_error("shown", "The page did not say which runs it showed; reload it.")
+        return cleaned
+
+    def run_ids(self) -> list[int]:
+        data = self.cleaned_data
+        return data["runs"] if data["scope"] == "selected" else data["shown"]
 
 
 class EffectLedgerForm(forms.ModelForm):

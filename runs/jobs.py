@@ -3,6 +3,8 @@ and notify.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import django_rq
 from django.conf import settings
 from django.db import close_old_connections, connections
@@ -15,8 +17,20 @@ def job_id(run_pk: int, ticket: str) -> str:
     return f"run-{run_pk}-{ticket}"
 
 
+# One queue (so one Redis client and its connection pool) per queue name and Redis URL in a
+# process. django_rq.get_queue() builds a new client each call: every stage dispatch, plan job
+# and sweeper question paid a TCP connect and handshake. Keyed by URL so a test that points
+# RQ_QUEUES elsewhere gets a queue there.
+_queues: dict[tuple[str, str], Any] = {}
+
+
 def queue():
-    return django_rq.get_queue(settings.RESUMER_QUEUE)
+    name = settings.RESUMER_QUEUE
+    key = (name, str(settings.RQ_QUEUES.get(name, {}).get("URL", "")))
+    found = _queues.get(key)
+    if found is None:
+        found = _queues[key] = django_rq.get_queue(name)
+    return found
 
 
 def enqueue_stage(run_pk: int, stage: str, ticket: str) -> None:

@@ -283,6 +283,9 @@ class EffectStatus(models.TextChoices):
     UNKNOWN = "unknown", "Unknown"
     # A supervisor decided this effect is not to happen; the stage goes on without it.
     ABANDONED = "abandoned", "Abandoned"
+    # The target refused the delivery key (409): it holds a different request under it.
+    # Nothing happened for this request, and calling again with the key cannot help.
+    CONFLICT = "conflict", "Key conflict"
 
 
 class Effect(models.Model):
@@ -425,6 +428,22 @@ class StoredPlan(models.Model):
     drifted = models.BooleanField(default=False)
     resume_money = models.DecimalField(max_digits=12, decimal_places=4, default=0)
     fresh_money = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    resume_calls = models.PositiveIntegerField(default=0)
+    fresh_calls = models.PositiveIntegerField(default=0)
+    # What the plan does about each call whose outcome the ledger does not know (intent or
+    # unknown), {"stage/call": action}: the inbox says it beside the stop ("publish outcome
+    # unknown; the target has it"). A few entries at most.
+    unsettled = models.JSONField(default=dict, blank=True)
+
+    # The group fingerprint of the plan's shape (runs/triage.py): what a human decides on,
+    # without the run. Runs whose plans share it are approved together.
+    shape = models.CharField(max_length=64, blank=True, default="")
+
+    class Meta:
+        indexes = [
+            # triage.group(): the runs of one group, and the inbox's GROUP BY shape.
+            models.Index(fields=["shape", "run"], name="storedplan_shape_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"plan of run-{self.run_id} ({self.fingerprint[:12]})"

@@ -95,7 +95,7 @@ class Tool:
     # reconcile(effect) -> Reconciliation; required for RECONCILE_FIRST, optional otherwise.
     reconcile: Callable[[Effect], Reconciliation] | None = None
     cost: Decimal = Decimal(0)
-    # What the call consumes in the simulators' terms ("render", "upload", ...), for plans.
+    # What the call consumes, in the target's terms ("render", "upload", ...), for plans.
     meter: str = ""
     # How a plan names the act ("publish", "charge"): "do not publish again".
     verb: str = "call"

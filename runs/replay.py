@@ -12,6 +12,7 @@ the engine's decision differs from the plan's line and the contract check sees i
     abandoned by a supervisor ............................ SKIP
     failed (the target refused: nothing happened) ........ CALL
     key reused for a different request ................... REFUSE
+    the target refused the key (409, another request) .... BLOCKED
     intent / unknown (may or may not have happened):
         IDEMPOTENT ....................................... RETRY_SAME_KEY
         RECONCILE_FIRST: ask the target
@@ -129,6 +130,17 @@ def decide(
         return Decision(Action.REUSE, f"confirmed as {recorded.external_id}")
     if status == EffectStatus.ABANDONED:
         return Decision(Action.SKIP, "abandoned by a supervisor")
+    if status == EffectStatus.CONFLICT:
+        # Nothing happened for this request, yet calling again would send the same key with
+        # the same request and get the same 409: only a human can tell which request the
+        # target's key belongs to (abandon this one, or confirm what the target holds).
+        return Decision(
+            Action.BLOCKED,
+            "the target holds a different request under this delivery key",
+            reason=f"{tool} ({call_id}): the target answered 409, its delivery key was used "
+            "for a different request there; nothing is called with this key again. A "
+            "supervisor must resolve it in the ledger.",
+        )
     if status == EffectStatus.FAILED:
         if policy == ReplayPolicy.NEVER:
             return Decision(Action.CALL, "a supervisor recorded that it did not happen")

@@ -63,13 +63,14 @@ def load_run(public_id: str) -> Run:
     return run
 
 
-def approve(run: Run, action: str, fingerprint: str, *, actor: str) -> Approval:
+def approve(run: Run, action: str, fingerprint: str, *, actor: str, batch: str = "") -> Approval:
     """Approve `action` on the plan with `fingerprint`. Raises ResumeRefused (StalePlan,
-    AlreadyApproved) and changes nothing when the approval does not hold."""
+    AlreadyApproved) and changes nothing when the approval does not hold. `batch` names the
+    bulk approval this one is part of (runs/triage.py); PLAN_APPROVED records it."""
     if action not in ACTIONS:
         raise ResumeRefused(f"unknown action {action!r}: choose strict or upgrade")
     try:
-        return _approve(run, action, fingerprint, actor=actor)
+        return _approve(run, action, fingerprint, actor=actor, batch=batch)
     except ResumeRefused as exc:
         # Refused because this very plan was approved a moment ago, with the same action (a
         # double click, a re-sent form or command, a second approver just behind the first):
@@ -82,7 +83,7 @@ def approve(run: Run, action: str, fingerprint: str, *, actor: str) -> Approval:
         raise
 
 
-def _approve(run: Run, action: str, fingerprint: str, *, actor: str) -> Approval:
+def _approve(run: Run, action: str, fingerprint: str, *, actor: str, batch: str) -> Approval:
     run.refresh_from_db()
     plan = compute_plan(run)
     _check(plan, action, fingerprint)
@@ -112,6 +113,7 @@ def _approve(run: Run, action: str, fingerprint: str, *, actor: str) -> Approval
                 if action == STRICT
                 else plan.upgrade.stages_rerun,
                 "by": actor,
+                **({"batch": batch} if batch else {}),
             },
         )
         # Whichever way it goes on, the approved run's ledger now records what the plan's

@@ -18,23 +18,37 @@ from django.db.models.functions import Now
 
 from runs.models import Run, StoredPlan
 from runs.planner import Plan, compute_plan
+from runs.replay import UNSETTLED
 
 log = logging.getLogger("runs.stored_plans")
+
+
+def unsettled(plan: Plan) -> dict[str, str]:
+    """{"stage/call": action} for the plan's calls whose outcome the ledger does not know."""
+    return {f"{e.stage}/{e.call_id}": e.action for e in plan.effects if e.status in UNSETTLED}
 
 
 def store(plan: Plan) -> StoredPlan | None:
     """Keep `plan` as the run's stored plan unless a plan of a newer run version is stored
     already (two workers computing plans of one run: the older answer never wins). Returns
     the row now stored, or None when `plan` lost."""
+    # triage builds on this module (it stores the fresh plans of the runs it skips).
+    from runs.triage import group_fingerprint
+
+    data = plan.to_dict()
     values = {
         "fingerprint": plan.fingerprint,
         "run_version": plan.run_version,
         "computed_at": Now(),
-        "data": plan.to_dict(),
+        "data": data,
+        "shape": group_fingerprint(data),
         "blocked": plan.blocked,
         "drifted": bool(plan.drift),
         "resume_money": Decimal(plan.cost_resume.money),
         "fresh_money": Decimal(plan.cost_fresh.money),
+        "resume_calls": plan.cost_resume.tool_calls,
+        "fresh_calls": plan.cost_fresh.tool_calls,
+        "unsettled": unsettled(plan),
     }
     with transaction.atomic():
         updated = StoredPlan.objects.filter(

@@ -14,6 +14,7 @@ still exists. The bound: a dead worker's run is interrupted within lease TTL + s
 from __future__ import annotations
 
 import logging
+import random
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -152,6 +153,7 @@ def interrupt(finding: Finding, *, takeover: bool = False) -> bool:
                     "reason": finding.reason,
                     **{k: str(v) for k, v in finding.detail.items()},
                     "last_seq": run.last_seq,
+                    **_call_in_flight(run),
                 },
                 status=Run.Status.INTERRUPTED,
                 ticket="",
@@ -163,10 +165,33 @@ def interrupt(finding: Finding, *, takeover: bool = False) -> bool:
         leases.release(finding.run_pk, token)
 
 
+def _call_in_flight(run: Run) -> dict[str, str]:
+    """The call the worker was making when it went away, if its last event is that call's
+    TOOL_CALLED (every call writes one before it starts): "worker lost during upload-cover"
+    is what an operator needs to read first. One indexed read of the run's last event."""
+    last = (
+        Event.objects.filter(run=run, seq=run.last_seq, type=Event.Type.TOOL_CALLED)
+        .values_list("payload", flat=True)
+        .first()
+    )
+    if not isinstance(last, dict):
+        return {}
+    # A payload stored as an artifact keeps its call and tool in the inline summary.
+    shown = last.get("summary", last)
+    return {key: str(shown[key]) for key in ("call", "tool") if shown.get(key)}
+
+
 def sweep() -> list[int]:
-    """One pass; returns the pks of the runs it interrupted."""
+    """One pass; returns the pks of the runs it interrupted.
+
+    The findings are taken in random order: after an outage every worker's sweeper finds the
+    same hundreds of runs at once, and walking them in the same order made one sweeper do the
+    work while the others followed it, skipping what it had just taken (interrupt() is a
+    compare-and-set, so whichever sweeper comes first acts and the rest do nothing)."""
     done = []
-    for finding in find_expired() + find_lost_jobs():
+    findings = find_expired() + find_lost_jobs()
+    random.shuffle(findings)
+    for finding in findings:
         if interrupt(finding):
             done.append(finding.run_pk)
     return done

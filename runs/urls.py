@@ -43,7 +43,19 @@ class PipelineNameConverter:
         return value
 
 
+class FingerprintConverter:
+    # A group fingerprint (runs/triage.py): anything else is a plain 404.
+    regex = r"[0-9a-f]{64}"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
 register_converter(RunIdConverter, "run")
+register_converter(FingerprintConverter, "fingerprint")
 register_converter(IdConverter, "id")
 register_converter(PipelineNameConverter, "pipeline")
 
@@ -56,6 +68,8 @@ urlpatterns = [
     path("<run:pk>/plan/", views.plan, name="plan"),
     path("<run:pk>/plan/check/", views.check_targets, name="check_targets"),
     path("<run:pk>/approve/", views.approve_plan, name="approve"),
+    path("groups/<fingerprint:fingerprint>/", views.group_detail, name="group"),
+    path("groups/<fingerprint:fingerprint>/approve/", views.approve_group, name="approve_group"),
     path("artifacts/<id:pk>/", views.artifact_detail, name="artifact"),
     path("artifacts/<id:pk>/raw/", views.artifact_raw, name="artifact_raw"),
 ]

@@ -21,8 +21,8 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from runs import artifacts as artifact_store
-from runs import charts, queries, roles, stats, stored_plans
-from runs.forms import ApproveForm, InboxFilterForm, PipelineWindowForm
+from runs import charts, queries, roles, stats, stored_plans, triage
+from runs.forms import ApproveForm, GroupApproveForm, InboxFilterForm, PipelineWindowForm
 from runs.models import Artifact, StoredPlan
 from runs.planner import Plan, compute_plan
 from runs.resume import AlreadyApproved, ResumeRefused, approve
@@ -73,13 +73,15 @@ def _after(request: HttpRequest) -> int | None:
 @viewer_required
 def inbox(request: HttpRequest) -> HttpResponse:
     form = InboxFilterForm(request.GET)
-    page = None
+    page = triaged = None
     if form.is_valid():
         page = queries.inbox_page(form.filters(), form.cleaned_data["after"])
-    context = {"form": form, "page": page}
-    # htmx swaps just the results when a filter changes; a history restore wants the page.
+        triaged = queries.inbox_groups(form.filters())
+    context = {"form": form, "page": page, "triage": triaged}
+    # htmx swaps just the results (and the groups, out of band) when a filter changes; a
+    # history restore wants the page.
     partial = request.htmx and not request.htmx.history_restore_request
-    template = "runs/_inbox_rows.html" if partial else "runs/inbox.html"
+    template = "runs/_inbox_partial.html" if partial else "runs/inbox.html"
     response = render(request, template, context)
     patch_vary_headers(response, ["HX-Request"])
     return response
@@ -184,6 +186,68 @@ def approve_plan(request: HttpRequest, pk: int) -> HttpResponse:
     else:
         messages.success(request, f"{run.public_id} is resuming with its pinned inputs.")
     return redirect("runs:run", pk=approval.resumed.pk)
+
+
+# --- Groups of runs (bulk triage) ------------------------------------------------------------
+
+
+def _render_group(
+    request: HttpRequest,
+    fingerprint: str,
+    *,
+    form: GroupApproveForm | None = None,
+    refusal: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    found = triage.group(fingerprint)
+    if found is None and status == 200:
+        raise Http404("No run that needs a human has a plan of this shape now.")
+    group, members = found if found is not None else (None, [])
+    context = {
+        "fingerprint": fingerprint,
+        "group": group,
+        "members": members,
+        "form": form,
+        "refusal": refusal,
+    }
+    return render(request, "runs/group.html", context, status=status)
+
+
+@require_GET
+@viewer_required
+def group_detail(request: HttpRequest, fingerprint: str) -> HttpResponse:
+    """One group of runs with the same plan shape, read from their stored plans."""
+    return _render_group(request, fingerprint)
+
+
+@require_POST
+@operator_required
+def approve_group(request: HttpRequest, fingerprint: str) -> HttpResponse:
+    form = GroupApproveForm(request.POST)
+    if not form.is_valid():
+        return _render_group(request, fingerprint, form=form, status=400)
+    if form.cleaned_data["fingerprint"] != fingerprint:
+        form.add_error("fingerprint", "The form names another group than this page's.")
+        return _render_group(request, fingerprint, form=form, status=400)
+    actor = f"user:{request.user.get_username()}"
+    try:
+        batch = triage.approve_group(
+            fingerprint,
+            form.run_ids(),
+            action=form.cleaned_data["action"],
+            actor=actor,
+        )
+    except triage.GroupRefused as exc:
+        status = 400 if isinstance(exc, triage.BadSelection) else 409
+        return _render_group(request, fingerprint, form=form, refusal=str(exc), status=status)
+    # Nothing approved (every run moved, or was approved by someone else): a conflict, with
+    # each run's fresh plan listed, like a single refused approval.
+    return render(
+        request,
+        "runs/group_result.html",
+        {"batch": batch},
+        status=200 if batch.approved else 409,
+    )
 
 
 # --- Pipelines -------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Shared fixtures: real Redis, real `rqworker` processes, the demo's facts and its story run.
-Helpers live in tests/support.
+"""Shared fixtures: real Redis, real `rqworker` processes, the demo's outside world (its facts
+in the database, the demo service as a real gunicorn process) and its story run. Helpers live
+in tests/support.
 
 Tests that start workers use `transactional_db`: the worker processes read what the test
 wrote, so it has to be committed. Their teardown flushes the tables, which the append-only
@@ -45,9 +46,10 @@ def redis_conn():
 
 
 @pytest.fixture
-def facts(db) -> None:
-    """The demo search source's default topic, v1..v3 (a transactional test's flush removes
-    what the data migration created)."""
+def facts(db, demo_service) -> None:
+    """The demo's outside world, ready for a content run: the search source's default topic,
+    v1..v3 (a transactional test's flush removes what the data migration created), and the
+    demo service, running and empty."""
     from demo.simulators import ensure_topic
 
     ensure_topic()
@@ -85,10 +87,13 @@ def story_run(workers) -> Run:
 
 @pytest.fixture(scope="session")
 def demo_service_process(tmp_path_factory) -> Iterator[ServiceProcess]:
-    """One real demo service (gunicorn, its own SQLite file) for the whole session."""
+    """One real demo service (gunicorn, its own SQLite file) for the whole session. The demo
+    pipeline's tools find it through settings.DEMO_SERVICE_URL, here and in every worker the
+    tests start (tests/support/processes.worker_env passes it on)."""
     folder = tmp_path_factory.mktemp("demo-service")
     service = ServiceProcess(database=folder / "service.sqlite3", log=folder / "service.log")
     service.start()
+    settings.DEMO_SERVICE_URL = service.url
     yield service
     service.stop()
 
@@ -99,4 +104,5 @@ def demo_service(demo_service_process) -> ServiceProcess:
     faults. A test may stop() it (the target is down); the next test gets it started again."""
     demo_service_process.start()
     demo_service_process.reset()
+    settings.DEMO_SERVICE_URL = demo_service_process.url
     return demo_service_process

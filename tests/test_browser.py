@@ -7,9 +7,10 @@ test server, with real RQ workers for the story.
     a supervisor resolves a blocked NEVER effect in the admin, with a reason, and the plan
     unblocks.
 
-    at 1366×900 and 390×844, an operator approves the story's run from the summary kept at
-    the top of the run page, without scrolling to the plan; the pipeline page draws its
-    charts; neither page scrolls sideways.
+    at 1366×900 and 390×844, an operator triages the inbox by reason (each row says why its
+    run stopped and what resuming costs), opens the story's run and approves it from the
+    summary kept at the top of the run page, without scrolling to the plan; the pipeline page
+    draws its charts; no page scrolls sideways.
 
 Screenshots of the inbox, the run page, the plan and the pipeline page go to test-artifacts/.
 """
@@ -297,14 +298,39 @@ def no_sideways_scroll(page: Page) -> None:
     assert width <= viewport, f"page is {width}px wide in a {viewport}px viewport: {culprits}"
 
 
-def test_operator_approves_from_the_sticky_summary_without_scrolling_to_the_plan(
+def test_operator_triages_the_inbox_by_reason_then_approves_from_the_summary(
     sized_page, live_server, users, story_run
 ):
     (page, size), run = sized_page, story_run
+    # Beside the story's interrupted run, one that failed for another reason: its promotion
+    # charge's outcome is unknown, so its plan is blocked.
+    charge = executed(timeout="publish/promote-charge/after")
     problems = Problems()
     problems.watch(page)
     login(page, live_server, "operator")
-    page.goto(f"{live_server.url}/runs/{run.public_id}/")
+
+    # The inbox says why each run stopped and what resuming it costs, without opening it.
+    rows = page.locator("#inbox-results tbody tr")
+    story_row = rows.filter(has=page.get_by_role("link", name=run.public_id, exact=True))
+    charge_row = rows.filter(has=page.get_by_role("link", name=charge.public_id, exact=True))
+    expect(story_row).to_contain_text("worker lost during upload-cover")
+    expect(story_row).to_contain_text("vs fresh retry")
+    expect(charge_row).to_contain_text("promote-charge timed out: a supervisor must decide")
+    expect(charge_row).to_contain_text("Blocked")
+    no_sideways_scroll(page)
+    shot(page, f"inbox-{size}.png")
+
+    # Triage by reason: only the interrupted run is left (htmx swaps the rows in place).
+    page.get_by_label("Why it stopped").select_option("interrupted")
+    expect(page).to_have_url(re.compile(r"reason=interrupted"))
+    expect(rows).to_have_count(1)
+    expect(story_row).to_contain_text("the resume retries it with the same key")
+    no_sideways_scroll(page)
+    shot(page, f"inbox-triaged-{size}.png")
+
+    # Open the run: the decision is at the top.
+    story_row.get_by_role("link", name=run.public_id, exact=True).click()
+    expect(page).to_have_url(f"{live_server.url}/runs/{run.public_id}/")
     bar = page.locator("#decision")
     expect(bar).to_contain_text("Interrupted")
     expect(bar).to_contain_text("Resumable at visual")

@@ -3,8 +3,17 @@ the process being down. The HTTP tool's side is in test_http_tool.py."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import httpx
 import pytest
+
+from demo_service.process import ROOT, ServiceClient, free_port
+from tests.support.processes import wait_for
 
 KEY = "k-" + "a" * 62
 
@@ -21,7 +30,7 @@ def get(service, path: str, **params: str) -> httpx.Response:
 ARTICLE = {"account": "acct-42", "platform": "devblog", "title": "T", "body": "B"}
 
 
-def test_each_system_bills_at_the_simulators_prices(demo_service):
+def test_each_system_bills_at_its_price(demo_service):
     post(demo_service, "/v1/renders", {"prompt": "cover"}, "r")
     post(demo_service, "/v1/assets", {"name": "cover", "content": "<svg/>"}, "u")
     post(demo_service, "/v1/articles", {**ARTICLE, "delivery_key": "p"})
@@ -124,3 +133,80 @@ def test_down_refuses_connections_and_start_keeps_the_data(demo_service):
     demo_service.start()
 
     assert demo_service.count("render", KEY) == 1
+
+
+def test_marks_and_after_show_only_what_came_since(demo_service):
+    post(demo_service, "/v1/renders", {"prompt": "before"}, "r-1")
+    marks = demo_service.marks()
+    post(demo_service, "/v1/renders", {"prompt": "after"}, "r-2")
+    post(demo_service, "/v1/renders", {"prompt": "after"}, "r-2")
+
+    assert [r["prompt"] for r in demo_service.renders(after=marks["render"])] == ["after"]
+    since = demo_service.meter(after=marks["meter"])
+    assert [(row["key"], row["outcome"], row["count"]) for row in since] == [
+        ("r-2", "billed", 1),
+        ("r-2", "replayed", 1),
+    ]
+    assert get(demo_service, "/v1/renders", after="yesterday").status_code == 400
+
+
+def test_an_editor_changes_the_content_of_a_live_article_or_takes_it_down(demo_service):
+    article = post(demo_service, "/v1/articles", {**ARTICLE, "delivery_key": "p"}).json()
+
+    edited = demo_service.edit_article(article["id"], body="B, edited")
+    refused = httpx.patch(
+        f"{demo_service.url}/v1/articles/{article['id']}", json={"colour": "red"}, trust_env=False
+    )
+    demo_service.delete_article(article["id"])
+
+    assert edited["content_hash"] != article["content_hash"]
+    assert refused.status_code == 400
+    assert get(demo_service, "/v1/articles/by-key/p").status_code == 404
+    assert get(demo_service, f"/v1/articles/{article['id']}").status_code == 404
+
+
+def _children(pid: int) -> list[int]:
+    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def test_manage_py_demo_service_starts_the_service_again_when_it_dies_and_stops_with_it(
+    tmp_path,
+):
+    """What `make run` relies on: the service at DEMO_SERVICE_URL, started again after a
+    crash with its data, and gone when its supervisor is told to stop."""
+    url = f"http://127.0.0.1:{free_port()}"
+    env = {
+        **os.environ,
+        "DEMO_SERVICE_URL": url,
+        "DEMO_SERVICE_DATABASE_URL": f"sqlite:///{tmp_path / 'service.sqlite3'}",
+    }
+    with open(tmp_path / "supervisor.log", "wb") as log:
+        supervisor = subprocess.Popen(
+            [sys.executable, "manage.py", "demo_service"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=log,
+        )
+    service = ServiceClient(url)
+    try:
+        wait_for(service.answers, timeout=60, what="the demo service")
+        post(service, "/v1/renders", {"prompt": "cover"}, KEY)
+        [first] = _children(supervisor.pid)
+
+        os.kill(first, signal.SIGKILL)  # gunicorn's master dies; its worker follows it
+        wait_for(
+            lambda: _children(supervisor.pid) not in ([], [first]) and service.answers(),
+            timeout=60,
+            what="a new demo service",
+        )
+
+        assert service.count("render", KEY) == 1
+        supervisor.send_signal(signal.SIGTERM)
+        assert supervisor.wait(timeout=30) == 0
+        assert not service.answers()
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+        for pid in _children(supervisor.pid) if supervisor.poll() is None else []:
+            os.kill(pid, signal.SIGKILL)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from demo import faults
-from demo.models import Article, Asset, Render, SimCall
+from demo.models import SimCall
 from demo.simulators import meter
 from runs import artifacts, engine, leases
 from runs.chain import verify_chain
@@ -126,7 +126,7 @@ def meter_count(system: str) -> int:
 # --- end to end through a worker process -------------------------------------------------------
 
 
-def test_a_run_completes_through_a_worker_process_with_a_consistent_ledger(workers):
+def test_a_run_completes_through_a_worker_process_with_a_consistent_ledger(workers, demo_service):
     run = engine.start_run("content", {}, actor="test")
     worker = workers.start(burst=True)
     wait_for(lambda: run_status(run) == Run.Status.SUCCEEDED, timeout=120, what="succeeded")
@@ -154,11 +154,11 @@ def test_a_run_completes_through_a_worker_process_with_a_consistent_ledger(worke
             Event.Type.TOOL_RESULT,
         ]
     assert Event.objects.filter(run=run).last().type == Event.Type.SUCCEEDED
-    assert Article.objects.count() == 1
+    assert len(demo_service.articles()) == 1
 
 
 def test_rerunning_a_stage_whose_effects_are_confirmed_calls_no_renderer_or_asset_store(
-    workers, settings, tmp_path
+    workers, demo_service, settings, tmp_path
 ):
     """The honest route to "visual runs again": the product's own resume path.
 
@@ -182,20 +182,21 @@ def test_rerunning_a_stage_whose_effects_are_confirmed_calls_no_renderer_or_asse
     plan = compute_plan(run)
     assert plan.next_stage == "visual"
     assert {e.action for e in plan.effects if e.stage == "visual"} == {Action.REUSE}
-    outside_before = (meter_count("render"), meter_count("assets"))
+    asked = demo_service.marks()["meter"]
 
     approve(run, STRICT, plan.fingerprint, actor="user:operator")
     workers.start(burst=True).wait(timeout=120)
 
     assert run_status(run) == Run.Status.SUCCEEDED
-    assert (meter_count("render"), meter_count("assets")) == outside_before
-    assert (Render.objects.count(), Asset.objects.count()) == (3, 3)
+    assert demo_service.meter("render", after=asked) == []
+    assert demo_service.meter("upload", after=asked) == []
+    assert (len(demo_service.renders()), len(demo_service.assets())) == (3, 3)
     assert Checkpoint.objects.filter(run=run, stage="visual").count() == 2
     resumed_visual = Event.objects.filter(
         run=run, stage="visual", type=Event.Type.TOOL_RESULT, seq__gt=plan.last_seq
     )
     assert [e.payload.get("reused") for e in resumed_visual] == [True] * 6
-    assert Article.objects.count() == 1
+    assert len(demo_service.articles()) == 1
 
 
 # --- bad input ---------------------------------------------------------------------------------

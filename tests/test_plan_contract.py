@@ -14,7 +14,6 @@ import pytest
 
 from demo import faults
 from demo import simulators as sim
-from demo.models import SimCall
 from runs import contract, engine, replay
 from runs.models import Effect, Event, Run
 from runs.pipeline import Reconciliation
@@ -41,11 +40,20 @@ def interrupted_without_workers(workers: Workers, crash: str) -> Run:
 
 
 def publish_calls_since(mark: int) -> int:
-    return SimCall.objects.filter(pk__gt=mark, system="platform", operation="publish").count()
+    """Publish requests the platform received after meter row `mark` (answered or not)."""
+    return world().count("publish", outcome=None, after=mark)
 
 
-def top_simcall() -> int:
-    return SimCall.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+def top_meter() -> int:
+    return world().marks()["meter"]
+
+
+def world():
+    from django.conf import settings
+
+    from demo_service.process import ServiceClient
+
+    return ServiceClient(settings.DEMO_SERVICE_URL)
 
 
 def verdicts(run: Run) -> list[str]:
@@ -56,13 +64,15 @@ def land_late(run: Run, *, title: str | None = None) -> None:
     """The first attempt's publish request reaches the platform after all (a slow network):
     the article appears under the effect's delivery key, with the same or another title."""
     request = effect(run, "publish").request
-    sim.publish(
-        request["account"],
-        request["platform"],
-        effect(run, "publish").delivery_key,
-        title or request["title"],
-        request["body"],
-        request["cover_url"],
+    world().publish(
+        {
+            "account": request["account"],
+            "platform": request["platform"],
+            "title": title or request["title"],
+            "body": request["body"],
+            "cover_url": request["cover_url"],
+            "delivery_key": effect(run, "publish").delivery_key,
+        }
     )
 
 
@@ -76,7 +86,7 @@ def test_an_article_that_lands_after_the_approval_deviates_the_plan_and_is_not_p
 
     approve(run, STRICT, plan.fingerprint, actor="user:operator")
     land_late(run)
-    mark = top_simcall()
+    mark = top_meter()
     workers.start()
     wait_for(lambda: run_status(run) not in Run.ACTIVE, what="the resumed work to end")
 
@@ -100,7 +110,7 @@ def test_a_different_article_after_the_approval_stops_the_run_before_any_publish
     plan = compute_plan(run)
     approve(run, STRICT, plan.fingerprint, actor="user:operator")
     land_late(run, title="Someone else's title")
-    mark = top_simcall()
+    mark = top_meter()
     workers.start()
     wait_for(lambda: run_status(run) not in Run.ACTIVE, what="the resumed work to stop")
 
@@ -108,7 +118,7 @@ def test_a_different_article_after_the_approval_stops_the_run_before_any_publish
     assert run.status == Run.Status.NEEDS_APPROVAL
     assert verdicts(run) == [Event.Type.PLAN_DEVIATED]
     assert publish_calls_since(mark) == 0
-    assert not SimCall.objects.filter(pk__gt=mark, system="card").exists()
+    assert world().count("charge", outcome=None, after=mark) == 0
     assert not Effect.objects.filter(run=run, call_id="promote-charge").exists()
 
 
@@ -121,7 +131,7 @@ def test_an_unpromised_call_on_a_reconcile_first_tool_is_not_made(in_process_run
     assert next(e for e in plan.effects if e.call_id == "publish").action == Action.REUSE
     approve(run, STRICT, plan.fingerprint, actor="user:operator")
     Effect.objects.filter(run=run, call_id="publish").update(status=Effect.Status.FAILED)
-    mark = top_simcall()
+    mark = top_meter()
 
     run.refresh_from_db()
     engine.execute(run.pk, run.current_stage, run.ticket, holder="test:in-process")
@@ -203,6 +213,8 @@ def test_a_first_execution_is_bound_by_no_contract_and_reads_nothing_to_know_it(
         ("IDEMPOTENT", "intent", None, Action.RETRY_SAME_KEY),
         ("IDEMPOTENT", "abandoned", None, Action.SKIP),
         ("IDEMPOTENT", "failed", None, Action.CALL),
+        ("IDEMPOTENT", "conflict", None, Action.BLOCKED),
+        ("RECONCILE_FIRST", "conflict", None, Action.BLOCKED),
         ("RECONCILE_FIRST", "intent", Reconciliation(found=False), Action.CALL),
         ("RECONCILE_FIRST", "unknown", Reconciliation(found=True), Action.RECORD_FOUND),
         ("RECONCILE_FIRST", "intent", Reconciliation(found=True, matches=False), Action.BLOCKED),

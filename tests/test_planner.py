@@ -14,8 +14,6 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from demo.models import Article, Charge
-from demo.simulators import content_hash
 from runs.edits import edit_effect
 from runs.models import Effect, Event, Run
 from runs.planner import Action, compute_plan
@@ -179,26 +177,27 @@ def test_changed_checkpoint_manifest_makes_the_plan_fall_back_past_it_saying_why
 # --- effects -----------------------------------------------------------------------------------
 
 
-def test_publish_that_reached_the_platform_is_planned_as_record_found(workers):
+def test_publish_that_reached_the_platform_is_planned_as_record_found(workers, demo_service):
     # The worker dies after the platform created the article, before its id was written.
     run = crashed_run(workers, {"crash": "publish/publish/after"})
-    article = Article.objects.get()
+    [article] = demo_service.articles()
     before = ledger_state(run)
 
     line = lines_by_call(compute_plan(run))["publish"]
 
     assert line.status == Effect.Status.INTENT
     assert line.action == Action.RECORD_FOUND
-    assert line.external_id == article.external_id
+    assert line.external_id == article["id"]
     assert "record it, do not publish again" in line.answer
     assert line.cost == "0"
     assert ledger_state(run) == before
 
 
-def test_publish_the_platform_never_received_is_planned_as_a_call(in_process):
+def test_publish_the_platform_never_received_is_planned_as_a_call(in_process, demo_service):
     run = run_in_process({"timeout": "publish/publish/after"})
     # The platform has no such article (as if the timed-out request never arrived).
-    Article.objects.all().delete()
+    [article] = demo_service.articles()
+    demo_service.delete_article(article["id"])
 
     plan = compute_plan(run)
     line = lines_by_call(plan)["publish"]
@@ -208,11 +207,11 @@ def test_publish_the_platform_never_received_is_planned_as_a_call(in_process):
     assert plan.blockers == []
 
 
-def test_publish_found_with_different_content_blocks_the_plan(in_process):
+def test_publish_found_with_different_content_blocks_the_plan(in_process, demo_service):
     run = run_in_process({"timeout": "publish/publish/after"})
     # Someone edited the live article on the platform: it no longer matches the request.
-    edited = "edited on the platform"
-    Article.objects.update(body=edited, content_hash=content_hash("t", edited))
+    [article] = demo_service.articles()
+    demo_service.edit_article(article["id"], body="edited on the platform")
 
     plan = compute_plan(run)
     line = lines_by_call(plan)["publish"]
@@ -223,10 +222,13 @@ def test_publish_found_with_different_content_blocks_the_plan(in_process):
     assert not plan.can_strict
 
 
-def test_same_content_under_another_delivery_key_is_not_taken_for_this_publish(in_process):
+def test_same_content_under_another_delivery_key_is_not_taken_for_this_publish(
+    in_process, demo_service
+):
     run = run_in_process({"timeout": "publish/publish/after"})
     # The only article with this content belongs to another delivery (another run's key).
-    Article.objects.update(delivery_key="f" * 64)
+    [article] = demo_service.articles()
+    demo_service.edit_article(article["id"], delivery_key="f" * 64)
 
     line = lines_by_call(compute_plan(run))["publish"]
 
@@ -234,10 +236,13 @@ def test_same_content_under_another_delivery_key_is_not_taken_for_this_publish(i
     assert "not found on the target" in line.answer
 
 
-def test_same_content_published_by_hand_without_a_key_is_recorded_not_republished(in_process):
+def test_same_content_published_by_hand_without_a_key_is_recorded_not_republished(
+    in_process, demo_service
+):
     run = run_in_process({"timeout": "publish/publish/after"})
     # A human published it outside any pipeline: same title and content, no delivery key.
-    Article.objects.update(delivery_key="")
+    [article] = demo_service.articles()
+    demo_service.edit_article(article["id"], delivery_key="")
 
     line = lines_by_call(compute_plan(run))["publish"]
 
@@ -267,11 +272,12 @@ def test_never_effect_with_unknown_outcome_blocks_the_plan(in_process):
         (Effect.Status.ABANDONED, Action.SKIP),
     ],
 )
-def test_supervisor_ledger_edit_unblocks_the_never_effect(in_process, status, action):
+def test_supervisor_ledger_edit_unblocks_the_never_effect(in_process, demo_service, status, action):
     run = run_in_process({"timeout": "publish/promote-charge/after"})
     changes = {"status": status}
     if status == Effect.Status.CONFIRMED:
-        changes["external_id"] = Charge.objects.get().external_id
+        [charge] = demo_service.charges()
+        changes["external_id"] = charge["id"]
     edit_effect(
         effect(run, "promote-charge").pk,
         changes,

@@ -12,7 +12,6 @@ import pytest
 from django.db import connection
 from rq.job import Job
 
-from demo.models import Article, Asset, Charge, Render, SimCall
 from demo.simulators import publish_facts
 from runs import artifacts, jobs
 from runs.edits import edit_effect
@@ -45,7 +44,7 @@ def events_of(run: Run, type_: str) -> list[Event]:
 # --- acceptance: strict resume on real workers ---------------------------------------------
 
 
-def test_story_strict_resume_uploads_the_cover_once_under_its_recorded_key(story_run):
+def test_story_strict_resume_uploads_the_cover_once_under_its_recorded_key(story_run, demo_service):
     run = story_run
     cover_intent = effect(run, "upload-cover")
     body_keys = [effect(run, c).delivery_key for c in ("render-body-1", "render-body-2")]
@@ -57,37 +56,38 @@ def test_story_strict_resume_uploads_the_cover_once_under_its_recorded_key(story
     cover = Effect.objects.get(call_id="upload-cover")
     assert cover.delivery_key == cover_intent.delivery_key
     assert (cover.status, cover.attempts) == (Effect.Status.CONFIRMED, 2)
-    assert Asset.objects.filter(key=cover.delivery_key).count() == 1
+    assert len(demo_service.assets(delivery_key=cover.delivery_key)) == 1
     # The two body images reached the renderer once each, before the crash, never again.
     for key in body_keys:
-        assert list(SimCall.objects.filter(system="render", key=key).values_list("billed")) == [
-            (True,)
-        ]
-    assert Article.objects.count() == 1
+        asked = demo_service.meter("render", key)
+        assert [(row["outcome"], row["count"]) for row in asked] == [("billed", 1)]
+    assert len(demo_service.articles()) == 1
 
 
-def test_publish_found_on_the_platform_is_recorded_after_approval_not_published_again(workers):
+def test_publish_found_on_the_platform_is_recorded_after_approval_not_published_again(
+    workers, demo_service
+):
     run = crashed_run(workers, {"crash": "publish/publish/after"})
-    article = Article.objects.get()
+    [article] = demo_service.articles()
 
     approve(run, STRICT, compute_plan(run).fingerprint, actor="user:operator")
     wait_succeeded(run)
 
-    assert Article.objects.count() == 1
-    assert SimCall.objects.filter(system="platform", operation="publish").count() == 1
+    assert demo_service.articles() == [article]
+    assert demo_service.count("publish", outcome=None) == 1
     [approved] = events_of(run, Event.Type.PLAN_APPROVED)
     [reconciled] = events_of(run, Event.Type.RECONCILED)
     # Written after the approval, under the lease the approval took.
     assert reconciled.seq > approved.seq
     assert (reconciled.token, reconciled.actor) == (approved.token, "user:operator")
-    assert reconciled.payload["external_id"] == article.external_id
-    assert effect(run, "publish").external_id == article.external_id
-    assert checkpoint(run, "publish").outputs["article_id"] == article.external_id
+    assert reconciled.payload["external_id"] == article["id"]
+    assert effect(run, "publish").external_id == article["id"]
+    assert checkpoint(run, "publish").outputs["article_id"] == article["id"]
 
 
 @pytest.mark.parametrize(("how", "reason"), [("alter", "was altered"), ("delete", "is gone")])
 def test_strict_resume_after_a_bad_image_reverifies_visual_without_rebilling_renders(
-    workers, how, reason
+    workers, demo_service, how, reason
 ):
     run = crashed_run(workers, {"crash": "publish/publish/before"})
     visual = checkpoint(run, "visual")
@@ -104,12 +104,12 @@ def test_strict_resume_after_a_bad_image_reverifies_visual_without_rebilling_ren
     assert Checkpoint.objects.filter(run=run, stage="visual").count() == 2
     again = checkpoint(run, "visual")
     assert all(artifacts.verify(a["uri"], a["sha256"]).ok for a in again.artifacts)
-    assert Render.objects.count() == 3
-    assert SimCall.objects.filter(system="render", billed=True).count() == 3
-    assert Article.objects.count() == 1
+    assert len(demo_service.renders()) == 3
+    assert demo_service.count("render") == 3
+    assert len(demo_service.articles()) == 1
 
 
-def test_two_simultaneous_approvals_resume_the_run_once(workers):
+def test_two_simultaneous_approvals_resume_the_run_once(workers, demo_service):
     run = run_in_process({"timeout": "publish/publish/after"})
     fingerprint = compute_plan(run).fingerprint
     start = threading.Barrier(2)
@@ -141,17 +141,19 @@ def test_two_simultaneous_approvals_resume_the_run_once(workers):
     wait_succeeded(run)
     resumed = events_of(run, Event.Type.RESUMED)[0]
     assert Event.objects.filter(run=run, type=Event.Type.STARTED, seq__gt=resumed.seq).count() == 1
-    assert Article.objects.count() == 1
+    assert len(demo_service.articles()) == 1
 
 
-def test_never_effect_confirmed_by_a_supervisor_resumes_without_charging_again(workers):
+def test_never_effect_confirmed_by_a_supervisor_resumes_without_charging_again(
+    workers, demo_service
+):
     run = failed_run(workers, {"timeout": "publish/promote-charge/after"})
-    charge = Charge.objects.get()  # the card was charged; the answer never arrived
+    [charge] = demo_service.charges()  # the card was charged; the answer never arrived
     assert compute_plan(run).blocked
 
     edit_effect(
         effect(run, "promote-charge").pk,
-        {"status": Effect.Status.CONFIRMED, "external_id": charge.external_id},
+        {"status": Effect.Status.CONFIRMED, "external_id": charge["id"]},
         reason="the card processor shows the charge",
         actor="user:supervisor",
     )
@@ -160,9 +162,9 @@ def test_never_effect_confirmed_by_a_supervisor_resumes_without_charging_again(w
     approve(run, STRICT, plan.fingerprint, actor="user:operator")
     wait_succeeded(run)
 
-    assert Charge.objects.count() == 1
-    assert checkpoint(run, "publish").outputs["charge_id"] == charge.external_id
-    assert Article.objects.count() == 1
+    assert demo_service.charges() == [charge]
+    assert checkpoint(run, "publish").outputs["charge_id"] == charge["id"]
+    assert len(demo_service.articles()) == 1
 
 
 # --- the approval -----------------------------------------------------------------------------

@@ -32,7 +32,9 @@ def seed() -> str:
     return out.getvalue()
 
 
-def test_seed_demo_creates_users_and_runs_in_every_state(transactional_db, redis_conn):
+def test_seed_demo_creates_users_and_runs_in_every_state(
+    transactional_db, redis_conn, demo_service
+):
     output = seed()
 
     for username, role in (
@@ -70,6 +72,11 @@ def test_seed_demo_creates_users_and_runs_in_every_state(transactional_db, redis
     blocked = RunFaults.objects.get(timeout="publish/promote-charge/after").run
     assert compute_plan(blocked).blocked
 
+    # The runs reached the demo service over HTTP: the clean run's article is live there.
+    clean = next(r for r in runs if r.status == Run.Status.SUCCEEDED)
+    article = Effect.objects.get(run=clean, call_id="publish").external_id
+    assert article in [a["id"] for a in demo_service.articles()]
+
     # Facts drifted for the other topic only.
     drift = next(r for r in runs if r.inputs["topic"] == DRIFT_TOPIC)
     plan = compute_plan(drift)
@@ -101,6 +108,13 @@ def test_an_existing_user_keeps_its_password(db):
     roles.ensure_user("operator", "operator-demo-pass", roles.OPERATOR)
     user.refresh_from_db()
     assert user.check_password("changed-on-purpose-123")
+
+
+def test_seed_demo_without_the_demo_service_says_where_it_looked_and_adds_no_run(db, settings):
+    settings.DEMO_SERVICE_URL = "http://127.0.0.1:9"  # the discard port: nothing answers
+    with pytest.raises(CommandError, match="does not answer at http://127.0.0.1:9"):
+        call_command("seed_demo", stdout=StringIO())
+    assert not Run.objects.exists()
 
 
 def test_seed_demo_refuses_production(db, settings):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from demo.models import SimCall
 from runs.edits import edit_effect
 from runs.models import Effect, Run, StoredPlan
 from runs.planner import compute_plan
@@ -37,7 +36,9 @@ def test_a_ledger_edit_has_the_plan_computed_again(workers):
     assert stored.fingerprint == compute_plan(run).fingerprint
 
 
-def test_an_older_plan_never_replaces_a_newer_one(transactional_db, facts, redis_conn):
+def test_an_older_plan_never_replaces_a_newer_one(
+    transactional_db, facts, redis_conn, demo_service
+):
     from runs import stored_plans
     from tests.support.plans import run_in_process
 
@@ -50,9 +51,51 @@ def test_an_older_plan_never_replaces_a_newer_one(transactional_db, facts, redis
         actor="user:supervisor",
     )
     new = stored_plans.refresh(run)
-    queries = SimCall.objects.count()
+    asked = demo_service.meter()
 
     assert stored_plans.store(old) is None
 
     assert StoredPlan.objects.get(run=run).fingerprint == new.fingerprint
-    assert SimCall.objects.count() == queries
+    assert demo_service.meter() == asked
+
+
+def test_a_stored_plan_keeps_its_calls_and_what_it_does_about_unsettled_calls(
+    transactional_db, facts, redis_conn
+):
+    from runs import stored_plans
+    from tests.support.plans import run_in_process
+
+    # The article went live but its answer never came back: the publish effect is unknown.
+    run = run_in_process({"timeout": "publish/publish/after"})
+    plan = stored_plans.refresh(run)
+
+    stored = StoredPlan.objects.get(run=run)
+    assert (stored.resume_calls, stored.fresh_calls) == (
+        plan.cost_resume.tool_calls,
+        plan.cost_fresh.tool_calls,
+    )
+    assert stored.fresh_calls > stored.resume_calls > 0
+    assert stored.unsettled == {"publish/publish": "record-found"}
+
+
+def test_the_migration_fills_calls_and_unsettled_of_plans_stored_before_it(
+    transactional_db, facts, redis_conn
+):
+    import importlib
+
+    from django.apps import apps
+
+    from runs import stored_plans
+    from tests.support.plans import run_in_process
+
+    run = run_in_process({"timeout": "publish/publish/after"})
+    stored_plans.refresh(run)
+    kept = StoredPlan.objects.values("resume_calls", "fresh_calls", "unsettled").get(run=run)
+    StoredPlan.objects.filter(run=run).update(resume_calls=0, fresh_calls=0, unsettled={})
+
+    migration = importlib.import_module("runs.migrations.0006_stored_plan_calls_and_unsettled")
+    migration.fill_from_data(apps, None)
+
+    assert (
+        StoredPlan.objects.values("resume_calls", "fresh_calls", "unsettled").get(run=run) == kept
+    )

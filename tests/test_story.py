@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from demo.models import Article, Render, SimCall
 from runs.models import Checkpoint, Effect, Event, Run
 from runs.planner import Action, compute_plan
 from runs.resume import STRICT, approve
@@ -23,7 +22,9 @@ def test_story_crash_leaves_checkpoints_and_an_open_cover_upload(story_run):
     assert effects["upload-cover"].external_id == ""
 
 
-def test_strict_resume_of_the_story_renders_body_images_once_and_publishes_once(story_run, workers):
+def test_strict_resume_of_the_story_renders_body_images_once_and_publishes_once(
+    story_run, workers, demo_service
+):
     run = story_run
     plan = compute_plan(run)
     assert plan.next_stage == "visual"
@@ -36,9 +37,9 @@ def test_strict_resume_of_the_story_renders_body_images_once_and_publishes_once(
     approve(run, STRICT, plan.fingerprint, actor="user:operator")
     wait_for(lambda: run_status(run) == Run.Status.SUCCEEDED, what="succeeded")
 
-    assert Render.objects.count() == 3
-    assert SimCall.objects.filter(system="render", billed=True).count() == 3
-    assert Article.objects.count() == 1
+    assert len(demo_service.renders()) == 3
+    assert demo_service.count("render") == 3
+    assert len(demo_service.articles()) == 1
 
 
 def test_story_interruption_is_written_by_a_second_workers_sweeper_fencing_the_dead_one(

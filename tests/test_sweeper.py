@@ -71,6 +71,32 @@ def test_a_run_whose_worker_stopped_renewing_its_lease_becomes_interrupted(trans
     assert interrupted.token > writer.token
 
 
+def test_an_interruption_names_the_call_the_worker_was_making(transactional_db, facts):
+    run = start_content()
+    writer = begin_stage(run, ttl=0.3)
+    append(
+        writer,
+        Event.Type.TOOL_CALLED,
+        stage="research",
+        payload={"call": "search", "tool": "search", "policy": "SAFE", "args": {}},
+    )
+    wait_for(lambda: not leases.holds(run.pk, writer.token), timeout=30, what="lease expiry")
+
+    assert sweeper.sweep() == [run.pk]
+    interrupted = Event.objects.get(run=run, type=Event.Type.INTERRUPTED)
+    assert (interrupted.payload["call"], interrupted.payload["tool"]) == ("search", "search")
+
+
+def test_an_interruption_between_calls_names_no_call(transactional_db, facts):
+    run = start_content()
+    writer = begin_stage(run, ttl=0.3)
+    wait_for(lambda: not leases.holds(run.pk, writer.token), timeout=30, what="lease expiry")
+
+    assert sweeper.sweep() == [run.pk]
+    interrupted = Event.objects.get(run=run, type=Event.Type.INTERRUPTED)
+    assert "call" not in interrupted.payload
+
+
 def test_a_worker_the_sweeper_fenced_out_cannot_append_when_it_wakes(transactional_db, facts):
     run = start_content()
     writer = begin_stage(run, ttl=0.3)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from demo.models import Article, Charge
 from demo.simulators import publish_facts
 from runs.edits import edit_effect
 from runs.models import Checkpoint, Effect, Event, Run
@@ -108,52 +107,56 @@ def test_upgrade_branch_reruns_research_onward_with_facts_v4_and_supersedes_the_
     assert all(cp.manifest["pinned"]["facts"] == "v4" for cp in branch.checkpoints.all())
 
 
-def test_upgrade_plan_warns_about_the_article_the_parent_already_published(in_process):
+def test_upgrade_plan_warns_about_the_article_the_parent_already_published(
+    in_process, demo_service
+):
     run = run_in_process({"timeout": "publish/promote-charge/after"})
-    article = Article.objects.get()
+    [article] = demo_service.articles()
     publish_facts(TOPIC)
 
     warnings = compute_plan(run).upgrade.warnings
 
     assert len(warnings) == 1
-    assert article.external_id in warnings[0]
+    assert article["id"] in warnings[0]
     assert "publish" in warnings[0] and "new key" in warnings[0]
 
 
 def test_upgrade_plan_warns_about_an_article_found_on_the_platform_but_never_recorded(
-    in_process,
+    in_process, demo_service
 ):
     # The publish timed out: the ledger does not know, but the platform has the article.
     run = run_in_process({"timeout": "publish/publish/after"})
-    article = Article.objects.get()
+    [article] = demo_service.articles()
     assert effect(run, "publish").status == Effect.Status.UNKNOWN
     publish_facts(TOPIC)
 
     warnings = compute_plan(run).upgrade.warnings
 
     assert len(warnings) == 1
-    assert article.external_id in warnings[0] and "new key" in warnings[0]
+    assert article["id"] in warnings[0] and "new key" in warnings[0]
 
 
-def test_upgrade_approval_records_what_reconcile_found_before_branching(in_process):
+def test_upgrade_approval_records_what_reconcile_found_before_branching(in_process, demo_service):
     run = run_in_process({"timeout": "publish/publish/after"})
-    article = Article.objects.get()
+    [article] = demo_service.articles()
     publish_facts(TOPIC)
 
     approve(run, UPGRADE, compute_plan(run).fingerprint, actor="user:operator")
 
     # The superseded parent's ledger says what happened: the article it made is confirmed.
     found = effect(run, "publish")
-    assert (found.status, found.external_id) == (Effect.Status.CONFIRMED, article.external_id)
+    assert (found.status, found.external_id) == (Effect.Status.CONFIRMED, article["id"])
     tail = event_types(run)[-3:]
     assert tail == [Event.Type.PLAN_APPROVED, Event.Type.RECONCILED, Event.Type.BRANCHED]
 
 
-def test_upgrade_after_a_publish_makes_the_second_article_its_warning_announced(workers):
+def test_upgrade_after_a_publish_makes_the_second_article_its_warning_announced(
+    workers, demo_service
+):
     # The article is live; the worker dies before the promotion charge is attempted.
     run = crashed_run(workers, {"crash": "publish/promote-charge/before"})
-    first = Article.objects.get()
-    assert Charge.objects.count() == 0
+    [first] = demo_service.articles()
+    assert demo_service.charges() == []
     edit_effect(
         effect(run, "promote-charge").pk,
         {"status": Effect.Status.FAILED},
@@ -162,15 +165,15 @@ def test_upgrade_after_a_publish_makes_the_second_article_its_warning_announced(
     )
     publish_facts(TOPIC)
     plan = compute_plan(run)
-    assert any(first.external_id in w for w in plan.upgrade.warnings)
+    assert any(first["id"] in w for w in plan.upgrade.warnings)
 
     branch = wait_succeeded(approve(run, UPGRADE, plan.fingerprint, actor="user:operator").branch)
 
-    articles = list(Article.objects.order_by("pk"))
-    assert [a.pk for a in articles][0] == first.pk and len(articles) == 2
-    assert articles[0].delivery_key != articles[1].delivery_key
-    assert checkpoint(branch, "publish").outputs["article_id"] == articles[1].external_id
-    assert Charge.objects.count() == 1
+    articles = demo_service.articles()
+    assert articles[0]["id"] == first["id"] and len(articles) == 2
+    assert articles[0]["delivery_key"] != articles[1]["delivery_key"]
+    assert checkpoint(branch, "publish").outputs["article_id"] == articles[1]["id"]
+    assert len(demo_service.charges()) == 1
 
 
 def test_upgrade_without_drift_is_refused(in_process):

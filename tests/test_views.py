@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
@@ -17,7 +18,7 @@ from django.test.utils import CaptureQueriesContext
 
 from demo import faults, simulators
 from demo.management.commands.seed_demo import run_inline
-from demo.models import SimCall
+from demo_service.process import ServiceClient
 from runs import edits, leases, queries, roles, stored_plans, sweeper
 from runs.append import Writer, append
 from runs.edits import edit_effect
@@ -934,7 +935,8 @@ def test_deploy_check_reports_nothing(tmp_path):
 
 
 def platform_queries() -> int:
-    return SimCall.objects.filter(system="platform", operation="query").count()
+    """Reconcile lookups the platform answered (found or not)."""
+    return ServiceClient(settings.DEMO_SERVICE_URL).count("publish.lookup", outcome=None)
 
 
 def test_reading_a_plan_never_asks_a_target(viewer, operator, facts):

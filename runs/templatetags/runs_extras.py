@@ -7,9 +7,12 @@ and are untrusted, so every helper returns a plain string and autoescaping appli
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 from typing import Any
 
 from django import template
+from django.utils import timezone
+from django.utils.timesince import timesince
 
 from runs import roles
 from runs.planner import Action
@@ -41,6 +44,17 @@ def duration(ms: Any) -> str:
     except (TypeError, ValueError):
         return ""
     return f"{ms} ms" if ms < 1000 else f"{ms / 1000:.1f} s"
+
+
+@register.filter
+def ago(moment: datetime | None) -> str:
+    """How long ago, at one unit ("3 minutes ago", "2 days ago"): an inbox row says when a
+    run stopped at a glance; the exact time is in the <time> element."""
+    if moment is None:
+        return ""
+    if timezone.now() - moment < timedelta(minutes=1):
+        return "less than a minute ago"
+    return f"{timesince(moment, depth=1)} ago"
 
 
 @register.filter

@@ -41,9 +41,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import json
 import random
 import re
+import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -447,6 +449,7 @@ class HttpTool:
             timeout=httpx.Timeout(self.read_timeout, connect=self.connect_timeout),
             follow_redirects=False,
             trust_env=self.trust_env,
+            verify=_tls_context(self.trust_env),
         )
 
     def _url(self, template: str, values: Mapping[str, Any]) -> str:
@@ -538,6 +541,14 @@ class HttpTool:
         seen.append(exchange)
         for sink in _recorders.get():
             sink.append(exchange)
+
+
+@functools.cache
+def _tls_context(trust_env: bool) -> ssl.SSLContext:
+    """One TLS context per process, shared by every call's client: building one reads the
+    whole CA bundle, which costs more than a call to a nearby service. (With trust_env it
+    honours SSL_CERT_FILE / SSL_CERT_DIR, as httpx would per client.)"""
+    return httpx.create_ssl_context(trust_env=trust_env)
 
 
 def _recorded(headers: httpx.Headers) -> dict[str, str]:

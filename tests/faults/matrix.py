@@ -12,7 +12,9 @@ production would go through it, with real Redis and real `rqworker` processes:
     ledger) → strict resume → run to the end → check every invariant against the database.
 
 Nothing here needs pytest: the caller provides Django (configured, migrated, demo facts
-seeded) and a pool of Workers that knows the database and Redis the workers must use.
+seeded), the demo service at settings.DEMO_SERVICE_URL (the outside world: renderer, asset
+store, platform, card processor) and a pool of Workers that knows the database, Redis and
+service the workers must use.
 """
 
 from __future__ import annotations
@@ -22,11 +24,15 @@ import signal
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from django.db.models import Max
 
 from tests.support.processes import Workers, wait_for
 from tests.support.state import new_account, run_status, wait_settled
+
+if TYPE_CHECKING:
+    from tests.faults.network import NetworkCase
 
 PIPELINE = "content"
 FULL_MATRIX_ENV = "RESUMER_FULL_MATRIX"
@@ -58,15 +64,22 @@ INVARIANTS: dict[str, str] = {
     "plan-kept": "the resume made exactly the calls, target requests and money its plan priced",
 }
 
-# Which simulated system each demo tool reaches: the world's own meters (SimCall) are held
-# against the plan's prediction per tool, independently of what the engine says it did.
-TOOL_SYSTEMS = {
+# Which tool each meter row of the outside world stands for: the demo service's operations
+# (its calls and its reconcile lookups) and the in-process systems' SimCall rows. The world's
+# own meters are held against the plan's prediction per tool, independently of what the
+# engine says it did.
+METERED_TOOLS = {
+    "render": "render_image",
+    "render.lookup": "render_image",
+    "upload": "upload_asset",
+    "upload.lookup": "upload_asset",
+    "publish": "publish_article",
+    "publish.lookup": "publish_article",
+    "charge": "charge_card",
+    "charge.lookup": "charge_card",
+    # SimCall systems
     "search": "search",
-    "generate_draft": "llm",
-    "render_image": "render",
-    "upload_asset": "assets",
-    "publish_article": "platform",
-    "charge_card": "card",
+    "llm": "generate_draft",
 }
 
 
@@ -111,20 +124,22 @@ class Check:
 
 @dataclass
 class CaseResult:
-    case: Case
+    case: Case | NetworkCase
     checks: dict[str, Check] = field(default_factory=dict)
     error: str = ""
     supervisor: str = ""
     run_id: str = ""
     seconds: float = 0.0
     logs: list[str] = field(default_factory=list)
+    # What this kind of case checks (the crash matrix's, or the network faults').
+    invariants: dict[str, str] = field(default_factory=lambda: INVARIANTS)
 
     @property
     def passed(self) -> bool:
         return not self.error and all(c.passed for c in self.checks.values())
 
     def check(self, name: str, passed: bool, detail: str = "") -> None:
-        assert name in INVARIANTS, name
+        assert name in self.invariants, name
         self.checks[name] = Check(bool(passed), detail)
 
     def describe(self) -> str:
@@ -135,7 +150,7 @@ class CaseResult:
             lines.append(f"  supervisor: {self.supervisor}")
         for name, check in self.checks.items():
             if not check.passed:
-                lines.append(f"  {name}: {check.detail or INVARIANTS[name]}")
+                lines.append(f"  {name}: {check.detail or self.invariants[name]}")
         if not self.passed and self.logs:
             lines.append(f"  worker logs: {', '.join(self.logs)}")
         return "\n".join(lines)
@@ -144,53 +159,80 @@ class CaseResult:
 # --- The outside world's meters ------------------------------------------------------------
 
 
+def service():
+    """The demo service the workers use, as its control API reads it."""
+    from django.conf import settings
+
+    from demo_service.process import ServiceClient
+
+    return ServiceClient(settings.DEMO_SERVICE_URL)
+
+
 @dataclass(frozen=True)
 class Marks:
-    """Highest primary keys of the simulated systems' tables before a case: whatever the
-    case creates is above them, so counts need no flush between cases."""
+    """The newest rows of the outside world before a case (the demo service's collections and
+    meter, and the in-process SimCall meter): whatever the case creates is above them, so
+    counts need no reset between cases."""
 
     article: int
     asset: int
     render: int
     charge: int
+    meter: int
     simcall: int
 
     @classmethod
     def now(cls) -> Marks:
-        from demo.models import Article, Asset, Charge, Render, SimCall
+        from demo.models import SimCall
 
-        def top(model) -> int:
-            return model.objects.aggregate(m=Max("pk"))["m"] or 0
-
-        return cls(top(Article), top(Asset), top(Render), top(Charge), top(SimCall))
+        top = service().marks()
+        simcall = SimCall.objects.aggregate(m=Max("pk"))["m"] or 0
+        return cls(
+            top["publish"], top["upload"], top["render"], top["charge"], top["meter"], simcall
+        )
 
 
 @dataclass
 class World:
-    """What the simulated outside world received since a set of marks."""
+    """What the outside world holds and was asked since a set of marks. Objects are the
+    service's JSON ({"id": "art-3", "name": ..., "account": ...})."""
 
-    articles: list
-    assets: list
-    renders: list
-    charges: list
+    articles: list[dict]
+    assets: list[dict]
+    renders: list[dict]
+    charges: list[dict]
+    # Publishes the platform executed (an article each), uploads and renders billed.
     publish_calls: int
     uploads_billed: int
     renders_billed: int
 
     @classmethod
     def since(cls, marks: Marks) -> World:
-        from demo.models import Article, Asset, Charge, Render, SimCall
-
-        calls = SimCall.objects.filter(pk__gt=marks.simcall)
+        world = service()
         return cls(
-            articles=list(Article.objects.filter(pk__gt=marks.article)),
-            assets=list(Asset.objects.filter(pk__gt=marks.asset)),
-            renders=list(Render.objects.filter(pk__gt=marks.render)),
-            charges=list(Charge.objects.filter(pk__gt=marks.charge)),
-            publish_calls=calls.filter(system="platform", operation="publish").count(),
-            uploads_billed=calls.filter(system="assets", billed=True).count(),
-            renders_billed=calls.filter(system="render", billed=True).count(),
+            articles=world.articles(after=marks.article),
+            assets=world.assets(after=marks.asset),
+            renders=world.renders(after=marks.render),
+            charges=world.charges(after=marks.charge),
+            publish_calls=world.count("publish", after=marks.meter),
+            uploads_billed=world.count("upload", after=marks.meter),
+            renders_billed=world.count("render", after=marks.meter),
         )
+
+
+def metered_per_tool(marks: Marks) -> dict[str, int]:
+    """Every request the outside world received since the marks (answered or not, billed or
+    replayed, calls and lookups), per demo tool."""
+    from collections import Counter
+
+    from demo.models import SimCall
+
+    counted: Counter[str] = Counter()
+    for row in service().meter(after=marks.meter):
+        counted[METERED_TOOLS[row["op"]]] += row["count"]
+    for system in SimCall.objects.filter(pk__gt=marks.simcall).values_list("system", flat=True):
+        counted[METERED_TOOLS[system]] += 1
+    return dict(counted)
 
 
 # --- Facts about one run -------------------------------------------------------------------
@@ -263,8 +305,8 @@ def once_problems(run, marks: Marks) -> list[str]:
         problems.append(f"{run.public_id} is {run.status}, not succeeded")
     if len(world.articles) != 1 or world.publish_calls != 1:
         problems.append(f"{len(world.articles)} articles, {world.publish_calls} publish calls")
-    if sorted(a.name for a in world.assets) != ["body-1", "body-2", "cover"]:
-        problems.append(f"assets uploaded: {sorted(a.name for a in world.assets)}")
+    if sorted(a["name"] for a in world.assets) != ["body-1", "body-2", "cover"]:
+        problems.append(f"assets uploaded: {sorted(a['name'] for a in world.assets)}")
     if world.uploads_billed != 3 or world.renders_billed != 3 or len(world.renders) != 3:
         problems.append(
             f"{world.uploads_billed} billed uploads, {len(world.renders)} renders "
@@ -291,12 +333,11 @@ def event_payload(event) -> dict:
 
 def plan_kept_problems(run, plan, approved: Marks) -> list[str]:
     """The approved plan as a contract, checked from outside the engine: the calls the log
-    shows after RESUMED, and the requests the simulated systems metered after the approval,
-    per tool, must equal the plan's prediction exactly, and the engine must say PLAN_KEPT."""
+    shows after RESUMED, and the requests the outside world metered after the approval, per
+    tool, must equal the plan's prediction exactly, and the engine must say PLAN_KEPT."""
     from collections import Counter
     from decimal import Decimal
 
-    from demo.models import SimCall
     from runs.models import Event
     from runs.pipeline import registry
 
@@ -313,14 +354,8 @@ def plan_kept_problems(run, plan, approved: Marks) -> list[str]:
     money = sum((pipeline.tool(t).cost * n for t, n in calls.items()), Decimal(0))
     if money != Decimal(predicted.money):
         problems.append(f"calls cost ${money}, the plan said ${predicted.money}")
-    metered = Counter(
-        SimCall.objects.filter(pk__gt=approved.simcall).values_list("system", flat=True)
-    )
-    expected = Counter()
-    for tool, n in predicted.calls.items():
-        expected[TOOL_SYSTEMS[tool]] += n
-    for tool, n in predicted.queries.items():
-        expected[TOOL_SYSTEMS[tool]] += n
+    metered = metered_per_tool(approved)
+    expected = dict(Counter(predicted.calls) + Counter(predicted.queries))
     if metered != expected:
         problems.append(f"targets metered {dict(metered)}, the plan said {dict(expected)}")
     verdicts = list(
@@ -338,9 +373,9 @@ def plan_kept_problems(run, plan, approved: Marks) -> list[str]:
 
 def resolve_never_effects(plan, *, actor: str = "user:supervisor") -> list[str]:
     """What a supervisor does about a blocked NEVER charge: look it up at the card processor
-    by the reference the charge carried, and record what was found, with a reason. Returns a
-    line per resolution; a blocker it cannot resolve is left for the caller to report."""
-    from demo.models import Charge
+    by the delivery key the charge carried (its Idempotency-Key), and record what was found,
+    with a reason. Returns a line per resolution; a blocker it cannot resolve is left for the
+    caller to report."""
     from runs.edits import edit_effect
     from runs.models import Effect
     from runs.planner import Action
@@ -350,21 +385,21 @@ def resolve_never_effects(plan, *, actor: str = "user:supervisor") -> list[str]:
         if line.action != Action.BLOCKED or line.tool != "charge_card":
             continue
         effect = Effect.objects.get(delivery_key=line.delivery_key)
-        # demo.pipeline._charge passes key[:32] as the processor's reference.
-        charge = Charge.objects.filter(reference=effect.delivery_key[:32]).first()
-        if charge is not None:
+        charges = service().charges(delivery_key=effect.delivery_key)
+        if charges:
+            charged = charges[0]["id"]
             edit_effect(
                 effect.pk,
-                {"status": Effect.Status.CONFIRMED, "external_id": charge.external_id},
-                reason=f"card processor shows {charge.external_id} for this reference",
+                {"status": Effect.Status.CONFIRMED, "external_id": charged},
+                reason=f"card processor shows {charged} for this delivery key",
                 actor=actor,
             )
-            done.append(f"{line.call_id}: charged as {charge.external_id} → confirmed")
+            done.append(f"{line.call_id}: charged as {charged} → confirmed")
         else:
             edit_effect(
                 effect.pk,
                 {"status": Effect.Status.FAILED, "error": "no charge at the processor"},
-                reason="card processor shows no charge for this reference",
+                reason="card processor shows no charge for this delivery key",
                 actor=actor,
             )
             done.append(f"{line.call_id}: not charged → failed (may be called)")
@@ -422,8 +457,7 @@ def run_case(case: Case, workers: Workers, reference: dict[str, str]) -> CaseRes
 
 def _drive(case: Case, workers: Workers, reference: dict[str, str], result: CaseResult) -> None:
     from demo import faults
-    from runs.checkpoints import latest_checkpoint
-    from runs.models import Effect, Run
+    from runs.models import Run, StoredPlan
     from runs.pipeline import registry
     from runs.planner import compute_plan
     from runs.resume import STRICT, approve
@@ -463,6 +497,15 @@ def _drive(case: Case, workers: Workers, reference: dict[str, str], result: Case
         return
 
     run.refresh_from_db()
+    # The stop has a worker compute the stored plan, which asks the targets; once it is
+    # stored, no worker is left to act before the approval, so the outside world's meters
+    # read after the approval hold only what the resumed work asked.
+    wait_for(
+        lambda: StoredPlan.objects.filter(run=run, run_version=run.version).exists(),
+        timeout=60,
+        what="the stored plan",
+    )
+    workers.stop_all()
     plan = compute_plan(run)
     before = list(pipeline.stage_names[: pipeline.index(case.stage)])
     result.check(
@@ -480,14 +523,26 @@ def _drive(case: Case, workers: Workers, reference: dict[str, str], result: Case
 
     approve(run, STRICT, plan.fingerprint, actor="user:fault-matrix")
     approved = Marks.now()  # what the resumed work does to the world is above these
+    workers.start("resume")
     status = wait_settled(run.pk, timeout=120)
     run.refresh_from_db()
     result.check("succeeded", status == Run.Status.SUCCEEDED, f"run ended {status}")
     problems = plan_kept_problems(run, plan, approved)
     result.check("plan-kept", not problems, "; ".join(problems))
+    world_checks(result, run, marks, reference)
 
+
+def world_checks(result: CaseResult, run, marks: Marks, reference: dict[str, str]) -> None:
+    """What a finished case must have left in the outside world and the ledger: one article,
+    one billed upload per asset, one billed render per key, at most one charge, every effect
+    settled, outputs naming what is live, the reference artifacts, a sound log."""
+    from runs.checkpoints import latest_checkpoint
+    from runs.models import Effect
+    from runs.pipeline import registry
+
+    pipeline = registry.get(PIPELINE)
     world = World.since(marks)
-    slots = sorted(a.name for a in world.assets)
+    slots = sorted(a["name"] for a in world.assets)
     account = run.inputs["account"]
     result.check(
         "one-article",
@@ -504,7 +559,7 @@ def _drive(case: Case, workers: Workers, reference: dict[str, str], result: Case
         len(world.renders) == 3 and world.renders_billed == 3,
         f"{len(world.renders)} render(s), {world.renders_billed} billed",
     )
-    charges = [c for c in world.charges if c.account == account]
+    charges = [c for c in world.charges if c["account"] == account]
     result.check(
         "charge-at-most-once",
         len(world.charges) <= 1 and len(charges) == len(world.charges),
@@ -531,8 +586,8 @@ def _drive(case: Case, workers: Workers, reference: dict[str, str], result: Case
 
     publish_cp = latest_checkpoint(run, "publish")
     outputs = publish_cp.outputs if publish_cp is not None else {}
-    live = [a.external_id for a in world.articles]
-    charged = [c.external_id for c in world.charges]
+    live = [a["id"] for a in world.articles]
+    charged = [c["id"] for c in world.charges]
     result.check(
         "outputs-match-world",
         publish_cp is not None
@@ -556,16 +611,23 @@ def _drive(case: Case, workers: Workers, reference: dict[str, str], result: Case
 # --- Report --------------------------------------------------------------------------------
 
 
-def format_report(results: Iterable[CaseResult]) -> Iterator[str]:
+def format_report(
+    results: Iterable[CaseResult],
+    *,
+    invariants: dict[str, str] = INVARIANTS,
+    title: str = "Fault matrix: crash before/after every tool call, strict resume, invariants",
+    summary: bool = True,
+) -> Iterator[str]:
     """The matrix: one row per case, one column per invariant (✓ held, ✗ broken, · not
-    reached), then per-invariant counts, then the `N passed, M failed` line, last."""
+    reached), then per-invariant counts, then the `N passed, M failed` line, last (unless
+    `summary` is off, for a report that another one follows)."""
     results = list(results)
-    names = list(INVARIANTS)
+    names = list(invariants)
     width = max([len(r.case.id) for r in results] + [4])
-    yield "Fault matrix: crash before/after every tool call, strict resume, invariants"
+    yield title
     yield ""
     for i, name in enumerate(names):
-        yield f"  [{i + 1:>2}] {name}: {INVARIANTS[name]}"
+        yield f"  [{i + 1:>2}] {name}: {invariants[name]}"
     yield ""
     header = " ".join(f"{i + 1:>2}" for i in range(len(names)))
     yield f"{'case':<{width}}  {header}  result   secs  supervisor"
@@ -582,12 +644,13 @@ def format_report(results: Iterable[CaseResult]) -> Iterator[str]:
     for name in names:
         checked = [r.checks[name] for r in results if name in r.checks]
         held = sum(1 for c in checked if c.passed)
-        yield f"  {name:<22} {held:>3} / {len(checked):<3} {INVARIANTS[name]}"
+        yield f"  {name:<22} {held:>3} / {len(checked):<3} {invariants[name]}"
     failed = [r for r in results if not r.passed]
     if failed:
         yield ""
         yield "Failures:"
         for r in failed:
             yield r.describe()
-    yield ""
-    yield f"{len(results) - len(failed)} passed, {len(failed)} failed"
+    if summary:
+        yield ""
+        yield f"{len(results) - len(failed)} passed, {len(failed)} failed"

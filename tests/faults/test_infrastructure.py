@@ -372,6 +372,9 @@ def test_a_charge_retry_whose_worker_dies_blocks_the_plan_again(workers):
     assert workers.start("doomed").wait(timeout=120) == -signal.SIGKILL
     workers.start("sweeper")
     assert wait_settled(run.pk) == Run.Status.INTERRUPTED
+    # The sweeper lets the lease go only after the stop's after-commit work (the stored plan);
+    # killed before that, it would leave the lease held and the supervisor's edit refused.
+    wait_for(lambda: Lease.objects.get(run=run).holder == "", what="the sweeper to release")
     workers.stop_all()  # the retry must run on a worker of its own, the one killed below
     approve_fresh_plan(run)  # resolves the charge as "not charged", then resumes
     retry = workers.start("retry")

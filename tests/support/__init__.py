@@ -3,4 +3,5 @@ matrix (tests/faults/matrix.py) and its script all import from here, never from 
 
     processes  real worker processes, a private redis-server, waiting, worker environments
     plans      runs stopped in known states, for the reconcile-plan tests
+    web        dashboard clients logged in with a role
 """

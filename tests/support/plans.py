@@ -25,7 +25,7 @@ from django.core.files.storage import default_storage
 from django.db import connection
 
 from demo import faults
-from runs import artifacts, engine
+from runs import artifacts, engine, stored_plans, sweeper
 from runs.maintenance import maintenance
 from runs.models import Checkpoint, Effect, Event, Lease, Run
 from tests.support.processes import Workers, wait_for
@@ -47,6 +47,40 @@ def run_in_process(options: dict[str, Any] | None = None) -> Run:
     # ran those stages itself, so drop the jobs rather than leave them for a later worker.
     django_rq.get_connection(settings.RESUMER_QUEUE).flushdb()
     run.refresh_from_db()
+    return run
+
+
+def stopped_in_process(options: dict[str, Any] | None = None) -> Run:
+    """run_in_process, then what a worker's plan job does once a run stops: its plan is
+    computed (asking its targets) and stored. Tests without workers never run that job."""
+    from runs import stored_plans
+
+    run = run_in_process(options)
+    if run.is_resumable:
+        stored_plans.refresh(run)
+    return run
+
+
+def stopped_with_plan(options: dict[str, Any] | None = None, **inputs: str) -> Run:
+    """A content run executed here stage by stage (seed_demo.run_inline: nothing queued) until
+    it stops, with the plan its stop asks for stored, as the worker's plan job would. Works
+    inside a test's transaction (no worker, no Redis)."""
+    from demo.management.commands.seed_demo import run_inline
+
+    run = faults.start_run("content", inputs, actor="test", faults=options or {}, enqueue=False)
+    run = run_inline(run.pk)
+    if run.is_resumable:
+        stored_plans.refresh(run)
+    return run
+
+
+def interrupted_with_plan(**inputs: str) -> Run:
+    """A run whose worker vanished before its first stage: interrupted at research, with its
+    plan stored. The cheapest run that needs a human."""
+    run = engine.start_run("content", inputs, actor="test", enqueue=False)
+    sweeper.interrupt(sweeper.Finding(run.pk, "test: the worker vanished", {}), takeover=True)
+    run.refresh_from_db()
+    stored_plans.refresh(run)
     return run
 
 

@@ -36,16 +36,23 @@ class WorkersBroke(AssertionError):
 _LIVE_POOLS: weakref.WeakSet[Workers] = weakref.WeakSet()
 
 
-def wait_for(predicate: Callable[[], Any], *, timeout: float = 60, what: str = "condition") -> Any:
+def wait_for(
+    predicate: Callable[[], Any],
+    *,
+    timeout: float = 60,
+    what: str = "condition",
+    watch_workers: bool = True,
+) -> Any:
     """Poll until predicate() is truthy. The timeout only bounds a hung test; nothing asserts
     on how long anything took. If every worker has died of an error meanwhile, say so at once
-    instead of waiting out the timeout."""
+    instead of waiting out the timeout (unless `watch_workers` is off: waiting on something
+    the workers' health says nothing about, such as a Redis coming back)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
-        for pool in list(_LIVE_POOLS):
+        for pool in list(_LIVE_POOLS) if watch_workers else ():
             pool.raise_if_broken(what)
         if time.monotonic() > deadline:
             raise Timeout(f"timed out waiting for {what}")
@@ -54,7 +61,8 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float = 60, what: str = "
 
 def worker_env(redis_url: str | None = None) -> dict[str, str]:
     """The environment that makes a worker process use this process's database, media,
-    queue, pipelines and lease timings (and `redis_url`, or the configured Redis)."""
+    queue, pipelines, lease timings and demo service (and `redis_url`, or the configured
+    Redis)."""
     env = dict(os.environ)
     env.update(
         DATABASE_URL=database_url(),
@@ -64,6 +72,7 @@ def worker_env(redis_url: str | None = None) -> dict[str, str]:
         RESUMER_SWEEP_INTERVAL=str(settings.RESUMER_SWEEP_INTERVAL),
         RESUMER_QUEUE_GRACE=str(settings.RESUMER_QUEUE_GRACE),
         RESUMER_QUEUE=settings.RESUMER_QUEUE,
+        DEMO_SERVICE_URL=settings.DEMO_SERVICE_URL,
         RESUMER_TESTING="1",
         PYTHONUNBUFFERED="1",
     )
@@ -95,6 +104,7 @@ class Workers:
         self.extra_env = dict(env or {})
         self.procs: list[subprocess.Popen] = []
         self.log_paths: dict[int, Path] = {}
+        self._started_at: dict[int, float] = {}
         self.started = 0  # numbers the log files across cases
         _LIVE_POOLS.add(self)
 
@@ -120,7 +130,12 @@ class Workers:
         log.close()
         self.procs.append(proc)
         self.log_paths[proc.pid] = path
+        self._started_at[proc.pid] = time.monotonic()
         return proc
+
+    def started_at(self, proc: subprocess.Popen) -> float:
+        """When the process was started (time.monotonic())."""
+        return self._started_at[proc.pid]
 
     def raise_if_broken(self, what: str) -> None:
         """Raise WorkersBroke when workers were started, none is alive, and one exited with
@@ -202,7 +217,13 @@ class PrivateRedis:
             stderr=log,
         )
         log.close()
-        wait_for(self._answers, timeout=20, what=f"redis-server on port {self.port}")
+        # Workers that died while it was down (as RQ does) must not fail the wait for it.
+        wait_for(
+            self._answers,
+            timeout=20,
+            what=f"redis-server on port {self.port}",
+            watch_workers=False,
+        )
         return self
 
     def _answers(self) -> bool:

@@ -15,7 +15,9 @@ Runs (only when the ledger has none yet):
                    pinned v3, so the plan offers strict resume or an upgrade branch
 
 No worker is needed: stages run in this process, as a worker would run them, and the crash
-runs in a forked child that really is killed. Only the pending run is put on the queue.
+runs in a forked child that really is killed. Only the pending run is put on the queue. The
+demo service (settings.DEMO_SERVICE_URL) must answer: the runs render, upload, publish and
+charge there, over HTTP (`make run` starts it first).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from demo import faults, simulators
+from demo_service.process import ServiceClient
 from runs import engine, roles, sweeper
 from runs.models import Run
 
@@ -125,6 +128,11 @@ class Command(BaseCommand):
         if existing:
             self.stdout.write(f"Runs: demo data already present ({existing} runs); none added.")
             return
+        if not ServiceClient(settings.DEMO_SERVICE_URL).answers():
+            raise CommandError(
+                f"the demo service does not answer at {settings.DEMO_SERVICE_URL} (DEMO_SERVICE_URL):"
+                " start it with `python -m demo_service` (make run does), then seed again"
+            )
         self._runs()
 
     def _users(self) -> None:

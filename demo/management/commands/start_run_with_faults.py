@@ -3,6 +3,7 @@
 manage.py start_run_with_faults content --crash-at visual/upload-cover/before
 manage.py start_run_with_faults content --timeout-at publish/promote-charge/after
 manage.py start_run_with_faults content --delay 2
+manage.py start_run_with_faults content --network publish/publish=drop
 """
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ class Command(start_run.Command):
             help="this call's answer never arrives (its outcome is unknown)",
         )
         parser.add_argument("--delay", type=float, help="seconds before each call")
+        parser.add_argument(
+            "--network",
+            action="append",
+            default=[],
+            metavar="STAGE/CALL=drop|late|5xx|down",
+            help="the demo service fails this call's request (repeatable)",
+        )
 
     def start(
         self, pipeline: str, inputs: dict[str, str], *, enqueue: bool, opts: dict[str, Any]
@@ -43,4 +51,6 @@ class Command(start_run.Command):
             spec["timeout"] = opts["timeout_at"]
         if opts["delay"] is not None:
             spec["delay"] = opts["delay"]
+        if opts["network"]:
+            spec["network"] = dict(item.partition("=")[::2] for item in opts["network"])
         return faults.start_run(pipeline, inputs, actor="cli", faults=spec, enqueue=enqueue)

@@ -4,19 +4,33 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs import triage
 from runs.planner import compute_plan
 from runs.report import plan_as_text
 from runs.resume import ResumeRefused, load_run
 
 
 class Command(BaseCommand):
-    help = "Print the reconcile plan of a run (changes nothing)."
+    help = (
+        "Print the reconcile plan of a run, or (--groups) the runs that need a human grouped "
+        "by the shape of their stored plans. Changes nothing."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("run", help="run id, e.g. run-9269")
+        parser.add_argument("run", nargs="?", help="run id, e.g. run-9269")
+        parser.add_argument(
+            "--groups",
+            action="store_true",
+            help="list the groups of runs that need a human, by plan shape (from stored plans)",
+        )
         parser.add_argument("--json", action="store_true", help="machine-readable output")
 
     def handle(self, *args, **opts) -> None:
+        if bool(opts["run"]) == bool(opts["groups"]):
+            raise CommandError("name a run (e.g. run-9269) or pass --groups, not both")
+        if opts["groups"]:
+            self._groups(opts["json"])
+            return
         try:
             run = load_run(opts["run"])
         except ResumeRefused as exc:
@@ -26,3 +40,38 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(plan.to_dict(), indent=2, default=str))
         else:
             self.stdout.write(plan_as_text(plan))
+
+    def _groups(self, as_json: bool) -> None:
+        found = triage.groups()
+        if as_json:
+            data = {
+                "groups": [
+                    {
+                        "fingerprint": g.fingerprint,
+                        "runs": g.count,
+                        "sentence": g.sentence,
+                        "approvable": g.approvable,
+                        "resume_money": str(g.resume_money),
+                        "shape": g.shape,
+                    }
+                    for g in found.groups
+                ],
+                "unplanned": found.unplanned,
+            }
+            self.stdout.write(json.dumps(data, indent=2))
+            return
+        if not found.groups and not found.unplanned:
+            self.stdout.write("No run needs a human.")
+        for g in found.groups:
+            self.stdout.write(f"group {g.fingerprint}")
+            self.stdout.write(f"  {g.sentence}")
+            if g.approvable:
+                self.stdout.write(
+                    f"  approve: manage.py resume --group {g.fingerprint} --strict"
+                    + (" (or --upgrade)" if g.upgrade_available else "")
+                )
+        if found.unplanned:
+            self.stdout.write(
+                f"{found.unplanned} run(s) need a human without a current stored plan "
+                "(`manage.py plan RUN` computes one)."
+            )
