@@ -1,13 +1,17 @@
-"""Server time of the inbox and the run page with 10,000 runs and 1,000,000 events loaded.
+"""Server time of the inbox, the run page and the pipeline page with 10,000 runs and
+1,000,000 events loaded.
 
     .venv/bin/python bench/pages.py                 # SQLite and PostgreSQL
     .venv/bin/python bench/pages.py --db sqlite     # one of them
     .venv/bin/python bench/pages.py --runs 1000 --events 100000   # a quicker look
+    .venv/bin/python bench/pages.py --only pipeline # time only the pages whose name has it
 
 Each database is a scratch one the script creates (a SQLite file in a temp folder; the
 PostgreSQL database `resumer_pagebench`, dropped afterwards). Filler rows are bulk-inserted
 around the append path for speed (the triggers allow INSERT), with a correct seq and hash
-chain. Requests go through Django's test client, so the time is the server's: middleware,
+chain; each run's filler is cut into stage attempts (STARTED ... VERIFIED), some resumed,
+some reusing effects, so the pipeline page aggregates what it would in production.
+Requests go through Django's test client, so the time is the server's: middleware,
 view, queries and template, no network. It prints median and p95 per page and the number of
 SQL queries per page for a small and a large page, which must be equal (no per-row queries).
 Goal: p95 under 150 ms on both databases.
@@ -28,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/resumer_pagebench")
 
 
-def child(db: str, runs: int, events: int, repeat: int) -> None:
+def child(db: str, runs: int, events: int, repeat: int, only: str = "") -> None:
     sys.path.insert(0, str(ROOT))
     tmp = tempfile.mkdtemp(prefix="resumer-pagebench-")
     os.environ["RESUMER_VAR_DIR"] = tmp
@@ -63,9 +67,13 @@ def child(db: str, runs: int, events: int, repeat: int) -> None:
         "inbox, filtered (status=failed)": "/runs/?status=failed",
         "run page (big run, first timeline page)": f"/runs/run-{big_pk}/",
         "run page (typical run)": f"/runs/run-{small_pk}/",
+        "pipeline page (last 100 runs)": "/pipelines/content/",
+        "pipeline page (last 500 runs)": "/pipelines/content/?runs=500",
     }
     print(f"\n== {db}: {Run.objects.count():,} runs, {_event_count():,} events ==")
     for name, url in pages.items():
+        if only not in name:
+            continue
         for _ in range(3):  # warm caches and connections
             assert client.get(url).status_code == 200, url
         samples = []
@@ -86,10 +94,16 @@ def child(db: str, runs: int, events: int, repeat: int) -> None:
         client.get("/runs/")
     with CaptureQueriesContext(connection) as inbox_one:
         client.get(f"/runs/?q=run-{small_pk}")
+    with CaptureQueriesContext(connection) as pipeline_wide:
+        client.get("/pipelines/content/?runs=500")
+    with CaptureQueriesContext(connection) as pipeline_narrow:
+        client.get("/pipelines/content/?runs=10")
     print(
         f"  queries: run page {len(big.captured_queries)} (big run) vs "
         f"{len(small.captured_queries)} (few events); inbox {len(inbox_full.captured_queries)} "
-        f"(full page) vs {len(inbox_one.captured_queries)} (one row)"
+        f"(full page) vs {len(inbox_one.captured_queries)} (one row); pipeline page "
+        f"{len(pipeline_wide.captured_queries)} (500 runs) vs "
+        f"{len(pipeline_narrow.captured_queries)} (10 runs)"
     )
     connection.close()
     if db == "postgres":
@@ -158,17 +172,13 @@ def _load(runs: int, events: int) -> int:
         count = big_events if pk == big_pk else per_run
         prev = ""
         for seq in range(1, count + 1):
+            type_, payload = _filler(pk, seq)
             event = Event(
                 run_id=pk,
                 seq=seq,
                 stage=stages[(seq // 20) % len(stages)],
-                type="TOOL_RESULT" if seq % 2 else "TOOL_CALLED",
-                payload={
-                    "call": f"call-{seq % 7}",
-                    "tool": "render_image",
-                    "cost": "0.04",
-                    "duration_ms": seq % 300,
-                },
+                type=type_,
+                payload=payload,
                 idempotency_key=f"{pk:08x}{seq:056x}",
                 actor="worker:bench",
                 token=1,
@@ -188,11 +198,45 @@ def _load(runs: int, events: int) -> int:
     with transaction.atomic():
         for pk, (seq, head) in heads.items():
             Run.objects.filter(pk=pk).update(last_seq=seq, head_hash=head)
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        # PostgreSQL plans from table statistics; in production autovacuum gathers them
+        # within a minute of a bulk load, here the first request would come before it. Without
+        # them the planner guesses the window's runs are few and scans the whole event table.
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
     print(
         f"  loaded {runs:,} runs and {sum(h[0] for h in heads.values()):,} events "
         f"in {time.perf_counter() - started:.0f} s"
     )
     return big_pk
+
+
+def _filler(pk: int, seq: int) -> tuple[str, dict]:
+    """Event `seq` of run `pk`: blocks of 20 per stage, each an attempt (STARTED, tool calls
+    and results, VERIFIED); every fourth run was resumed once (a RESUMED opens its third
+    block) and some results are reused effects."""
+    if seq % 20 == 0:
+        resumed = pk % 4 == 0 and seq % 100 == 40
+        return ("RESUMED" if resumed else "STARTED"), {"attempt": 0}
+    if seq % 20 == 19:
+        return "VERIFIED", {}
+    if seq % 2 == 0:
+        return "TOOL_CALLED", {"call": f"call-{seq % 7}", "tool": "render_image"}
+    if seq % 14 == 1:
+        return "TOOL_RESULT", {
+            "call": f"call-{seq % 7}",
+            "tool": "render_image",
+            "reused": True,
+            "cost": "0",
+        }
+    return "TOOL_RESULT", {
+        "call": f"call-{seq % 7}",
+        "tool": "render_image",
+        "cost": "0.04",
+        "duration_ms": seq % 300,
+    }
 
 
 def main() -> None:
@@ -201,10 +245,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=40)
+    parser.add_argument("--only", default="", help="time only pages whose name contains this")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.db, args.runs, args.events, args.repeat)
+        child(args.db, args.runs, args.events, args.repeat, args.only)
         return
     # One process per database: Django's settings are read once per process.
     for db in ["sqlite", "postgres"] if args.db == "both" else [args.db]:
@@ -221,6 +266,8 @@ def main() -> None:
                 str(args.events),
                 "--repeat",
                 str(args.repeat),
+                "--only",
+                args.only,
             ],
             check=True,
         )

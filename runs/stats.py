@@ -8,10 +8,13 @@ Per stage, over the last N runs of a pipeline:
 * what resumes saved: the stages a strict resume skipped, and the confirmed effects a
   re-executed stage reused instead of calling again.
 
-Each of the three figure sets is one aggregate query over the event log, whatever the number
-of runs or events (the pipeline page draws one chart from each). Nothing here writes or calls
-a tool. The SQL is per vendor only where SQLite and PostgreSQL spell things differently: a
-JSON key, a time difference.
+Each figure set is one aggregate query over the last N runs' events, whatever the number of
+runs or events in the database: attempts (the duration chart), spending and reused effects
+(the spend chart), skipped stages (with the reused effects, the savings chart). Nothing here
+writes or calls a tool. The SQL is per vendor only where SQLite and PostgreSQL spell things
+differently: a JSON key, a time difference. Events are read through their run's index; the
+window's runs by walking the primary key backwards, which stays short while a database holds
+a few pipelines (a rare pipeline among many would want an index on (pipeline, -id)).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from runs.models import Effect, Event, ReplayPolicy, Run
 from runs.pipeline import Pipeline
 
 # How many recent runs the page may look at; the form offers exactly these.
-WINDOWS = (10, 25, 50, 100, 250, 500, 1000)
+WINDOWS = (10, 25, 50, 100, 250, 500)
 DEFAULT_WINDOW = 100
 
 # Where a checkpoint pays (the protocol: "a stage that is long, costly, verifiable, or changes
@@ -211,22 +214,25 @@ FROM outcomes o LEFT JOIN pct p ON p.stage = o.stage
 """
 
 # Money spent and paid calls: every TOOL_RESULT that was a call (not a reused effect, not an
-# abandoned one), at the cost it recorded.
+# abandoned one), at the cost it recorded. The same pass counts the reused effects, at the
+# cost recorded on the effect itself (a reused result records 0): what memoizing them saved.
 SPEND_SQL = """
 WITH {recent}
 SELECT e.stage,
   SUM(CASE WHEN {reused} OR {skipped} THEN 0 ELSE 1 END) AS calls,
-  SUM(CASE WHEN {reused} OR {skipped} THEN 0 ELSE {cost} END) AS spent
+  SUM(CASE WHEN {reused} OR {skipped} THEN 0 ELSE {cost} END) AS spent,
+  SUM(CASE WHEN {reused} THEN 1 ELSE 0 END) AS reused,
+  SUM(CASE WHEN {reused} THEN COALESCE(f.cost, 0) ELSE 0 END) AS reused_money
 FROM {event_t} e
+LEFT JOIN {effect_t} f ON {reused} AND f.delivery_key = e.idempotency_key
 WHERE e.run_id IN (SELECT id FROM recent) AND e.type = 'TOOL_RESULT'
 GROUP BY e.stage
 """
 
-# What resumes saved, as (kind, stage, count, money) rows:
+# What checkpoints saved, as (kind, stage, count, money) rows:
 #   resumed-at  strict resumes restarting at this stage (every stage before it was skipped);
 #   skipped     per skipped stage, the distinct calls it had paid for in that run before the
-#               resume (a call made twice counts once, at its highest recorded cost);
-#   reused      TOOL_RESULTs that returned a confirmed effect, at the effect's recorded cost.
+#               resume (a call made twice counts once, at its highest recorded cost).
 SAVINGS_SQL = """
 WITH {recent},
 stage_order(stage, idx) AS (VALUES {order}),
@@ -250,11 +256,6 @@ skipped_calls AS (
 SELECT 'resumed-at', restart, COUNT(*), 0 FROM resumes GROUP BY restart
 UNION ALL
 SELECT 'skipped', stage, COUNT(*), SUM(cost) FROM skipped_calls GROUP BY stage
-UNION ALL
-SELECT 'reused', e.stage, COUNT(*), SUM(COALESCE(f.cost, 0))
-FROM {event_t} e LEFT JOIN {effect_t} f ON f.delivery_key = e.idempotency_key
-WHERE e.run_id IN (SELECT id FROM recent) AND e.type = 'TOOL_RESULT' AND {reused}
-GROUP BY e.stage
 """
 
 WINDOW_SQL = "WITH {recent} SELECT COUNT(*), MIN(id), MAX(id) FROM recent"
@@ -309,7 +310,8 @@ def savings_rows(pipeline: Pipeline, window: int) -> list[tuple]:
 
 
 def pipeline_stats(pipeline: Pipeline, window: int = DEFAULT_WINDOW) -> PipelineStats:
-    """Every stage's figures over the pipeline's last `window` runs: four queries."""
+    """Every stage's figures over the pipeline's last `window` runs: four queries (the three
+    figure sets and the window itself)."""
     if window not in WINDOWS:
         raise ValueError(f"window must be one of {WINDOWS}")
     stages = {name: StageStats(name) for name in pipeline.stage_names}
@@ -324,9 +326,11 @@ def pipeline_stats(pipeline: Pipeline, window: int = DEFAULT_WINDOW) -> Pipeline
             s.median_ms = None if median is None else int(median)
             s.p95_ms = None if p95 is None else int(p95)
 
-    for stage, calls, spent in spend_rows(pipeline, window):
+    for stage, calls, spent, reused, reused_money in spend_rows(pipeline, window):
         if stage in stages:
-            stages[stage].paid_calls, stages[stage].spent = int(calls or 0), _money(spent)
+            s = stages[stage]
+            s.paid_calls, s.spent = int(calls or 0), _money(spent)
+            s.reused_calls, s.reused_money = int(reused or 0), _money(reused_money)
 
     order = list(pipeline.stage_names)
     for kind, stage, count, money in savings_rows(pipeline, window):
@@ -335,8 +339,6 @@ def pipeline_stats(pipeline: Pipeline, window: int = DEFAULT_WINDOW) -> Pipeline
                 stages[skipped].skipped += int(count)
         elif kind == "skipped" and stage in stages:
             stages[stage].skipped_calls, stages[stage].skipped_money = int(count), _money(money)
-        elif kind == "reused" and stage in stages:
-            stages[stage].reused_calls, stages[stage].reused_money = int(count), _money(money)
 
     for spec in pipeline.stages:
         s = stages[spec.name]

@@ -345,6 +345,9 @@ def test_operator_triages_the_inbox_by_reason_then_approves_from_the_summary(
     # Down at the timeline, the plan's own buttons are out of sight; the summary's are not.
     page.locator("nav.toc").get_by_role("link", name="Timeline").click()
     expect(page).to_have_url(re.compile(r"#timeline$"))
+    # The section lands below the summary, not under it.
+    heading, summary = page.locator("#timeline-h").bounding_box(), bar.bounding_box()
+    assert heading["y"] >= summary["y"] + summary["height"] - 1, (heading, summary)
     expect(page.locator("#approve-h")).not_to_be_in_viewport()
     strict = bar.get_by_role("button", name="Strict resume")
     expect(strict).to_be_in_viewport()
