@@ -20,11 +20,13 @@ from django.db.models.functions import Now
 
 from runs import dialects, notify, signals
 from runs.chain import canonical_json, event_hash, hashed_content, head_anchor
+from runs.dialects import EffectWrite, KeyTaken
 from runs.leases import LeaseLost
 from runs.models import Checkpoint, Event, Lease, Run
 from runs.payload_summary import summarize
 
 __all__ = [
+    "KeyTaken",
     "LeaseLost",
     "LedgerError",
     "NewEvent",
@@ -129,12 +131,16 @@ def append(
     idempotency_key: str = "",
     inputs: dict[str, Any] | None = None,
     status: str | None = None,
+    effect: EffectWrite | None = None,
     **run_fields: Any,
 ) -> Event:
-    """Append one event to the writer's run, fenced by its lease; optionally move the run.
+    """Append one event to the writer's run, fenced by its lease; optionally move the run,
+    and write an effect row with the event (effects.py: an intent claiming its delivery key,
+    or an outcome), whose id the event then carries as `effect_pk`.
 
     Raises LeaseLost (nothing written) when the token is stale or expired, LedgerError for an
-    unknown type or stage, an illegal status move or an oversized payload.
+    unknown type or stage, an illegal status move or an oversized payload, KeyTaken (nothing
+    written) when a claimed delivery key has an effect already.
     """
     if type not in EVENT_TYPES:
         raise LedgerError(f"unknown event type {type!r}")
@@ -160,27 +166,39 @@ def append(
     connection = connections[DEFAULT_DB_ALIAS]
     sql = dialects.for_connection(connection)
     refused: Exception
-    # No savepoint when nested: most appends run inside a caller's transaction (an effect
-    # intent, a checkpoint), and a savepoint would cost two more round trips each. What
+    # This process wrote the run's last event under this token, so it knows the head: the
+    # guarded write then fences (token, expiry *and* that the head is still the one it knows)
+    # in its first statement instead of a locked read before it. If anything moved, it writes
+    # nothing and the locked read below decides.
+    known = _known_heads.get((connection.alias, writer.run_id, writer.token))
+    guarded = (
+        known is not None
+        and sql.guarded
+        and len(encoded) <= settings.RESUMER_INLINE_PAYLOAD_BYTES
+        and _refusal(known, new) is None
+    )
+    if (
+        guarded
+        and sql.one_statement
+        and not connection.in_atomic_block
+        and connection.get_autocommit()
+    ):
+        # PostgreSQL, the common case: one statement locks, fences, inserts, moves the head
+        # and writes the effect. Alone, in autocommit, it is its own transaction: one round
+        # trip, where BEGIN and COMMIT around it would make three.
+        event = _write(connection, known, new, guarded=True, effect=effect)
+        if event is not None:
+            return _appended(connection, writer, known, event, new)
+        guarded = False
+    # No savepoint when nested: most appends run inside a caller's transaction (a checkpoint,
+    # an HTTP tool's exchanges), and a savepoint would cost two more round trips each. What
     # append refuses it raises *after* this block, having written nothing, so a refusal never
     # poisons the caller's transaction; only a database error (which breaks it anyway) does.
     with transaction.atomic(savepoint=False):
-        # PostgreSQL, the common case: this process wrote the run's last event under this
-        # token, so it knows the head. One statement then locks, fences (token, expiry *and*
-        # that the head is still the one it knows), inserts and moves the head. If anything
-        # moved, it writes nothing and the locked read below decides.
-        known = _known_heads.get((connection.alias, writer.run_id, writer.token))
-        if (
-            known is not None
-            and sql.guarded
-            and len(encoded) <= settings.RESUMER_INLINE_PAYLOAD_BYTES
-            and _refusal(known, new) is None
-        ):
-            event = _write(connection, known, new, guarded=True)
+        if guarded:
+            event = _write(connection, known, new, guarded=True, effect=effect)
             if event is not None:
-                _remember(connection, writer.token, known, event, new)
-                _after_append(event, known, new)
-                return event
+                return _appended(connection, writer, known, event, new)
         # The fencing check and the row lock are one statement (see dialects.py for what each
         # vendor locks).
         with connection.cursor() as cursor:
@@ -194,12 +212,12 @@ def append(
             head = _Head(writer.run_id, *row)
             problem = _refusal(head, new)
             if problem is None:
-                event = _write(connection, head, new)
-                assert event is not None
-                _remember(connection, writer.token, head, event, new)
-                _after_append(event, head, new)
-                return event
-            refused = problem
+                event = _write(connection, head, new, effect=effect)
+                if event is not None:
+                    return _appended(connection, writer, head, event, new)
+                refused = KeyTaken(f"delivery key {new.idempotency_key} has an effect already")
+            else:
+                refused = problem
     raise refused
 
 
@@ -208,6 +226,12 @@ def append(
 _known_heads: dict[tuple[str, int, int], _Head] = {}
 _known_heads_lock = threading.Lock()
 _KNOWN_HEADS_MAX = 1024
+
+
+def _appended(connection, writer: Writer, head: _Head, event: Event, new: NewEvent) -> Event:
+    _remember(connection, writer.token, head, event, new)
+    _after_append(event, head, new)
+    return event
 
 
 def _remember(connection, token: int, head: _Head, event: Event, new: NewEvent) -> None:
@@ -255,11 +279,19 @@ def _refusal(run: _Head, new: NewEvent) -> LedgerError | None:
     return None
 
 
-def _write(connection, run: _Head, new: NewEvent, *, guarded: bool = False) -> Event | None:
-    """Write the event and move the run's head. The caller has checked what _refusal()
-    checks, and holds the run's lock, or asks for the `guarded` statement, which takes the
-    lock itself and writes nothing (returns None) unless the lease is still the writer's and
-    the run's head is still `run`'s."""
+def _write(
+    connection,
+    run: _Head,
+    new: NewEvent,
+    *,
+    guarded: bool = False,
+    effect: EffectWrite | None = None,
+) -> Event | None:
+    """Write the event, move the run's head and write `effect`. The caller has checked what
+    _refusal() checks, and holds the run's lock, or asks for the `guarded` write, which
+    fences itself and writes nothing (returns None) unless the lease is still the writer's
+    and the run's head is still `run`'s. None too, having written nothing, when `effect`
+    claims a delivery key that is taken."""
     sql = dialects.for_connection(connection)
     seq = run.last_seq + 1
     body, payload_ref, payload_json = _place_payload(run.pk, seq, new.payload, new.encoded)
@@ -317,18 +349,20 @@ def _write(connection, run: _Head, new: NewEvent, *, guarded: bool = False) -> E
         if guarded:
             written = sql.write_guarded(
                 cursor,
+                connection,
                 row,
                 moves,
                 run.pk,
                 token=new.token,
                 last_seq=run.last_seq,
                 head_hash=run.head_hash,
+                effect=effect,
             )
-            if written is None:
-                return None
         else:
-            written = sql.write(cursor, row, moves, run.pk)
-    event.pk, created_at = written
+            written = sql.write(cursor, connection, row, moves, run.pk, effect=effect)
+    if written is None:
+        return None
+    event.pk, created_at, event.effect_pk = written
     event.created_at = sql.created_at(created_at, connection, event.pk)
     # The row exists now: the instance is what a query would have returned.
     event._state.adding = False

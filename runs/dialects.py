@@ -6,6 +6,11 @@ call. On PostgreSQL, where each statement is a round trip, the event insert and 
 update are one statement, and a writer that knows the head (it wrote the last event) locks,
 fences, inserts and updates in a single one. bench/ledger_append.py measures what this buys.
 
+An effect's intent and its outcome ride with their event (EffectClaim, EffectSettle): the
+effect row is written in the event's transaction on SQLite and in the event's very statement
+on PostgreSQL, so a durable tool call is two writes, as a SAFE call is. bench/tool_call.py
+measures the call.
+
 `for_connection(connection)` returns the vendor's instance, built once per vendor. The same
 classes say how `maintenance()` lifts the append-only triggers on one connection.
 """
@@ -13,15 +18,25 @@ classes say how `maintenance()` lifts the append-only triggers on one connection
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models.functions import Now
 from django.db.models.sql import Query
 
-from runs.models import Event, Lease, Run
+from runs.chain import canonical_json
+from runs.models import Effect, Event, Lease, Run
 
-__all__ = ["EVENT_COLUMNS", "AppendSQL", "PostgreSQLAppend", "SQLiteAppend", "for_connection"]
+__all__ = [
+    "EVENT_COLUMNS",
+    "AppendSQL",
+    "EffectClaim",
+    "EffectSettle",
+    "PostgreSQLAppend",
+    "SQLiteAppend",
+    "for_connection",
+]
 
 # The event row as every insert writes it; `row` arguments below come in this order.
 EVENT_COLUMNS = (
@@ -42,6 +57,54 @@ EVENT_COLUMNS = (
 
 # Head moves: run column -> value, or Now() for the database clock.
 Moves = dict[str, Any]
+# What a write returns: the event's id and created_at (as the database returned it, None when
+# it cannot), and the effect's id (None without an effect).
+Written = tuple[int, Any, int | None]
+
+# A new effect row (its intent), in this order; created_at and updated_at are the database's.
+EFFECT_COLUMNS = (
+    "delivery_key",
+    "run_id",
+    "stage",
+    "call_id",
+    "tool",
+    "policy",
+    "target",
+    "request_hash",
+    "request",
+    "status",
+    "external_id",
+    "result",
+    "error",
+    "attempts",
+    "cost",
+)
+# What an outcome sets on an effect row, in this order.
+SETTLE_COLUMNS = ("status", "external_id", "result", "error", "cost")
+JSON_COLUMNS = frozenset({"inputs", "payload", "artifacts", "request", "result"})
+
+
+@dataclass(frozen=True, slots=True)
+class EffectClaim:
+    """An effect's intent, claiming its delivery key: written with its event, or neither is
+    (the key is taken: the caller reads the existing effect and decides what to do)."""
+
+    fields: dict[str, Any]  # EFFECT_COLUMNS by name, Python values
+
+
+@dataclass(frozen=True, slots=True)
+class EffectSettle:
+    """An effect's outcome, written with its event."""
+
+    pk: int
+    fields: dict[str, Any]  # SETTLE_COLUMNS by name, Python values
+
+
+EffectWrite = EffectClaim | EffectSettle
+
+
+class KeyTaken(Exception):
+    """The claimed delivery key has an effect already: nothing was written."""
 
 
 class AppendSQL:
@@ -50,8 +113,12 @@ class AppendSQL:
     can fence, check the head, insert and update in one statement sets `guarded`."""
 
     vendor: ClassVar[str] = ""
-    # Whether write_guarded() exists: the one-statement append of a writer that knows the head.
+    # Whether write_guarded() exists: the append of a writer that knows the head, without a
+    # locked read first.
     guarded: ClassVar[bool] = False
+    # Whether write_guarded() is one statement, so it needs no transaction around it: in
+    # autocommit it is one round trip instead of three (BEGIN, the statement, COMMIT).
+    one_statement: ClassVar[bool] = False
 
     def __init__(self, connection) -> None:
         qn = self.qn = connection.ops.quote_name
@@ -76,6 +143,19 @@ class AppendSQL:
             f"INSERT INTO {event_t} ({self.columns}) "
             f"VALUES ({', '.join(['%s'] * len(EVENT_COLUMNS))}){self.returned}"
         )
+        effect_t = self.effect_table = qn(Effect._meta.db_table)
+        self.claim = (
+            f"INSERT INTO {effect_t} ({', '.join(qn(c) for c in EFFECT_COLUMNS)}) "
+            f"VALUES ({', '.join(self.placeholder(c) for c in EFFECT_COLUMNS)}) "
+            f"ON CONFLICT ({qn('delivery_key')}) DO NOTHING RETURNING {qn('id')}"
+        )
+        self.settle_set = ", ".join(
+            [f"{qn(c)} = {self.placeholder(c)}" for c in SETTLE_COLUMNS]
+            + [f"{qn('updated_at')} = {self.now}"]
+        )
+        self.settle = f"UPDATE {effect_t} SET {self.settle_set} WHERE {qn('id')} = %s"
+        # For Effect.objects.raw(): a third of the ORM's cost to compile filter().first().
+        self.find_effect = f"SELECT * FROM {effect_t} WHERE {qn('delivery_key')} = %s"
         created = Event._meta.get_field("created_at")
         self.created_at_column = created.get_col(Event._meta.db_table)
         self.created_at_converters = connection.ops.get_db_converters(
@@ -83,6 +163,29 @@ class AppendSQL:
         ) + created.get_db_converters(connection)
 
     # --- statements ---------------------------------------------------------------------
+
+    def placeholder(self, column: str) -> str:
+        """A parameter for `column`; JSON columns take canonical JSON text."""
+        return "%s"
+
+    def effect_params(self, fields: dict[str, Any], columns: Sequence[str]) -> list:
+        """The effect's values in `columns` order. JSON goes as canonical text; the rest are
+        plain str, int and Decimal values both drivers bind as they are (Django registers the
+        Decimal adapter on SQLite): no per-field preparation on the hottest path."""
+        return [
+            canonical_json(fields[c]) if c in JSON_COLUMNS and fields[c] is not None else fields[c]
+            for c in columns
+        ]
+
+    def write_effect(self, cursor, connection, effect: EffectWrite) -> int | None:
+        """The effect statement on its own, in the caller's transaction: the claimed row's id
+        (None when the key is taken, having written nothing), or the settled row's."""
+        if isinstance(effect, EffectClaim):
+            cursor.execute(self.claim, self.effect_params(effect.fields, EFFECT_COLUMNS))
+            row = cursor.fetchone()
+            return row[0] if row else None
+        cursor.execute(self.settle, [*self.effect_params(effect.fields, SETTLE_COLUMNS), effect.pk])
+        return effect.pk
 
     def sets(self, moves: Moves) -> tuple[str, list[Any]]:
         """The SET list of the head update and its parameters. Every append also bumps the
@@ -109,10 +212,23 @@ class AppendSQL:
         cursor.execute(self.lock, [run_id, token])
         return cursor.fetchone()
 
-    def write(self, cursor, row: Sequence[Any], moves: Moves, run_id: int) -> tuple[int, Any]:
-        """Insert the event row and move the run's head; the caller holds the run's lock.
-        Returns the event's id and created_at as the database returned it (None when the
-        database cannot return it)."""
+    def write(
+        self,
+        cursor,
+        connection,
+        row: Sequence[Any],
+        moves: Moves,
+        run_id: int,
+        effect: EffectWrite | None = None,
+    ) -> Written | None:
+        """Insert the event row, move the run's head and write `effect`; the caller holds the
+        run's lock. None, having written nothing, when an EffectClaim's key is taken."""
+        effect_pk = None
+        if isinstance(effect, EffectClaim):
+            # The claim first: a taken key must leave no event behind.
+            effect_pk = self.write_effect(cursor, connection, effect)
+            if effect_pk is None:
+                return None
         cursor.execute(self.insert, row)
         if self.returning:
             pk, created_at = cursor.fetchone()
@@ -120,11 +236,14 @@ class AppendSQL:
             pk, created_at = cursor.lastrowid, None
         set_list, params = self.sets(moves)
         cursor.execute(self.update(set_list), [*params, run_id])
-        return pk, created_at
+        if isinstance(effect, EffectSettle):
+            effect_pk = self.write_effect(cursor, connection, effect)
+        return pk, created_at, effect_pk
 
     def write_guarded(
         self,
         cursor,
+        connection,
         row: Sequence[Any],
         moves: Moves,
         run_id: int,
@@ -132,11 +251,14 @@ class AppendSQL:
         token: int,
         last_seq: int,
         head_hash: str,
-    ) -> tuple[int, Any] | None:
-        """Lock, fence (token and expiry), check that the head is still (last_seq, head_hash),
-        insert and move the head, all in one statement; None, having written nothing, when
-        anything moved. Only vendors with `guarded` have it."""
-        raise NotImplementedError(f"{self.vendor} has no one-statement append")
+        effect: EffectWrite | None = None,
+    ) -> Written | None:
+        """write() for a writer that knows the head and holds no lock: fence (token and
+        expiry) and check that the head is still (last_seq, head_hash) in the first statement;
+        None, having written nothing, when anything moved or a claimed key is taken (the
+        caller then takes the locked path, which tells the two apart). Only vendors with
+        `guarded` have it."""
+        raise NotImplementedError(f"{self.vendor} has no guarded append")
 
     def created_at(self, value: Any, connection, pk: int) -> Any:
         """The returned created_at run through the converters the ORM would apply (SQLite
@@ -155,10 +277,63 @@ class AppendSQL:
 
 
 class SQLiteAppend(AppendSQL):
-    """SQLite: the IMMEDIATE transaction already holds the database's write lock, so the
-    fence is a plain read, and insert and update are two cheap statements in-process."""
+    """SQLite: the IMMEDIATE transaction already holds the database's write lock, so nothing
+    can move between statements: the guarded append checks the fence and the head in its
+    first write (an INSERT ... SELECT ... WHERE EXISTS) instead of a read before it."""
 
     vendor = "sqlite"
+    guarded = True
+
+    def __init__(self, connection) -> None:
+        super().__init__(connection)
+        qn = self.qn
+        guard = (
+            f"WHERE EXISTS (SELECT 1 {self.fence} AND r.{qn('last_seq')} = %s "
+            f"AND r.{qn('head_hash')} = %s)"
+        )
+        self.guarded_event = (
+            f"INSERT INTO {self.event_table} ({self.columns}) "
+            f"SELECT {', '.join(['%s'] * len(EVENT_COLUMNS))} {guard}{self.returned}"
+        )
+        self.guarded_claim = (
+            f"INSERT INTO {self.effect_table} ({', '.join(qn(c) for c in EFFECT_COLUMNS)}) "
+            f"SELECT {', '.join(['%s'] * len(EFFECT_COLUMNS))} {guard} "
+            f"ON CONFLICT ({qn('delivery_key')}) DO NOTHING RETURNING {qn('id')}"
+        )
+
+    def write_guarded(
+        self,
+        cursor,
+        connection,
+        row: Sequence[Any],
+        moves: Moves,
+        run_id: int,
+        *,
+        token: int,
+        last_seq: int,
+        head_hash: str,
+        effect: EffectWrite | None = None,
+    ) -> Written | None:
+        guard = [run_id, token, last_seq, head_hash]
+        effect_pk = None
+        if isinstance(effect, EffectClaim):
+            params = self.effect_params(effect.fields, EFFECT_COLUMNS)
+            cursor.execute(self.guarded_claim, [*params, *guard])
+            claimed = cursor.fetchone()
+            if claimed is None:
+                return None
+            effect_pk = claimed[0]
+            cursor.execute(self.insert, row)
+        else:
+            cursor.execute(self.guarded_event, [*row, *guard])
+        written = cursor.fetchone()
+        if written is None:
+            return None
+        set_list, params = self.sets(moves)
+        cursor.execute(self.update(set_list), [*params, run_id])
+        if isinstance(effect, EffectSettle):
+            effect_pk = self.write_effect(cursor, connection, effect)
+        return written[0], written[1], effect_pk
 
     def set_maintenance(self, connection, on: bool) -> None:
         # The triggers call resumer_maintenance(), which reads this flag (runs/apps.py).
@@ -168,41 +343,91 @@ class SQLiteAppend(AppendSQL):
 class PostgreSQLAppend(AppendSQL):
     """PostgreSQL: the fence locks the run row (serialising appends to the run) *and* the
     lease row, so a takeover that commits while a write waits for the lock is re-checked
-    against the lease's newest version. Insert and head update are one statement."""
+    against the lease's newest version. Insert, head update and the effect's row are one
+    statement; the guarded one also locks and fences, so it runs in autocommit."""
 
     vendor = "postgresql"
     guarded = True
+    one_statement = True
+
+    def placeholder(self, column: str) -> str:
+        # In INSERT ... SELECT an untyped literal is text, which has no assignment cast to
+        # jsonb.
+        return "%s::jsonb" if column in JSON_COLUMNS else "%s"
 
     def __init__(self, connection) -> None:
         super().__init__(connection)
         qn = self.qn
+        run_t, effect_t = self.run_table, self.effect_table
+        selected = ", ".join(self.placeholder(c) for c in EVENT_COLUMNS)
+        effect_selected = ", ".join(self.placeholder(c) for c in EFFECT_COLUMNS)
+        effect_columns = ", ".join(qn(c) for c in EFFECT_COLUMNS)
+        pk = qn("id")
+        head = (
+            f"h AS (SELECT r.{pk} {self.fence} AND r.{qn('last_seq')} = %s "
+            f"AND r.{qn('head_hash')} = %s{self.lock_of})"
+        )
+        # One per kind of effect the event carries; {sets} is the head update's SET list.
+        # h is the locked, fenced head; every part writes only when h (and, for a claim, the
+        # claimed row x) has a row, so a stale head or a taken key writes nothing at all.
+        self.guarded_templates = {
+            None: (
+                f"WITH {head}, "
+                f"e AS (INSERT INTO {self.event_table} ({self.columns}) "
+                f"SELECT {selected} FROM h{self.returned}), "
+                f"u AS (UPDATE {run_t} SET {{sets}} WHERE {pk} = (SELECT {pk} FROM h)) "
+                f"SELECT {pk}, {qn('created_at')}, NULL FROM e"
+            ),
+            EffectClaim: (
+                f"WITH {head}, "
+                f"x AS (INSERT INTO {effect_t} ({effect_columns}) SELECT {effect_selected} "
+                f"FROM h ON CONFLICT ({qn('delivery_key')}) DO NOTHING RETURNING {pk}), "
+                f"e AS (INSERT INTO {self.event_table} ({self.columns}) "
+                f"SELECT {selected} FROM x{self.returned}), "
+                f"u AS (UPDATE {run_t} SET {{sets}} WHERE {pk} = (SELECT {pk} FROM h) "
+                f"AND EXISTS (SELECT 1 FROM x)) "
+                f"SELECT e.{pk}, e.{qn('created_at')}, x.{pk} FROM e, x"
+            ),
+            EffectSettle: (
+                f"WITH {head}, "
+                f"e AS (INSERT INTO {self.event_table} ({self.columns}) "
+                f"SELECT {selected} FROM h{self.returned}), "
+                f"u AS (UPDATE {run_t} SET {{sets}} WHERE {pk} = (SELECT {pk} FROM h)), "
+                f"x AS (UPDATE {effect_t} SET {self.settle_set} WHERE {pk} = %s "
+                f"AND EXISTS (SELECT 1 FROM h) RETURNING {pk}) "
+                f"SELECT e.{pk}, e.{qn('created_at')}, (SELECT {pk} FROM x) FROM e"
+            ),
+        }
         self.insert_and_update = (
             f"WITH e AS ({self.insert}), u AS ({self.update('{sets}')}) "
-            f"SELECT {qn('id')}, {qn('created_at')} FROM e"
-        )
-        # The JSON columns are cast: in INSERT ... SELECT an untyped literal is text, which
-        # has no assignment cast to jsonb.
-        selected = ", ".join(
-            "%s::jsonb" if c in ("inputs", "payload", "artifacts") else "%s" for c in EVENT_COLUMNS
-        )
-        self.guarded_insert = (
-            f"WITH h AS (SELECT r.{qn('id')} {self.fence} AND r.{qn('last_seq')} = %s "
-            f"AND r.{qn('head_hash')} = %s{self.lock_of}), "
-            f"e AS (INSERT INTO {self.event_table} ({self.columns}) "
-            f"SELECT {selected} FROM h{self.returned}), "
-            f"u AS (UPDATE {self.run_table} SET {{sets}} "
-            f"WHERE {qn('id')} = (SELECT {qn('id')} FROM h)) "
-            f"SELECT {qn('id')}, {qn('created_at')} FROM e"
+            f"SELECT {pk}, {qn('created_at')} FROM e"
         )
 
-    def write(self, cursor, row: Sequence[Any], moves: Moves, run_id: int) -> tuple[int, Any]:
+    def write(
+        self,
+        cursor,
+        connection,
+        row: Sequence[Any],
+        moves: Moves,
+        run_id: int,
+        effect: EffectWrite | None = None,
+    ) -> Written | None:
+        effect_pk = None
+        if isinstance(effect, EffectClaim):
+            effect_pk = self.write_effect(cursor, connection, effect)
+            if effect_pk is None:
+                return None
         set_list, params = self.sets(moves)
         cursor.execute(self.insert_and_update.replace("{sets}", set_list), [*row, *params, run_id])
-        return cursor.fetchone()
+        pk, created_at = cursor.fetchone()
+        if isinstance(effect, EffectSettle):
+            effect_pk = self.write_effect(cursor, connection, effect)
+        return pk, created_at, effect_pk
 
     def write_guarded(
         self,
         cursor,
+        connection,
         row: Sequence[Any],
         moves: Moves,
         run_id: int,
@@ -210,12 +435,20 @@ class PostgreSQLAppend(AppendSQL):
         token: int,
         last_seq: int,
         head_hash: str,
-    ) -> tuple[int, Any] | None:
+        effect: EffectWrite | None = None,
+    ) -> Written | None:
         set_list, params = self.sets(moves)
-        cursor.execute(
-            self.guarded_insert.replace("{sets}", set_list),
-            [run_id, token, last_seq, head_hash, *row, *params],
-        )
+        sql = self.guarded_templates[type(effect) if effect is not None else None]
+        guard = [run_id, token, last_seq, head_hash]
+        if isinstance(effect, EffectClaim):
+            claim = self.effect_params(effect.fields, EFFECT_COLUMNS)
+            values = [*guard, *claim, *row, *params]
+        elif isinstance(effect, EffectSettle):
+            settle = self.effect_params(effect.fields, SETTLE_COLUMNS)
+            values = [*guard, *row, *params, *settle, effect.pk]
+        else:
+            values = [*guard, *row, *params]
+        cursor.execute(sql.replace("{sets}", set_list), values)
         return cursor.fetchone()
 
     def set_maintenance(self, connection, on: bool) -> None:

@@ -1,20 +1,35 @@
 """The effect ledger's writes: an effect's intent before its external call, its outcome after,
-and what a target said it found. Each goes with its event in one transaction."""
+and what a target said it found. Each is written with its event by the one append path, in
+one transaction (on PostgreSQL, in the event's own statement: dialects.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from runs.append import Writer, append
+from runs import dialects
+from runs.append import KeyTaken, Writer, append
+from runs.dialects import EffectClaim, EffectSettle
 from runs.models import Effect, Event
 from runs.pipeline import Reconciliation
 
-__all__ = ["MorePayload", "record_found", "record_intent", "record_outcome", "with_more"]
+__all__ = [
+    "Intent",
+    "MorePayload",
+    "claim_intent",
+    "find",
+    "record_found",
+    "record_intent",
+    "record_outcome",
+    "with_more",
+]
 
 
 # more_payload(): payload fields built inside the event's transaction, because building them
@@ -25,6 +40,58 @@ MorePayload = Callable[[], dict[str, Any]] | None
 
 def with_more(payload: dict, more_payload: MorePayload) -> dict:
     return {**payload, **more_payload()} if more_payload is not None else payload
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """An effect whose intent this process just wrote: what its outcome's write needs (an
+    Effect row has the same attributes), without loading or building the model."""
+
+    pk: int
+    delivery_key: str
+    stage: str
+    call_id: str
+    tool: str
+    cost: Decimal = Decimal(0)
+
+
+def find(key: str) -> Effect | None:
+    """The effect holding delivery key `key`, if any: the read every replay decision starts
+    from, run once per call that is not a first attempt."""
+    sql = dialects.for_connection(connections[DEFAULT_DB_ALIAS])
+    return next(iter(Effect.objects.raw(sql.find_effect, [key])), None)
+
+
+def claim_intent(writer: Writer, effect_fields: dict[str, Any], *, event_payload: dict) -> Intent | None:  # fmt: skip
+    """A first attempt's intent in one write: the effect row claims its delivery key with its
+    TOOL_CALLED event, or, when the key has an effect already, nothing is written and None
+    returned (the caller reads that effect and decides: runs/replay.py). No read before it:
+    on a key nobody used, the decision is always to call."""
+    fields = {
+        **{k: v for k, v in effect_fields.items() if k != "run"},
+        "run_id": effect_fields["run"].pk,
+        "policy": str(effect_fields["policy"]),
+        "status": str(Effect.Status.INTENT),
+        "external_id": "",
+        "result": None,
+        "error": "",
+        "attempts": 1,
+        "cost": 0,
+    }
+    try:
+        event = append(
+            writer,
+            Event.Type.TOOL_CALLED,
+            stage=fields["stage"],
+            payload=event_payload,
+            idempotency_key=fields["delivery_key"],
+            effect=EffectClaim(fields),
+        )
+    except KeyTaken:
+        return None
+    return Intent(
+        event.effect_pk, fields["delivery_key"], fields["stage"], fields["call_id"], fields["tool"]
+    )
 
 
 def record_intent(
@@ -66,7 +133,7 @@ def record_intent(
 
 def record_outcome(
     writer: Writer,
-    effect: Effect,
+    effect: Effect | Intent,
     *,
     status: str,
     external_id: str = "",
@@ -78,9 +145,20 @@ def record_outcome(
     run_status: str | None = None,
     more_payload: MorePayload = None,
 ) -> Event:
-    """Write back what the call produced (or what is known of it) with its event."""
-    with transaction.atomic():
-        event = append(
+    """Write back what the call produced (or what is known of it) with its event, in one
+    write. A transaction only when more_payload may write artifact rows beside it."""
+    settle = EffectSettle(
+        effect.pk,
+        {
+            "status": status,
+            "external_id": external_id,
+            "result": result,
+            "error": error,
+            "cost": cost,
+        },
+    )
+    with transaction.atomic() if more_payload is not None else nullcontext():
+        return append(
             writer,
             event_type,
             stage=effect.stage,
@@ -97,16 +175,8 @@ def record_outcome(
             ),
             idempotency_key=effect.delivery_key,
             status=run_status,
+            effect=settle,
         )
-        Effect.objects.filter(pk=effect.pk).update(
-            status=status,
-            external_id=external_id,
-            result=result,
-            error=error,
-            cost=cost,
-            updated_at=Now(),
-        )
-        return event
 
 
 def record_found(

@@ -18,18 +18,28 @@ import socket
 import threading
 import time
 import uuid
+from contextlib import nullcontext
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
-from runs import artifacts, contract, leases
+from runs import artifacts, contract, effects, leases
 from runs.append import LeaseLost, LedgerError, Writer, append, create_run
 from runs.chain import canonical_json
 from runs.checkpoints import latest_checkpoint, write_checkpoint
 from runs.contract import Contract, Usage
-from runs.effects import MorePayload, record_found, record_intent, record_outcome, with_more
+from runs.effects import (
+    Intent,
+    MorePayload,
+    claim_intent,
+    record_found,
+    record_intent,
+    record_outcome,
+    with_more,
+)
 from runs.hooks import CallHooks
 from runs.models import Checkpoint, Effect, Event, ReplayPolicy, Run
 from runs.pipeline import (
@@ -61,6 +71,14 @@ class Outcome(StrEnum):
     VERIFICATION_FAILED = "verification-failed"
     # VERIFIED and the checkpoint are written; the next stage is queued.
     VERIFIED = "verified"
+
+
+@dataclass(frozen=True, slots=True)
+class Returned:
+    """What a call returns when the decision was not to make it (a reuse, a skip, a result
+    the target was found to hold)."""
+
+    value: Any
 
 
 class StageStopped(Exception):
@@ -116,25 +134,24 @@ def dispatch(run_pk: int, stage: str, ticket: str) -> bool:
 
 
 class Heartbeat(threading.Thread):
-    """Renews the lease every TTL/3 until stopped or the lease is lost."""
+    """Renews the lease every TTL/3 until stopped or the lease is lost; each renewal moves the
+    held lease's deadline (leases.HeldLease), which fences the stage's external calls."""
 
-    def __init__(self, writer: Writer) -> None:
-        super().__init__(daemon=True, name=f"heartbeat-run-{writer.run_id}")
-        self.writer = writer
-        self.lost = threading.Event()
+    def __init__(self, held: leases.HeldLease) -> None:
+        super().__init__(daemon=True, name=f"heartbeat-run-{held.run_id}")
+        self.held = held
         self._stop_event = threading.Event()
 
     def run(self) -> None:
-        interval = max(leases.ttl_seconds() / 3, 0.05)
+        interval = max(self.held.ttl / 3, 0.05)
         try:
             while not self._stop_event.wait(interval):
                 try:
-                    leases.renew(self.writer.run_id, self.writer.token)
+                    leases.renew_held(self.held)
                 except LeaseLost:
-                    self.lost.set()
                     return
                 except Exception as exc:  # database hiccup: try again next beat
-                    log.warning("heartbeat for run-%s failed: %s", self.writer.run_id, exc)
+                    log.warning("heartbeat for run-%s failed: %s", self.held.run_id, exc)
                     connection.close()
         finally:
             connection.close()
@@ -155,7 +172,7 @@ def execute(
     """Run one stage of one run, calling `hooks` around each tool call (none by default)."""
     holder = holder or worker_identity()
     try:
-        token = _acquire_for_ticket(run_pk, ticket, holder)
+        held = _acquire_for_ticket(run_pk, ticket, holder)
     except leases.LeaseBusy:
         log.info(
             "run-%s is leased by another worker; job %s/%s skipped",
@@ -164,14 +181,14 @@ def execute(
             ticket,
         )
         return Outcome.BUSY
-    writer = Writer(run_pk, token, holder)
-    heartbeat = Heartbeat(writer)
+    writer = Writer(run_pk, held.token, holder)
+    heartbeat = Heartbeat(held)
     try:
         run = _begin(writer, stage_name, ticket)
         if run is None:
             return Outcome.NOTHING_TO_DO
         heartbeat.start()
-        return _run_stage(writer, run, stage_name, hooks or CallHooks())
+        return _run_stage(writer, held, run, stage_name, hooks or CallHooks())
     except StageStopped as exc:
         log.info("run-%s stopped in %s: %s", run_pk, stage_name, exc)
         return Outcome.STOPPED
@@ -181,14 +198,14 @@ def execute(
     finally:
         if heartbeat.is_alive():
             heartbeat.stop()
-        leases.release(run_pk, token)
+        leases.release(run_pk, held.token)
 
 
 def _ticket_pending(run_pk: int, ticket: str) -> bool:
     return bool(ticket) and Run.objects.filter(pk=run_pk, ticket=ticket).exists()
 
 
-def _acquire_for_ticket(run_pk: int, ticket: str, holder: str) -> int:
+def _acquire_for_ticket(run_pk: int, ticket: str, holder: str) -> leases.HeldLease:
     """Take the lease for the job that owns the run's pending ticket.
 
     While a ticket is pending no stage is executing, so whoever holds the lease holds it for
@@ -201,7 +218,7 @@ def _acquire_for_ticket(run_pk: int, ticket: str, holder: str) -> int:
     deadline = time.monotonic() + leases.ttl_seconds() + 1
     while True:
         try:
-            return leases.acquire(run_pk, holder)
+            return leases.hold(run_pk, holder)
         except leases.LeaseBusy:
             if time.monotonic() > deadline or not _ticket_pending(run_pk, ticket):
                 raise
@@ -240,11 +257,15 @@ def _begin(writer: Writer, stage_name: str, ticket: str) -> Run | None:
     return run
 
 
-def _run_stage(writer: Writer, run: Run, stage_name: str, hooks: CallHooks) -> Outcome:
+def _run_stage(
+    writer: Writer, held: leases.HeldLease, run: Run, stage_name: str, hooks: CallHooks
+) -> Outcome:
     pipeline = registry.get(run.pipeline)
     stage = pipeline.stage(stage_name)
     bound, deviated = contract.active(run)
-    ctx = StageContext(writer, run, pipeline, stage_name, hooks, contract=bound, deviated=deviated)
+    ctx = StageContext(
+        writer, run, pipeline, stage_name, hooks, held=held, contract=bound, deviated=deviated
+    )
     try:
         output = stage.run(ctx)
         if not isinstance(output, StageOutput):
@@ -349,10 +370,13 @@ class StageContext:
         stage: str,
         hooks: CallHooks | None = None,
         *,
+        held: leases.HeldLease | None = None,
         contract: Contract | None = None,
         deviated: bool = False,
     ) -> None:
         self.writer = writer
+        # The lease as this worker knows it: fences each external call without a read.
+        self.held = held
         self.run = run
         self.pipeline = pipeline
         self.stage = stage
@@ -429,8 +453,10 @@ class StageContext:
             "cost": str(tool.cost),
             "duration_ms": _ms(started),
         }
-        with transaction.atomic():
-            more = self._exchanges(seen, call_id)
+        more = self._exchanges(seen, call_id)
+        # A transaction only when an HTTP tool's exchanges may write artifact rows beside the
+        # event: alone, the append is one write (one round trip on PostgreSQL).
+        with transaction.atomic() if more is not None else nullcontext():
             append(
                 self.writer,
                 Event.Type.TOOL_RESULT,
@@ -469,7 +495,52 @@ class StageContext:
         parts = tool.key(self, args)
         key = parts.key
         req_hash = request_hash(tool.name, args)
-        existing = Effect.objects.filter(delivery_key=key).first()
+        fields = {
+            "delivery_key": key,
+            "run": self.run,
+            "stage": self.stage,
+            "call_id": call_id,
+            "tool": tool.name,
+            "policy": tool.policy,
+            "target": parts.target,
+            "request_hash": req_hash,
+            "request": args,
+        }
+        intent_payload = {
+            "call": call_id,
+            "tool": tool.name,
+            "policy": tool.policy,
+            "target": parts.target,
+            "args": args,
+        }
+        effect = None
+        if self.contract is None and self._first_decision(call_id, tool) == Action.CALL:
+            # No approved plan binds this work, and on a key nobody used the decision is to
+            # call: the intent claims the key in its own write, and only a taken key is read
+            # and decided on below (a retry, or a key another run used).
+            effect = claim_intent(self.writer, fields, event_payload=intent_payload)
+        if effect is None:
+            effect = self._decide_and_intend(call_id, tool, key, req_hash, fields, intent_payload)
+            if isinstance(effect, Returned):
+                return effect.value  # decided without a call: the recorded or found result
+        return self._make_call(call_id, tool, key, effect, args)
+
+    def _first_decision(self, call_id: str, tool) -> Action:
+        return decide(tool=tool.name, call_id=call_id, policy=tool.policy, recorded=None).action
+
+    def _decide_and_intend(
+        self,
+        call_id: str,
+        tool,
+        key: str,
+        req_hash: str,
+        fields: dict[str, Any],
+        intent_payload: dict[str, Any],
+    ) -> Effect | Returned:
+        """Read the effect the key has, decide (replay.decide, held against the approved plan)
+        and act: the effect whose intent is now recorded when the decision calls, else what
+        the call returns without being made."""
+        existing = effects.find(key)
         decision, answer, asked = self._decide(call_id, tool, existing, req_hash)
         self._keep_contract(call_id, tool, decision.action)
         if decision.action == Action.REFUSE:
@@ -499,8 +570,8 @@ class StageContext:
             if existing.result is None:
                 # A supervisor confirmed it by hand (edits.edit_effect): the external id is
                 # all that is known, and the stage must still see it, not "no result".
-                return {"external_id": existing.external_id}
-            return existing.result
+                return Returned({"external_id": existing.external_id})
+            return Returned(existing.result)
         if decision.action == Action.SKIP:
             append(
                 self.writer,
@@ -514,43 +585,33 @@ class StageContext:
                     "reason": "a supervisor abandoned this effect",
                 },
             )
-            return None
+            return Returned(None)
         if decision.action == Action.RECORD_FOUND:
             record_found(
                 self.writer, existing, answer, more_payload=self._exchanges(asked, call_id)
             )
-            return answer.result
+            return Returned(answer.result)
         # CALL or RETRY_SAME_KEY: intent first, then the call.
-        effect = record_intent(
+        return record_intent(
             self.writer,
-            {
-                "delivery_key": key,
-                "run": self.run,
-                "stage": self.stage,
-                "call_id": call_id,
-                "tool": tool.name,
-                "policy": tool.policy,
-                "target": parts.target,
-                "request_hash": req_hash,
-                "request": args,
-            },
-            event_payload={
-                "call": call_id,
-                "tool": tool.name,
-                "policy": tool.policy,
-                "target": parts.target,
-                "args": args,
-            },
+            fields,
+            event_payload=intent_payload,
             # What the target answered when it was asked first ("not found"), if it was.
             more_payload=self._exchanges(asked, f"{call_id}/reconcile", "reconcile"),
         )
+
+    def _make_call(
+        self, call_id: str, tool, key: str, effect: Effect | Intent, args: dict[str, Any]
+    ) -> Any:
+        """Make the call whose intent is recorded, fenced by the lease, and record its outcome."""
         self.hooks.before_call(self, call_id)
         # Fence the call itself, not only the writes around it: a worker that froze after
         # its intent (GC pause, suspended VM, SIGSTOP) and wakes after a takeover would
         # otherwise make the call the resumed run already made (a second card charge) and
-        # only then be refused at the write. The window left is this check to the call.
-        if not leases.holds(self.writer.run_id, self.writer.token):
-            raise LeaseLost(self.writer.run_id, self.writer.token)
+        # only then be refused at the write. A takeover needs the lease expired, and the
+        # held lease knows, from its last fenced acquire or renewal, until when it cannot
+        # be (leases.HeldLease): no read. The window left is this check to the call.
+        self._fence_call()
         started = time.monotonic()
         self.usage.add_call(tool.name, tool.cost)
         seen: list = []
@@ -623,6 +684,13 @@ class StageContext:
             more_payload=self._exchanges(seen, call_id),
         )
         return result
+
+    def _fence_call(self) -> None:
+        if self.held is not None:
+            self.held.check()
+        elif not leases.holds(self.writer.run_id, self.writer.token):
+            # A context built without a held lease (a test driving a stage by hand) reads it.
+            raise LeaseLost(self.writer.run_id, self.writer.token)
 
     def _exchanges(self, seen: list, call_id: str, field: str = "exchanges") -> MorePayload:
         """The requests and responses an HTTP tool made, as more payload for its call's event

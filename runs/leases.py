@@ -7,6 +7,8 @@ through a takeover (or simply ran out of time) cannot write, whatever its own cl
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import timedelta
 
 from django.conf import settings
@@ -42,6 +44,69 @@ def db_now_plus(seconds: float):
         Now() + Value(timedelta(seconds=seconds), output_field=DurationField()),
         output_field=DateTimeField(),
     )
+
+
+def _clock() -> float:
+    """Seconds on a clock that never goes back and, where the platform has one, keeps counting
+    while the machine is suspended (CLOCK_BOOTTIME): a suspended VM wakes up *past* its
+    deadline, never before it."""
+    return time.clock_gettime(_CLOCK)
+
+
+_CLOCK = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
+
+
+class HeldLease:
+    """What a worker knows of the lease it holds, to fence an external call without a read.
+
+    Every acquire and renew sets `expires_at = now() + ttl` on the database's clock, in a
+    statement that starts after this process read its own clock. So the lease cannot expire
+    before `read + ttl` here, and a takeover needs an expired lease (the sweeper) or a run
+    that stopped (an approved resume; a stopped run makes no more calls). Until
+    `read + ttl - margin` the lease is this worker's, whatever the database holds, and
+    `check()` answers from memory. The margin covers the two clocks' rates over one TTL.
+
+    The heartbeat thread moves the deadline on each renewal, and marks the lease lost when a
+    renewal is refused; the stage's thread reads both (a float and a flag: no lock needed)."""
+
+    def __init__(self, run_id: int, token: int, ttl: float, read_at: float) -> None:
+        self.run_id = run_id
+        self.token = token
+        self.ttl = ttl
+        self.deadline = read_at + ttl - _margin(ttl)
+        self.lost = threading.Event()
+
+    def renewed(self, read_at: float, ttl: float | None = None) -> None:
+        ttl = self.ttl if ttl is None else ttl
+        self.deadline = max(self.deadline, read_at + ttl - _margin(ttl))
+
+    def check(self) -> None:
+        """Raise LeaseLost unless the lease is certainly still this worker's."""
+        if self.lost.is_set() or _clock() >= self.deadline:
+            raise LeaseLost(self.run_id, self.token)
+
+
+def _margin(ttl: float) -> float:
+    return min(1.0, ttl / 10)
+
+
+def hold(run_id: int, holder: str, *, ttl: float | None = None) -> HeldLease:
+    """acquire() for a worker that will fence its calls with HeldLease.check()."""
+    ttl = ttl_seconds() if ttl is None else ttl
+    read_at = _clock()
+    token = acquire(run_id, holder, ttl=ttl)
+    return HeldLease(run_id, token, ttl, read_at)
+
+
+def renew_held(held: HeldLease) -> None:
+    """renew() that moves the held lease's deadline; LeaseLost marks it lost."""
+    read_at = _clock()
+    try:
+        renew(held.run_id, held.token, ttl=held.ttl)
+    except LeaseLost:
+        held.lost.set()
+        raise
+    held.renewed(read_at)
 
 
 def current(run_id: int) -> Lease:
