@@ -155,7 +155,15 @@ def interrupt(finding: Finding, *, takeover: bool = False) -> bool:
     record INTERRUPTED with what is known, and hand the run to a human.
 
     `takeover` is for a caller that saw the worker die (it reaped the process) and need not
-    wait for the lease to run out."""
+    wait for the lease to run out.
+
+    After an outage every worker's sweeper reads the same hundreds of findings. The first one
+    to act on a run moves its version; the others see that here in one primary-key read and
+    leave the run alone, without taking its lease (a token bump and two writes each) only to
+    find the finding stale under the row lock. The row lock's check below stays the one that
+    decides: a run can still move between this read and the lease."""
+    if _acted_on(finding):
+        return False
     try:
         token = leases.acquire(finding.run_pk, SWEEPER, takeover=takeover)
     except leases.LeaseBusy:
@@ -191,6 +199,15 @@ def interrupt(finding: Finding, *, takeover: bool = False) -> bool:
         leases.release(finding.run_pk, token)
 
 
+def _acted_on(finding: Finding) -> bool:
+    """Whether the run moved since the finding was read (another sweeper interrupted it, a
+    worker went on, it ended): one read by primary key."""
+    fresh = Run.objects.filter(pk=finding.run_pk, status__in=Run.ACTIVE)
+    if finding.version is not None:
+        fresh = fresh.filter(version=finding.version)
+    return not fresh.exists()
+
+
 def _call_in_flight(run: Run) -> dict[str, str]:
     """The call the worker was making when it went away, if its last event is that call's
     TOOL_CALLED (every call writes one before it starts): "worker lost during upload-cover"
@@ -213,7 +230,8 @@ def sweep() -> list[int]:
     The findings are taken in random order: after an outage every worker's sweeper finds the
     same hundreds of runs at once, and walking them in the same order made one sweeper do the
     work while the others followed it, skipping what it had just taken (interrupt() is a
-    compare-and-set, so whichever sweeper comes first acts and the rest do nothing)."""
+    compare-and-set, so whichever sweeper comes first acts; the rest see the run's version
+    moved in one read and leave its lease alone)."""
     done = []
     findings = find_expired() + find_lost_jobs()
     random.shuffle(findings)

@@ -203,3 +203,36 @@ def test_a_job_a_worker_took_longer_ago_than_the_lease_ttl_without_starting_is_l
         "RQ reports the stage job as started but it never started the stage"
     )
     assert "job_started_at" in interrupted.payload
+
+
+def test_sweepers_reading_the_same_findings_interrupt_each_run_once_and_take_its_lease_once(
+    transactional_db, facts, redis_conn, settings
+):
+    # After an outage every worker's sweeper reads the same findings in the same round: runs
+    # whose worker died mid-stage and runs whose queued job Redis lost.
+    settings.RESUMER_QUEUE_GRACE = 0
+    expired = [start_content() for _ in range(2)]
+    writers = [begin_stage(run, ttl=0.3) for run in expired]
+    lost = [start_content(enqueue=True) for _ in range(2)]
+    redis_conn.flushdb()
+    wait_for(
+        lambda: not any(leases.holds(w.run_id, w.token) for w in writers),
+        timeout=30,
+        what="lease expiry",
+    )
+    runs = [*expired, *lost]
+    findings = sweeper.find_expired() + sweeper.find_lost_jobs()
+    assert sorted(f.run_pk for f in findings) == sorted(run.pk for run in runs)
+    tokens = dict(Lease.objects.filter(run__in=runs).values_list("run_id", "token"))
+
+    first = [f.run_pk for f in findings if sweeper.interrupt(f)]
+    second = [f.run_pk for f in findings if sweeper.interrupt(f)]
+
+    assert sorted(first) == sorted(run.pk for run in runs)
+    assert second == []
+    for run in runs:
+        assert run_status(run) == Run.Status.INTERRUPTED
+        assert Event.objects.filter(run=run, type=Event.Type.INTERRUPTED).count() == 1
+        # The second sweeper did not take the lease: one bump, the first sweeper's.
+        assert Lease.objects.get(run=run).token == tokens[run.pk] + 1
+        assert not Lease.objects.get(run=run).holder
