@@ -17,7 +17,10 @@ Scale-out: all runs are created first (their first stage jobs wait in Redis), th
 start. Throughput counts the stages verified from the moment all K workers are registered
 until the last run succeeds, as runs per minute (three stages = one run); the first-STARTED →
 last-SUCCEEDED figure is printed beside it. Stage latency is STARTED → VERIFIED of each stage.
-Timestamps are the database's own.
+Timestamps are the database's own. CPU per run, over the same span: the worker processes'
+(/proc/<pid>/stat) and the PostgreSQL server's (its live children plus the backends it has
+reaped, when it runs on this machine). Cores × 60 s divided by that is the most runs per
+minute this machine can do with any number of workers: the scale-out ceiling, printed last.
 
 Drill: 8 workers (--drill-workers) under a supervisor that restarts a dead worker after 1 s
 (systemd's Restart=always, RestartSec=1). Once a quarter of the runs succeeded, Redis is killed
@@ -46,7 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common
 
 BENCH = Path(__file__).resolve().parent
-PG_DATABASE = "resumer_fleetbench"
+# Created and dropped for each configuration; BENCH_PG_DATABASE names another (a shared
+# server where each user has their own database name).
+PG_DATABASE = os.environ.get("BENCH_PG_DATABASE", "resumer_fleetbench")
 STAGES = ("gather", "compose", "post")
 PAID_CALLS_PER_RUN = 2  # render, post
 
@@ -128,6 +133,46 @@ def _proc_cpu(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int | str) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, ...)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _postmaster() -> int | None:
+    """The PostgreSQL server's main process, if it runs on this machine: the parent of this
+    process's own backend."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
+    fields = _stat(backend)
+    return int(fields[1]) if fields is not None else None
+
+
+def _postgres_cpu(postmaster: int | None) -> float | None:
+    """CPU seconds the whole PostgreSQL server has used: every backend that has exited (the
+    postmaster reaped it, so its time is in the postmaster's cutime + cstime) plus every live
+    child (backends, WAL writer, checkpointer, autovacuum). Workers close their connection
+    after each job, so most backends live for one job: only the reaped children's total
+    counts them. All the server's databases, this bench's own polling included."""
+    if postmaster is None:
+        return None
+    main = _stat(postmaster)
+    if main is None:
+        return None
+    ticks = int(main[13]) + int(main[14])
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat(entry.name)
+            if fields is not None and int(fields[1]) == postmaster:
+                ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _machine_cpu() -> tuple[float, float]:
@@ -235,6 +280,8 @@ def child_scale(workers: int, runs: int, var_dir: Path) -> None:
         _wait(lambda: _registered(connection) >= workers, timeout=120, what="workers up")
         ready = timezone.now()
         cpu_start = sum(_proc_cpu(p.pid) for p in fleet.procs)
+        postmaster = _postmaster()
+        pg_start = _postgres_cpu(postmaster)
         machine_start = _machine_cpu()
         _wait(
             lambda: (
@@ -246,6 +293,7 @@ def child_scale(workers: int, runs: int, var_dir: Path) -> None:
             every=0.5,
         )
         worker_cpu = sum(_proc_cpu(p.pid) for p in fleet.procs) - cpu_start
+        pg_end = _postgres_cpu(postmaster)
         machine_end = _machine_cpu()
         fleet.stop()
         counts = _status_counts()
@@ -280,6 +328,10 @@ def child_scale(workers: int, runs: int, var_dir: Path) -> None:
                 / (machine_end[1] - machine_start[1]),
                 "worker_cpu_share": worker_cpu / (machine_end[1] - machine_start[1]),
                 "worker_cpu_ms_per_run": worker_cpu * 1000 * len(STAGES) / steady_stages,
+                # None when the PostgreSQL server is not on this machine.
+                "pg_cpu_ms_per_run": None
+                if pg_start is None or pg_end is None
+                else (pg_end - pg_start) * 1000 * len(STAGES) / steady_stages,
             }
         )
     finally:
@@ -478,24 +530,43 @@ def main() -> None:
         if result is None:
             return
         results.append(result)
+        pg_ms = result["pg_cpu_ms_per_run"]
         print(
             f"  {count} worker(s): {result['steady_rpm']:.0f} runs/min steady "
             f"({result['overall_rpm']:.0f} first-start to last-success), stage latency p50 "
             f"{result['p50_ms']:.0f} ms, p95 {result['p95_ms']:.0f} ms; paid calls "
             f"{result['meter']['billed_keys']} billed, {result['meter']['repeats']} repeated; "
             f"machine CPU {result['machine_busy']:.0%} busy, workers "
-            f"{result['worker_cpu_share']:.0%} of it ({result['worker_cpu_ms_per_run']:.0f} ms "
-            "CPU per run)",
+            f"{result['worker_cpu_share']:.0%} of it; CPU per run: workers "
+            f"{result['worker_cpu_ms_per_run']:.0f} ms, PostgreSQL "
+            + (f"{pg_ms:.0f} ms" if pg_ms is not None else "n/a (not on this machine)"),
             flush=True,
         )
     if results:
         base = results[0]["steady_rpm"]
-        print("\n  workers   runs/min   x vs 1   p95 stage ms   machine CPU busy")
+        print(
+            "\n  workers   runs/min   x vs 1   p95 stage ms   machine CPU busy"
+            "   CPU ms/run: workers + PostgreSQL"
+        )
         for r in results:
+            pg = r["pg_cpu_ms_per_run"]
             print(
                 f"  {r['workers']:>7}   {r['steady_rpm']:>8.0f}   {r['steady_rpm'] / base:>6.2f}"
                 f"   {r['p95_ms']:>12.0f}   {r['machine_busy']:>16.0%}"
+                f"   {r['worker_cpu_ms_per_run']:>7.0f} + "
+                + (f"{pg:.0f} = {r['worker_cpu_ms_per_run'] + pg:.0f}" if pg is not None else "n/a")
             )
+        # The ceiling the CPU sets: however many workers, this machine's cores cannot do
+        # more than cores x 60 s of CPU per minute, and each run costs the CPU measured above
+        # (Redis and the bench itself left out, so the true ceiling is a little lower).
+        last = results[-1]
+        per_run = last["worker_cpu_ms_per_run"] + (last["pg_cpu_ms_per_run"] or 0)
+        cores = os.cpu_count() or 1
+        print(
+            f"  CPU ceiling on this machine: {cores} cores x 60,000 ms / {per_run:.0f} ms per run "
+            f"(workers + PostgreSQL, at {last['workers']} workers) = "
+            f"~{cores * 60_000 / per_run:.0f} runs/min, whatever the number of workers"
+        )
         by_count = {r["workers"]: r for r in results}
         if 1 in by_count and 8 in by_count:
             ratio = by_count[8]["steady_rpm"] / by_count[1]["steady_rpm"]

@@ -217,6 +217,9 @@ RESUMER_SWEEP_INTERVAL = float(os.environ.get("RESUMER_SWEEP_INTERVAL", "15"))
 # A queued stage job that Redis no longer knows about counts as lost after this grace.
 RESUMER_QUEUE_GRACE = float(os.environ.get("RESUMER_QUEUE_GRACE", "10"))
 RESUMER_QUEUE = os.environ.get("RESUMER_QUEUE", "default")
+# A group approval of more runs than this is carried out by a worker (the page follows its
+# progress); up to this many are approved within the web request.
+RESUMER_GROUP_INLINE = int(os.environ.get("RESUMER_GROUP_INLINE", "20"))
 # Payloads above this size are stored as an artifact and referenced from the event.
 RESUMER_INLINE_PAYLOAD_BYTES = 8 * 1024
 RESUMER_MAX_PAYLOAD_BYTES = 5 * 1024 * 1024

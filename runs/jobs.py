@@ -83,3 +83,30 @@ def deliver_notification(notification_pk: int, channel: str) -> str:
         return notify.deliver(notification_pk, channel)
     finally:
         connections.close_all()
+
+
+def enqueue_batch(batch_id: str, runs: int) -> None:
+    # Each approval plans afresh and may wait on a slow target: give the job 10 s per run on
+    # top of the usual timeout, so a big batch is not cut short.
+    queue().enqueue(
+        approve_batch,
+        batch_id,
+        job_id=f"batch-{batch_id}",
+        job_timeout=int(
+            settings.RQ_QUEUES.get(settings.RESUMER_QUEUE, {}).get("DEFAULT_TIMEOUT", 600)
+        )
+        + 10 * runs,
+        result_ttl=3600,
+        failure_ttl=24 * 3600,
+    )
+
+
+def approve_batch(batch_id: str) -> str:
+    """Carry out a group approval the dashboard recorded (triage.run_batch)."""
+    from runs import triage
+
+    close_old_connections()
+    try:
+        return triage.run_batch(batch_id).state
+    finally:
+        connections.close_all()

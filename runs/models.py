@@ -453,6 +453,71 @@ class StoredPlan(models.Model):
         return self.run_version == self.run.version
 
 
+# --- Group approvals (runs/triage.py) -------------------------------------------------------
+
+
+class GroupApprovalState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Being approved"
+    DONE = "done", "Done"
+    # Refused as a whole when the job came to it (the group emptied, became blocked ...).
+    REFUSED = "refused", "Refused"
+    FAILED = "failed", "Failed"
+
+
+class GroupApproval(models.Model):
+    """An operator's approval of a group of runs, carried out by a worker (triage.run_batch):
+    approving hundreds of runs takes longer than a web request may. Its id is the batch id
+    every PLAN_APPROVED of the batch names. `approved` and `skipped` fill in as the job goes
+    (saved every few runs): the batch page reads its progress and its result from them."""
+
+    State = GroupApprovalState
+
+    id = models.CharField(max_length=32, primary_key=True)
+    group = models.CharField(max_length=64)
+    action = models.CharField(max_length=8)
+    actor = models.CharField(max_length=150)
+    # The runs the operator approved (those the page showed, or the ticked ones): a run that
+    # joins the group afterwards is not in the batch.
+    run_ids = models.JSONField()
+    state = models.CharField(
+        max_length=8, choices=GroupApprovalState.choices, default=GroupApprovalState.QUEUED
+    )
+    # [{"run": pk, "resumed": pk, "branch": bool, "stage": str}]
+    approved = models.JSONField(default=list)
+    # [{"run": pk, "reason": str, "plan": {fingerprint, next_stage, calls, money, blocked,
+    #   group} or null}]: each run skipped, with the fresh plan it was skipped for.
+    skipped = models.JSONField(default=list)
+    # Why the whole batch was refused, or what went wrong.
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(state__in=GroupApprovalState.values),
+                name="groupapproval_state_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"batch {self.id[:12]}"
+
+    @property
+    def total(self) -> int:
+        return len(self.run_ids)
+
+    @property
+    def done(self) -> int:
+        return len(self.approved) + len(self.skipped)
+
+    @property
+    def finished(self) -> bool:
+        return self.state not in (GroupApprovalState.QUEUED, GroupApprovalState.RUNNING)
+
+
 # --- Notifications (runs/notify.py) ----------------------------------------------------------
 
 

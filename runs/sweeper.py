@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -65,8 +65,18 @@ def find_expired() -> list[Finding]:
     ]
 
 
-def _job_state(run_pk: int, ticket: str) -> str | None:
-    """RQ's word on the queued job: a status string, 'missing', or None if Redis is away."""
+@dataclass(frozen=True)
+class JobState:
+    """RQ's word on a queued stage job: its status ("queued", "started", "missing", ...) and,
+    for a job a worker took, when that worker last showed life for it (RQ's `started_at`,
+    or its `last_heartbeat` if later), by the worker's clock."""
+
+    status: str
+    alive_at: datetime | None = None
+
+
+def _job_state(run_pk: int, ticket: str) -> JobState | None:
+    """What RQ says about the run's queued job, or None if Redis is away."""
     from rq.exceptions import NoSuchJobError
     from rq.job import Job
 
@@ -78,9 +88,12 @@ def _job_state(run_pk: int, ticket: str) -> str | None:
         status = job.get_status(refresh=False)
         # JobStatus is a (str, Enum): str() gives "JobStatus.QUEUED", never "queued", which
         # made every job still waiting in the queue look lost. Compare on its value.
-        return str(getattr(status, "value", status) or "missing")
+        signs = [t for t in (job.started_at, job.last_heartbeat) if t is not None]
+        return JobState(
+            str(getattr(status, "value", status) or "missing"), max(signs, default=None)
+        )
     except NoSuchJobError:
-        return "missing"
+        return JobState("missing")
     except Exception as exc:  # redis down: we cannot tell, so we say nothing
         log.warning("cannot ask Redis about run-%s: %s", run_pk, exc)
         return None
@@ -89,8 +102,8 @@ def _job_state(run_pk: int, ticket: str) -> str | None:
 def find_lost_jobs() -> list[Finding]:
     """Runs whose queued stage job is not going to run."""
     grace = timedelta(seconds=float(settings.RESUMER_QUEUE_GRACE))
-    # A job that started must consume its ticket within moments; still pending after the lease
-    # TTL means its worker died between dequeue and the first write.
+    # A job that started must consume its ticket within moments; still pending a lease TTL
+    # after its worker took it means that worker died between dequeue and the first write.
     started_grace = grace + timedelta(seconds=leases.ttl_seconds())
     rows = (
         Run.objects.filter(status__in=Run.ACTIVE, queued_at__lte=Now() - grace)
@@ -100,23 +113,22 @@ def find_lost_jobs() -> list[Finding]:
     )
     findings = []
     for row in rows:
-        state = _job_state(row["pk"], row["ticket"])
-        if state is None or state in ("queued", "deferred", "scheduled"):
+        job = _job_state(row["pk"], row["ticket"])
+        if job is None or job.status in ("queued", "deferred", "scheduled"):
             continue
-        if state == "started":
-            fresh = Run.objects.filter(pk=row["pk"], queued_at__gt=Now() - started_grace).exists()
-            if fresh:
-                continue
+        if job.status == "started" and _started_recently(row["pk"], job, started_grace):
+            continue
         findings.append(
             Finding(
                 row["pk"],
                 "the queued stage job is gone from Redis"
-                if state == "missing"
-                else f"RQ reports the stage job as {state} but it never started the stage",
+                if job.status == "missing"
+                else f"RQ reports the stage job as {job.status} but it never started the stage",
                 {
                     "stage": row["current_stage"],
-                    "job_state": state,
+                    "job_state": job.status,
                     "queued_at": row["queued_at"],
+                    **({"job_started_at": job.alive_at} if job.alive_at else {}),
                 },
                 row["version"],
             )
@@ -124,12 +136,34 @@ def find_lost_jobs() -> list[Finding]:
     return findings
 
 
+def _started_recently(run_pk: int, job: JobState, started_grace: timedelta) -> bool:
+    """Whether a worker took the job less than `started_grace` ago.
+
+    Measured from when the worker took it, never from when it was queued: after an outage
+    hundreds of runs wait in the queue for a few workers, and a job queued long ago that a
+    worker took a moment ago is healthy. RQ stamps `started_at` with the worker's clock, so
+    this compares two machines' clocks; NTP keeps them far closer than the grace (lease TTL +
+    queue grace, 40 s by default). A job without the stamp (it should not happen) falls back
+    to the run's queued_at, by the database's clock."""
+    if job.alive_at is not None:
+        return datetime.now(UTC) - job.alive_at < started_grace
+    return Run.objects.filter(pk=run_pk, queued_at__gt=Now() - started_grace).exists()
+
+
 def interrupt(finding: Finding, *, takeover: bool = False) -> bool:
     """Take the lease from the vanished worker (bumping the token fences it should it wake),
     record INTERRUPTED with what is known, and hand the run to a human.
 
     `takeover` is for a caller that saw the worker die (it reaped the process) and need not
-    wait for the lease to run out."""
+    wait for the lease to run out.
+
+    After an outage every worker's sweeper reads the same hundreds of findings. The first one
+    to act on a run moves its version; the others see that here in one primary-key read and
+    leave the run alone, without taking its lease (a token bump and two writes each) only to
+    find the finding stale under the row lock. The row lock's check below stays the one that
+    decides: a run can still move between this read and the lease."""
+    if _acted_on(finding):
+        return False
     try:
         token = leases.acquire(finding.run_pk, SWEEPER, takeover=takeover)
     except leases.LeaseBusy:
@@ -165,6 +199,15 @@ def interrupt(finding: Finding, *, takeover: bool = False) -> bool:
         leases.release(finding.run_pk, token)
 
 
+def _acted_on(finding: Finding) -> bool:
+    """Whether the run moved since the finding was read (another sweeper interrupted it, a
+    worker went on, it ended): one read by primary key."""
+    fresh = Run.objects.filter(pk=finding.run_pk, status__in=Run.ACTIVE)
+    if finding.version is not None:
+        fresh = fresh.filter(version=finding.version)
+    return not fresh.exists()
+
+
 def _call_in_flight(run: Run) -> dict[str, str]:
     """The call the worker was making when it went away, if its last event is that call's
     TOOL_CALLED (every call writes one before it starts): "worker lost during upload-cover"
@@ -187,7 +230,8 @@ def sweep() -> list[int]:
     The findings are taken in random order: after an outage every worker's sweeper finds the
     same hundreds of runs at once, and walking them in the same order made one sweeper do the
     work while the others followed it, skipping what it had just taken (interrupt() is a
-    compare-and-set, so whichever sweeper comes first acts and the rest do nothing)."""
+    compare-and-set, so whichever sweeper comes first acts; the rest see the run's version
+    moved in one read and leave its lease alone)."""
     done = []
     findings = find_expired() + find_lost_jobs()
     random.shuffle(findings)

@@ -27,15 +27,17 @@ import hashlib
 import re
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from django.db.models import Count, F, Min, QuerySet, Sum
+from django.db.models.functions import Now
 
 from runs import leases, stored_plans
 from runs.chain import canonical_json
-from runs.models import Run, StoredPlan
+from runs.models import GroupApproval, Run, StoredPlan
 from runs.planner import Plan, compute_plan
 from runs.replay import STOPPING, Action
 from runs.resume import (
@@ -316,20 +318,11 @@ def parse_run_ids(values: list[str]) -> list[int]:
     return pks
 
 
-def approve_group(
-    group_fingerprint: str,
-    run_ids: list[int] | None = None,
-    *,
-    action: str = STRICT,
-    actor: str,
-) -> Batch:
-    """Approve `action` for every run of the group (or the selected `run_ids` of it).
-
-    Each run is approved on its own, with the fingerprint of its stored plan: resume.approve()
-    plans afresh and compares under the run's row lock, so a run whose plan changed is
-    skipped, its fresh plan stored and returned, never approved blind. Selected runs that are
-    no longer in the group are skipped the same way. Raises GroupRefused, changing nothing,
-    for bad input or a group that cannot be approved at all."""
+def _check(
+    group_fingerprint: str, run_ids: list[int] | None, action: str
+) -> tuple[dict[int, Member], list[int]]:
+    """The group's runs by pk, and the runs to approve; GroupRefused, changing nothing, for
+    bad input or a group that cannot be approved at all. Three queries."""
     if not FINGERPRINT_RE.match(group_fingerprint or ""):
         raise BadSelection("a group fingerprint is 64 hexadecimal characters")
     if action not in ACTIONS:
@@ -359,31 +352,52 @@ def approve_group(
         )
     if action == UPGRADE and not shown.upgrade_available:
         raise GroupRefused("no upgrade is offered for this group: its inputs have not changed")
-
     in_group = {m.run_pk: m for m in members}
-    wanted = list(in_group) if run_ids is None else run_ids
+    return in_group, list(in_group) if run_ids is None else run_ids
+
+
+def approve_group(
+    group_fingerprint: str,
+    run_ids: list[int] | None = None,
+    *,
+    action: str = STRICT,
+    actor: str,
+    batch_id: str = "",
+    each: Callable[[Batch], None] | None = None,
+) -> Batch:
+    """Approve `action` for every run of the group (or the selected `run_ids` of it).
+
+    Each run is approved on its own, with the fingerprint of its stored plan: resume.approve()
+    plans afresh and compares under the run's row lock, so a run whose plan changed is
+    skipped, its fresh plan stored and returned, never approved blind. Selected runs that are
+    no longer in the group are skipped the same way. Raises GroupRefused, changing nothing,
+    for bad input or a group that cannot be approved at all. `each` is called after every
+    run (the background job records its progress with it)."""
+    in_group, wanted = _check(group_fingerprint, run_ids, action)
     runs = Run.objects.in_bulk(wanted)
-    batch = Batch(uuid.uuid4().hex, group_fingerprint, action)
+    batch = Batch(batch_id or uuid.uuid4().hex, group_fingerprint, action)
     for pk in wanted:
         run = runs[pk]
         member = in_group.get(pk)
         if member is None:
             batch.skipped.append(_not_in_group(run))
-            continue
-        try:
-            batch.approved.append(
-                approve(run, action, member.fingerprint, actor=actor, batch=batch.id)
-            )
-        except AlreadyApproved:
-            batch.skipped.append(Skipped(pk, "already approved; nothing more was done"))
-        except ResumeRefused as exc:  # StalePlan included: the plan moved since it was shown
-            fresh = exc.plan if exc.plan is not None else compute_plan(run)
-            stored_plans.store(fresh)
-            batch.skipped.append(Skipped(pk, str(exc), fresh))
-        except leases.LeaseBusy:
-            batch.skipped.append(
-                Skipped(pk, "another process took the run's lease at that moment; try again")
-            )
+        else:
+            try:
+                batch.approved.append(
+                    approve(run, action, member.fingerprint, actor=actor, batch=batch.id)
+                )
+            except AlreadyApproved:
+                batch.skipped.append(Skipped(pk, "already approved; nothing more was done"))
+            except ResumeRefused as exc:  # StalePlan included: the plan moved since it was shown
+                fresh = exc.plan if exc.plan is not None else compute_plan(run)
+                stored_plans.store(fresh)
+                batch.skipped.append(Skipped(pk, str(exc), fresh))
+            except leases.LeaseBusy:
+                batch.skipped.append(
+                    Skipped(pk, "another process took the run's lease at that moment; try again")
+                )
+        if each is not None:
+            each(batch)
     return batch
 
 
@@ -398,3 +412,96 @@ def _not_in_group(run: Run) -> Skipped:
     # asking its targets, so the operator reads what it is.
     fresh = stored_plans.refresh(run)
     return Skipped(run.pk, "its plan changed since the group was shown; read the fresh plan", fresh)
+
+
+# --- Approving a group in the background -----------------------------------------------------
+#
+# Approving hundreds of runs takes minutes (each approval plans afresh and asks the targets),
+# longer than a web request may take. The dashboard records the operator's decision as a
+# GroupApproval row (start_batch, in the request: the same checks as approve_group, so a bad
+# or unapprovable group is refused at once), a worker carries it out (run_batch, from the RQ
+# job jobs.approve_batch), and the batch page reads the row.
+
+# How many results the job collects between two saves of the row (its progress on the page).
+SAVE_EVERY = 10
+
+
+def start_batch(
+    group_fingerprint: str, run_ids: list[int], *, action: str, actor: str
+) -> GroupApproval:
+    """Check the approval and record it, to be carried out by run_batch(). GroupRefused,
+    recording nothing, as approve_group would refuse it now."""
+    _, wanted = _check(group_fingerprint, run_ids, action)
+    return GroupApproval.objects.create(
+        id=uuid.uuid4().hex, group=group_fingerprint, action=action, actor=actor, run_ids=wanted
+    )
+
+
+def run_batch(batch_id: str) -> GroupApproval:
+    """Carry out a recorded group approval: approve_group() over its runs, each checked
+    against its own plan under its lock, the row saved every SAVE_EVERY runs and at the end.
+
+    Run again (a retried job), it approves nothing twice: the runs it approved are resuming,
+    no longer in the group, and are skipped as such."""
+    row = GroupApproval.objects.get(pk=batch_id)
+    if row.finished:
+        return row
+    row.state = GroupApproval.State.RUNNING
+    row.approved, row.skipped = [], []
+    _save(row)
+
+    def each(batch: Batch) -> None:
+        if (len(batch.approved) + len(batch.skipped)) % SAVE_EVERY == 0:
+            _record(row, batch)
+            _save(row)
+
+    try:
+        batch = approve_group(
+            row.group, row.run_ids, action=row.action, actor=row.actor, batch_id=row.id, each=each
+        )
+    except GroupRefused as exc:
+        row.state, row.error = GroupApproval.State.REFUSED, str(exc)
+    except Exception as exc:
+        row.state, row.error = GroupApproval.State.FAILED, f"{type(exc).__name__}: {exc}"
+        _save(row)
+        raise
+    else:
+        _record(row, batch)
+        row.state = GroupApproval.State.DONE
+    _save(row)
+    return row
+
+
+def _record(row: GroupApproval, batch: Batch) -> None:
+    row.approved = [
+        {
+            "run": a.run.pk,
+            "resumed": a.resumed.pk,
+            "branch": a.branch is not None,
+            "stage": a.resumed.current_stage,
+        }
+        for a in batch.approved
+    ]
+    row.skipped = [
+        {
+            "run": s.run_pk,
+            "reason": s.reason,
+            "plan": None
+            if s.plan is None
+            else {
+                "fingerprint": s.plan.fingerprint,
+                "next_stage": s.plan.next_stage,
+                "calls": s.plan.cost_resume.tool_calls,
+                "money": str(s.plan.cost_resume.money),
+                "blocked": bool(s.plan.blockers),
+                "group": s.group,
+            },
+        }
+        for s in batch.skipped
+    ]
+
+
+def _save(row: GroupApproval) -> None:
+    row.updated_at = Now()
+    row.save(update_fields=["state", "approved", "skipped", "error", "updated_at"])
+    row.refresh_from_db(fields=["updated_at"])

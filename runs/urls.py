@@ -54,7 +54,13 @@ class FingerprintConverter:
         return value
 
 
+class BatchIdConverter(FingerprintConverter):
+    # A group approval's batch id (a uuid4's hex).
+    regex = r"[0-9a-f]{32}"
+
+
 register_converter(RunIdConverter, "run")
+register_converter(BatchIdConverter, "batch")
 register_converter(FingerprintConverter, "fingerprint")
 register_converter(IdConverter, "id")
 register_converter(PipelineNameConverter, "pipeline")
@@ -70,6 +76,7 @@ urlpatterns = [
     path("<run:pk>/approve/", views.approve_plan, name="approve"),
     path("groups/<fingerprint:fingerprint>/", views.group_detail, name="group"),
     path("groups/<fingerprint:fingerprint>/approve/", views.approve_group, name="approve_group"),
+    path("batches/<batch:batch_id>/", views.batch_detail, name="batch"),
     path("artifacts/<id:pk>/", views.artifact_detail, name="artifact"),
     path("artifacts/<id:pk>/raw/", views.artifact_raw, name="artifact_raw"),
 ]

@@ -10,20 +10,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import wraps
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from runs import artifacts as artifact_store
-from runs import charts, queries, roles, stats, stored_plans, triage
+from runs import charts, jobs, queries, roles, stats, stored_plans, triage
 from runs.forms import ApproveForm, GroupApproveForm, InboxFilterForm, PipelineWindowForm
-from runs.models import Artifact, StoredPlan
+from runs.models import Artifact, GroupApproval, StoredPlan
 from runs.planner import Plan, compute_plan
 from runs.resume import AlreadyApproved, ResumeRefused, approve
 
@@ -209,6 +210,7 @@ def _render_group(
         "members": members,
         "form": form,
         "refusal": refusal,
+        "inline_limit": settings.RESUMER_GROUP_INLINE,
     }
     return render(request, "runs/group.html", context, status=status)
 
@@ -230,13 +232,11 @@ def approve_group(request: HttpRequest, fingerprint: str) -> HttpResponse:
         form.add_error("fingerprint", "The form names another group than this page's.")
         return _render_group(request, fingerprint, form=form, status=400)
     actor = f"user:{request.user.get_username()}"
+    run_ids, action = form.run_ids(), form.cleaned_data["action"]
+    if len(run_ids) > settings.RESUMER_GROUP_INLINE:
+        return _approve_group_in_background(request, fingerprint, form, run_ids, action, actor)
     try:
-        batch = triage.approve_group(
-            fingerprint,
-            form.run_ids(),
-            action=form.cleaned_data["action"],
-            actor=actor,
-        )
+        batch = triage.approve_group(fingerprint, run_ids, action=action, actor=actor)
     except triage.GroupRefused as exc:
         status = 400 if isinstance(exc, triage.BadSelection) else 409
         return _render_group(request, fingerprint, form=form, refusal=str(exc), status=status)
@@ -248,6 +248,41 @@ def approve_group(request: HttpRequest, fingerprint: str) -> HttpResponse:
         {"batch": batch},
         status=200 if batch.approved else 409,
     )
+
+
+def _approve_group_in_background(
+    request: HttpRequest,
+    fingerprint: str,
+    form: GroupApproveForm,
+    run_ids: list[int],
+    action: str,
+    actor: str,
+) -> HttpResponse:
+    """A large group: checked and recorded now, approved by a worker; the batch page follows
+    it. Approving hundreds of runs takes longer than a web request may."""
+    try:
+        row = triage.start_batch(fingerprint, run_ids, action=action, actor=actor)
+    except triage.GroupRefused as exc:
+        status = 400 if isinstance(exc, triage.BadSelection) else 409
+        return _render_group(request, fingerprint, form=form, refusal=str(exc), status=status)
+    try:
+        jobs.enqueue_batch(row.pk, row.total)
+    except Exception as exc:  # Redis away: nothing was approved; say so
+        row.state, row.error = GroupApproval.State.FAILED, f"the job could not be queued: {exc}"
+        row.save(update_fields=["state", "error"])
+        return _render_group(request, fingerprint, form=form, refusal=row.error, status=503)
+    return redirect("runs:batch", batch_id=row.pk)
+
+
+@require_GET
+@viewer_required
+def batch_detail(request: HttpRequest, batch_id: str) -> HttpResponse:
+    """A group approval a worker carries out: its progress while it runs (the page polls
+    itself), then what was approved and what was skipped, with each skipped run's fresh
+    plan."""
+    row = get_object_or_404(GroupApproval, pk=batch_id)
+    template = "runs/_batch.html" if request.htmx else "runs/batch.html"
+    return render(request, template, {"row": row})
 
 
 # --- Pipelines -------------------------------------------------------------------------------

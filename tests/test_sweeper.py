@@ -3,7 +3,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
+from django.conf import settings
+from django.db.models.functions import Now
+from rq.job import Job
+from rq.utils import utcformat
 
 from runs import engine, jobs, leases, sweeper
 from runs.append import LeaseLost, Writer, append
@@ -139,3 +145,94 @@ def test_interrupting_a_succeeded_run_directly_writes_nothing(transactional_db, 
     assert sweeper.interrupt(finding, takeover=True) is False
     assert run_status(run) == Run.Status.SUCCEEDED
     assert Event.objects.filter(run=run).count() == events_before
+
+
+def backdate_queued_at(run: Run, *, hours: float) -> None:
+    Run.objects.filter(pk=run.pk).update(queued_at=Now() - timedelta(hours=hours))
+
+
+def take_job(run: Run, *, ago: timedelta = timedelta(0)) -> Job:
+    """What an RQ worker does when it dequeues the stage job: the job leaves the queue and
+    is marked started, with the worker's clock, `ago` in the past."""
+    queue = jobs.queue()
+    job = Job.fetch(jobs.job_id(run.pk, run.ticket), connection=queue.connection)
+    queue.remove(job)
+    with queue.connection.pipeline() as pipe:
+        job.prepare_for_execution("worker:test", pipe)
+        pipe.execute()
+    if ago:
+        when = utcformat(datetime.now(UTC) - ago)
+        queue.connection.hset(job.key, mapping={"started_at": when, "last_heartbeat": when})
+    return job
+
+
+def test_a_job_queued_long_ago_that_a_worker_just_took_is_left_alone(
+    transactional_db, facts, redis_conn
+):
+    # After an outage hundreds of runs wait for a few workers: this one waited an hour in the
+    # queue and a worker took it a moment ago. It is on its way, not lost.
+    run = start_content(enqueue=True)
+    backdate_queued_at(run, hours=1)
+    take_job(run)
+    token = Lease.objects.get(run=run).token
+    assert Job.fetch(jobs.job_id(run.pk, run.ticket), connection=redis_conn).get_status() == (
+        "started"
+    )
+
+    assert sweeper.sweep() == []
+    assert run_status(run) == Run.Status.PENDING
+    assert Run.objects.get(pk=run.pk).ticket == run.ticket
+    assert not Event.objects.filter(run=run, type=Event.Type.INTERRUPTED).exists()
+    assert Lease.objects.get(run=run).token == token
+
+
+def test_a_job_a_worker_took_longer_ago_than_the_lease_ttl_without_starting_is_lost(
+    transactional_db, facts, redis_conn
+):
+    # The worker took the job, then died before it consumed the ticket: RQ still says started.
+    run = start_content(enqueue=True)
+    backdate_queued_at(run, hours=1)
+    took = timedelta(seconds=leases.ttl_seconds() + float(settings.RESUMER_QUEUE_GRACE) + 60)
+    take_job(run, ago=took)
+
+    assert sweeper.sweep() == [run.pk]
+    assert run_status(run) == Run.Status.INTERRUPTED
+    interrupted = Event.objects.get(run=run, type=Event.Type.INTERRUPTED)
+    assert interrupted.payload["job_state"] == "started"
+    assert interrupted.payload["reason"] == (
+        "RQ reports the stage job as started but it never started the stage"
+    )
+    assert "job_started_at" in interrupted.payload
+
+
+def test_sweepers_reading_the_same_findings_interrupt_each_run_once_and_take_its_lease_once(
+    transactional_db, facts, redis_conn, settings
+):
+    # After an outage every worker's sweeper reads the same findings in the same round: runs
+    # whose worker died mid-stage and runs whose queued job Redis lost.
+    settings.RESUMER_QUEUE_GRACE = 0
+    expired = [start_content() for _ in range(2)]
+    writers = [begin_stage(run, ttl=0.3) for run in expired]
+    lost = [start_content(enqueue=True) for _ in range(2)]
+    redis_conn.flushdb()
+    wait_for(
+        lambda: not any(leases.holds(w.run_id, w.token) for w in writers),
+        timeout=30,
+        what="lease expiry",
+    )
+    runs = [*expired, *lost]
+    findings = sweeper.find_expired() + sweeper.find_lost_jobs()
+    assert sorted(f.run_pk for f in findings) == sorted(run.pk for run in runs)
+    tokens = dict(Lease.objects.filter(run__in=runs).values_list("run_id", "token"))
+
+    first = [f.run_pk for f in findings if sweeper.interrupt(f)]
+    second = [f.run_pk for f in findings if sweeper.interrupt(f)]
+
+    assert sorted(first) == sorted(run.pk for run in runs)
+    assert second == []
+    for run in runs:
+        assert run_status(run) == Run.Status.INTERRUPTED
+        assert Event.objects.filter(run=run, type=Event.Type.INTERRUPTED).count() == 1
+        # The second sweeper did not take the lease: one bump, the first sweeper's.
+        assert Lease.objects.get(run=run).token == tokens[run.pk] + 1
+        assert not Lease.objects.get(run=run).holder

@@ -18,10 +18,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from demo.simulators import publish_facts
-from runs import queries, triage
+from runs import jobs, queries, triage
 from runs.chain import canonical_json
 from runs.edits import edit_effect
-from runs.models import Effect, Event, Run, StoredPlan
+from runs.models import Effect, Event, GroupApproval, Run, StoredPlan
 from runs.planner import compute_plan
 from tests.support.plans import (
     TOPIC,
@@ -31,6 +31,7 @@ from tests.support.plans import (
     ledger_state,
     stopped_with_plan,
 )
+from tests.support.processes import wait_for
 from tests.support.web import client_as
 
 pytestmark = pytest.mark.django_db
@@ -609,3 +610,148 @@ def test_approving_a_group_that_emptied_meanwhile_is_409_and_changes_nothing(fac
     assert response.status_code == 409
     assert "no run needing a human has a plan of this shape now" in response.content.decode()
     assert ledger_state(run) == before
+
+
+# --- A large group is approved by a worker ---------------------------------------------------
+
+
+def batch_of(response) -> GroupApproval:
+    assert response.status_code == 302, response.content.decode()[:500]
+    batch_id = response["Location"].rstrip("/").rsplit("/", 1)[1]
+    assert response["Location"] == f"/runs/batches/{batch_id}/"
+    return GroupApproval.objects.get(pk=batch_id)
+
+
+def test_a_large_group_approval_is_queued_and_its_page_says_it_is_being_approved(
+    facts, redis_conn, settings, django_capture_on_commit_callbacks
+):
+    settings.RESUMER_GROUP_INLINE = 1
+    runs = [interrupted_with_plan() for _ in range(2)]
+    group = group_of(runs[0])
+    redis_conn.flushdb()  # the plan jobs the stops queued
+    before = [ledger_state(run) for run in runs]
+
+    # The job is queued once the row is committed (here: the test's transaction stands in).
+    with django_capture_on_commit_callbacks(execute=True):
+        row = batch_of(approve_all_shown(group, runs))
+
+    # Recorded and queued; nothing approved yet.
+    assert (row.state, row.group, row.action, row.actor) == (
+        GroupApproval.State.QUEUED,
+        group,
+        "strict",
+        "user:operator",
+    )
+    assert row.run_ids == [run.pk for run in runs]
+    assert jobs.queue().job_ids == [f"batch-{row.pk}"]
+    assert [ledger_state(run) for run in runs] == before
+
+    page = client_as("viewer").get(f"/runs/batches/{row.pk}/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Approving 2 runs: waiting for a worker" in html
+    assert 'hx-trigger="every 2s"' in html
+
+
+def test_the_batch_job_approves_each_run_and_lists_a_moved_one_with_its_fresh_plan(facts, settings):
+    kept, moved = failed_at_cover_upload(), failed_at_cover_upload()
+    group = group_of(kept)
+    row = triage.start_batch(group, [kept.pk, moved.pk], action="strict", actor="user:operator")
+    change_manifest(checkpoint(moved, "draft"), outputs={"title": "rewritten"})
+
+    assert triage.run_batch(row.pk).state == GroupApproval.State.DONE
+
+    row.refresh_from_db()
+    assert [a["run"] for a in row.approved] == [kept.pk]
+    assert [a["batch"] for a in approvals(kept)] == [row.pk]
+    assert approvals(moved) == []
+    assert status(moved) == Run.Status.FAILED
+    [skipped] = row.skipped
+    assert skipped["run"] == moved.pk
+    assert "the plan changed since it was shown" in skipped["reason"]
+    assert skipped["plan"]["fingerprint"] == stored_fingerprint(moved)
+    # Run again (a retried job), a finished batch does nothing.
+    assert triage.run_batch(row.pk).approved == row.approved
+    assert len(approvals(kept)) == 1
+
+    html = client_as("viewer").get(f"/runs/batches/{row.pk}/").content.decode()
+    assert "Approved 1, skipped 1" in html
+    assert f"{moved.public_id}</a>: the plan changed since it was shown" in html
+    assert stored_fingerprint(moved)[:12] in html
+    assert "hx-trigger" not in html
+
+
+def test_a_batch_whose_group_emptied_before_the_job_came_is_refused_as_a_whole(facts):
+    run = interrupted_with_plan()
+    group = group_of(run)
+    row = triage.start_batch(group, [run.pk], action="strict", actor="user:operator")
+    triage.approve_group(group, actor="user:someone-else")
+    before = ledger_state(run)
+
+    assert triage.run_batch(row.pk).state == GroupApproval.State.REFUSED
+
+    row.refresh_from_db()
+    assert "no run needing a human has a plan of this shape now" in row.error
+    assert (row.approved, row.skipped) == ([], [])
+    assert ledger_state(run) == before
+    html = client_as("operator").get(f"/runs/batches/{row.pk}/").content.decode()
+    assert "Not approved: the batch was refused" in html
+
+
+def test_viewer_forged_large_group_approval_is_403_and_records_nothing(
+    facts, redis_conn, settings, django_capture_on_commit_callbacks
+):
+    settings.RESUMER_GROUP_INLINE = 0
+    run = interrupted_with_plan()
+    redis_conn.flushdb()
+    before = ledger_state(run)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = approve_all_shown(group_of(run), [run], role="viewer")
+
+    assert response.status_code == 403
+    assert not GroupApproval.objects.exists()
+    assert jobs.queue().job_ids == []
+    assert ledger_state(run) == before
+
+
+def test_a_large_group_that_cannot_be_approved_is_refused_in_the_request(
+    facts, redis_conn, settings, django_capture_on_commit_callbacks
+):
+    settings.RESUMER_GROUP_INLINE = 0
+    run = interrupted_with_plan()
+    group = group_of(run)
+    triage.approve_group(group, actor="user:someone-else")
+    redis_conn.flushdb()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = approve_all_shown(group, [run])
+
+    assert response.status_code == 409
+    assert "no run needing a human has a plan of this shape now" in response.content.decode()
+    assert not GroupApproval.objects.exists()
+    assert jobs.queue().job_ids == []
+
+
+def test_an_unknown_batch_is_404(facts):
+    assert client_as("viewer").get(f"/runs/batches/{'0' * 32}/").status_code == 404
+    assert client_as("viewer").get("/runs/batches/xyz/").status_code == 404
+
+
+def test_a_worker_approves_a_large_group_the_dashboard_queued(workers, redis_conn, settings):
+    settings.RESUMER_GROUP_INLINE = 1
+    runs = [interrupted_with_plan() for _ in range(3)]
+    group = group_of(runs[0])
+
+    row = batch_of(approve_all_shown(group, runs))
+    workers.start()
+    wait_for(lambda: GroupApproval.objects.get(pk=row.pk).finished, timeout=120, what="the batch")
+
+    row.refresh_from_db()
+    assert (row.state, row.error, row.skipped) == (GroupApproval.State.DONE, "", [])
+    assert sorted(a["run"] for a in row.approved) == sorted(run.pk for run in runs)
+    for run in runs:
+        assert [a["batch"] for a in approvals(run)] == [row.pk]
+        assert status(run) != Run.Status.INTERRUPTED
+    html = client_as("operator").get(f"/runs/batches/{row.pk}/").content.decode()
+    assert "Approved 3, skipped 0" in html
