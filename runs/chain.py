@@ -58,8 +58,13 @@ class ChainReport:
     notes: list[str] = field(default_factory=list)
 
 
+# One encoder for every call: json.dumps() with these options builds a new one each time, and
+# the append path encodes four values per event. encode() keeps no state between calls.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
+
+
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return _CANONICAL.encode(value)
 
 
 def event_hash(prev_hash: str, content: dict[str, Any]) -> str:

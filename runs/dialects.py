@@ -122,6 +122,7 @@ class AppendSQL:
 
     def __init__(self, connection) -> None:
         qn = self.qn = connection.ops.quote_name
+        self._set_lists: dict[tuple[tuple[str, bool], ...], str] = {}
         # Django's own Now() for this backend, so every clock comparison agrees with the lease
         # writes in leases.py (STATEMENT_TIMESTAMP() on PostgreSQL, STRFTIME on SQLite).
         self.now, _ = Query(Run).get_compiler(connection=connection).compile(Now())
@@ -189,17 +190,16 @@ class AppendSQL:
 
     def sets(self, moves: Moves) -> tuple[str, list[Any]]:
         """The SET list of the head update and its parameters. Every append also bumps the
-        run's version (approvals compare-and-set on it) and stamps updated_at."""
-        qn = self.qn
-        sets = [f"{qn('version')} = {qn('version')} + 1", f"{qn('updated_at')} = {self.now}"]
-        params: list[Any] = []
-        for column, value in moves.items():
-            if isinstance(value, Now):
-                sets.append(f"{qn(column)} = {self.now}")
-            else:
-                sets.append(f"{qn(column)} = %s")
-                params.append(value)
-        return ", ".join(sets), params
+        run's version (approvals compare-and-set on it) and stamps updated_at. The SQL is
+        built once per shape of moves (which columns, which of them take the clock)."""
+        shape = tuple((column, isinstance(value, Now)) for column, value in moves.items())
+        set_list = self._set_lists.get(shape)
+        if set_list is None:
+            qn = self.qn
+            sets = [f"{qn('version')} = {qn('version')} + 1", f"{qn('updated_at')} = {self.now}"]
+            sets += [f"{qn(column)} = {self.now if clock else '%s'}" for column, clock in shape]
+            set_list = self._set_lists[shape] = ", ".join(sets)
+        return set_list, [value for value in moves.values() if not isinstance(value, Now)]
 
     def update(self, set_list: str) -> str:
         return f"UPDATE {self.run_table} SET {set_list} WHERE {self.qn('id')} = %s"
