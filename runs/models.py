@@ -197,7 +197,9 @@ class EventType(models.TextChoices):
 class Event(AppendOnlyModel):
     Type = EventType
 
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events")
+    # No index of its own: event_run_seq_unique (run, seq) serves every lookup by run, and
+    # each index more is one more write on every append.
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="events", db_index=False)
     seq = models.PositiveIntegerField()
     stage = models.CharField(max_length=64, blank=True)
     type = models.CharField(max_length=20, choices=EventType.choices)
@@ -293,8 +295,12 @@ class Effect(models.Model):
 
     SETTLED = (EffectStatus.CONFIRMED, EffectStatus.ABANDONED)
 
-    delivery_key = models.CharField(max_length=64, unique=True)
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="effects")
+    # Unique by a constraint (Meta), not unique=True: on PostgreSQL that would add a
+    # varchar_pattern_ops index for LIKE queries, which a hex digest never gets, written on
+    # every intent.
+    delivery_key = models.CharField(max_length=64)
+    # Served by effect_run_call_idx, which starts with run: no index of its own.
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="effects", db_index=False)
     stage = models.CharField(max_length=64)
     # The stage's own name for this call ("upload-cover"); stable across attempts.
     call_id = models.CharField(max_length=64)
@@ -322,6 +328,9 @@ class Effect(models.Model):
             models.Index(fields=["status", "policy"], name="effect_status_idx"),
         ]
         constraints = [
+            # One effect per delivery key; an intent claims its key with INSERT ... ON
+            # CONFLICT (delivery_key) DO NOTHING against it (dialects.py).
+            models.UniqueConstraint(fields=["delivery_key"], name="effect_delivery_key_unique"),
             models.CheckConstraint(
                 condition=models.Q(status__in=EffectStatus.values),
                 name="effect_status_valid",
