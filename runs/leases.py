@@ -67,7 +67,12 @@ class HeldLease:
     `check()` answers from memory. The margin covers the two clocks' rates over one TTL.
 
     The heartbeat thread moves the deadline on each renewal, and marks the lease lost when a
-    renewal is refused; the stage's thread reads both (a float and a flag: no lock needed)."""
+    renewal is refused; the stage's thread reads both (a float and a flag: no lock needed).
+
+    What this assumes that a read before each call did not: the database's clock does not
+    step forward by more than the margin within one TTL (a lease would then expire early and
+    be taken over while this worker still trusts it). NTP slews a running clock instead of
+    stepping it; a host whose clock is stepped should run with a longer TTL."""
 
     def __init__(self, run_id: int, token: int, ttl: float, read_at: float) -> None:
         self.run_id = run_id
