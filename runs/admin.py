@@ -30,6 +30,7 @@ from runs.models import (
     Delivery,
     Effect,
     Event,
+    GroupApproval,
     Lease,
     Notification,
     NotificationRun,
@@ -391,3 +392,18 @@ class DeliveryAdmin(SupervisorOnlyAdmin):
     ]
     list_filter = ["channel", "ok"]
     ordering = ["-created_at", "-id"]
+
+
+@admin.register(GroupApproval)
+class GroupApprovalAdmin(ReadOnlyAdmin):
+    """Bulk approvals that ran in the background: who approved which group, what was
+    approved and what was skipped (runs/triage.py). Each approved run's PLAN_APPROVED names
+    the batch."""
+
+    list_display = ["id", "group", "action", "actor", "state", "created_at", "updated_at"]
+    list_filter = ["state", "action"]
+    search_fields = ["=id", "=group", "actor"]
+    ordering = ["-created_at"]
+
+    def view_on_site(self, obj: GroupApproval) -> str:
+        return reverse("runs:batch", args=[obj.pk])
