@@ -27,7 +27,9 @@ Drill: 8 workers (--drill-workers) under a supervisor that restarts a dead worke
 (no persistence: it comes back empty, every queued job is lost) for --outage seconds and
 started again. The bench then checks, from the settings the workers run with, that every
 interrupted run was interrupted within max(lease TTL, queue grace) + sweep interval of the
-first sweeper running after Redis came back, groups the stopped runs by plan shape
+first sweeper running after Redis came back (workers run with a deployment's timing: lease TTL
+30 s, sweep interval 15 s, queue grace 10 s; FLEET_LEASE_TTL, FLEET_SWEEP_INTERVAL and
+FLEET_QUEUE_GRACE change them), groups the stopped runs by plan shape
 (runs/triage.py), approves every group with triage.approve_group, waits for every run to
 succeed and counts paid calls per delivery key at the target (bench/_fleet_pipeline.py).
 """
@@ -483,6 +485,11 @@ def _env(url: str, var_dir: Path) -> dict[str, str]:
         FLEET_METER=str(var_dir / "meter"),
         # Workers log a line per job at INFO; the bench reads the database, not the logs.
         RESUMER_LOG_LEVEL="WARNING",
+        # A deployment's timing, not the tests' fast crash detection that `make bench` passes
+        # on: every worker's sweeper polling twice a second is load no fleet would carry.
+        RESUMER_LEASE_TTL=os.environ.get("FLEET_LEASE_TTL", "30"),
+        RESUMER_SWEEP_INTERVAL=os.environ.get("FLEET_SWEEP_INTERVAL", "15"),
+        RESUMER_QUEUE_GRACE=os.environ.get("FLEET_QUEUE_GRACE", "10"),
     )
     return env
 

@@ -75,28 +75,35 @@ class JobState:
     alive_at: datetime | None = None
 
 
-def _job_state(run_pk: int, ticket: str) -> JobState | None:
-    """What RQ says about the run's queued job, or None if Redis is away."""
-    from rq.exceptions import NoSuchJobError
+def _job_states(rows: list[dict]) -> list[JobState] | None:
+    """What RQ says about each row's queued job, in one round trip (a pipeline of reads): after
+    an outage a sweep asks about hundreds of queued jobs, and every worker sweeps. None if
+    Redis is away."""
     from rq.job import Job
 
     from runs import jobs
 
     try:
-        connection = jobs.queue().connection
-        job = Job.fetch(jobs.job_id(run_pk, ticket), connection=connection)
+        found = Job.fetch_many(
+            [jobs.job_id(row["pk"], row["ticket"]) for row in rows],
+            connection=jobs.queue().connection,
+        )
+    except Exception as exc:  # redis down: we cannot tell, so we say nothing
+        log.warning("cannot ask Redis about %s queued jobs: %s", len(rows), exc)
+        return None
+    states = []
+    for job in found:
+        if job is None:
+            states.append(JobState("missing"))
+            continue
         status = job.get_status(refresh=False)
         # JobStatus is a (str, Enum): str() gives "JobStatus.QUEUED", never "queued", which
         # made every job still waiting in the queue look lost. Compare on its value.
         signs = [t for t in (job.started_at, job.last_heartbeat) if t is not None]
-        return JobState(
-            str(getattr(status, "value", status) or "missing"), max(signs, default=None)
+        states.append(
+            JobState(str(getattr(status, "value", status) or "missing"), max(signs, default=None))
         )
-    except NoSuchJobError:
-        return JobState("missing")
-    except Exception as exc:  # redis down: we cannot tell, so we say nothing
-        log.warning("cannot ask Redis about run-%s: %s", run_pk, exc)
-        return None
+    return states
 
 
 def find_lost_jobs() -> list[Finding]:
@@ -111,10 +118,13 @@ def find_lost_jobs() -> list[Finding]:
         .values("pk", "ticket", "current_stage", "queued_at", "version")
         .order_by("queued_at")[:500]
     )
+    rows = list(rows)
+    states = _job_states(rows) if rows else []
+    if states is None:
+        return []
     findings = []
-    for row in rows:
-        job = _job_state(row["pk"], row["ticket"])
-        if job is None or job.status in ("queued", "deferred", "scheduled"):
+    for row, job in zip(rows, states, strict=True):
+        if job.status in ("queued", "deferred", "scheduled"):
             continue
         if job.status == "started" and _started_recently(row["pk"], job, started_grace):
             continue
