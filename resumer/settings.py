@@ -148,6 +148,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     # Tests that start worker processes need a file both processes can open.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-resumer.sqlite3")}
+elif os.environ.get("RESUMER_PG_PREPARED", "1") == "1":
+    # Parameters bound by the server and a statement prepared once it ran five times on a
+    # connection: the append path's statements are planned once per worker connection instead
+    # of on every tool call (bench/tool_call.py: about a third of a call's time). Behind a
+    # pooler that cannot keep prepared statements (PgBouncer in transaction mode before 1.21),
+    # set RESUMER_PG_PREPARED=0.
+    DATABASES["default"]["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 5}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
