@@ -177,16 +177,12 @@ def append(
         and len(encoded) <= settings.RESUMER_INLINE_PAYLOAD_BYTES
         and _refusal(known, new) is None
     )
-    if (
-        guarded
-        and sql.one_statement
-        and not connection.in_atomic_block
-        and connection.get_autocommit()
-    ):
-        # PostgreSQL, the common case: one statement locks, fences, inserts, moves the head
-        # and writes the effect. Alone, in autocommit, it is its own transaction: one round
-        # trip, where BEGIN and COMMIT around it would make three.
-        event = _write(connection, known, new, guarded=True, effect=effect)
+    if guarded and not connection.in_atomic_block and connection.get_autocommit():
+        # The common case, a tool call's event: no caller's transaction is open, so the
+        # guarded write is its own (dialects.write_alone). On PostgreSQL it is one statement
+        # that locks, fences, inserts, moves the head and writes the effect: one round trip,
+        # where BEGIN and COMMIT around it would make three.
+        event = _write(connection, known, new, guarded=True, alone=True, effect=effect)
         if event is not None:
             return _appended(connection, writer, known, event, new)
         guarded = False
@@ -285,13 +281,15 @@ def _write(
     new: NewEvent,
     *,
     guarded: bool = False,
+    alone: bool = False,
     effect: EffectWrite | None = None,
 ) -> Event | None:
     """Write the event, move the run's head and write `effect`. The caller has checked what
     _refusal() checks, and holds the run's lock, or asks for the `guarded` write, which
     fences itself and writes nothing (returns None) unless the lease is still the writer's
-    and the run's head is still `run`'s. None too, having written nothing, when `effect`
-    claims a delivery key that is taken."""
+    and the run's head is still `run`'s; `alone`, as its own transaction (the caller has no
+    transaction open). None too, having written nothing, when `effect` claims a delivery key
+    that is taken."""
     sql = dialects.for_connection(connection)
     seq = run.last_seq + 1
     body, payload_ref, payload_json = _place_payload(run.pk, seq, new.payload, new.encoded)
@@ -347,7 +345,7 @@ def _write(
         )
     with connection.cursor() as cursor:
         if guarded:
-            written = sql.write_guarded(
+            written = (sql.write_alone if alone else sql.write_guarded)(
                 cursor,
                 connection,
                 row,

@@ -116,9 +116,6 @@ class AppendSQL:
     # Whether write_guarded() exists: the append of a writer that knows the head, without a
     # locked read first.
     guarded: ClassVar[bool] = False
-    # Whether write_guarded() is one statement, so it needs no transaction around it: in
-    # autocommit it is one round trip instead of three (BEGIN, the statement, COMMIT).
-    one_statement: ClassVar[bool] = False
 
     def __init__(self, connection) -> None:
         qn = self.qn = connection.ops.quote_name
@@ -260,6 +257,13 @@ class AppendSQL:
         `guarded` have it."""
         raise NotImplementedError(f"{self.vendor} has no guarded append")
 
+    def write_alone(self, cursor, connection, *args: Any, **kwargs: Any) -> Written | None:
+        """write_guarded() as its own transaction, for a caller in autocommit (no atomic()
+        open): Django's transaction bookkeeping costs more than the append's own work. This
+        base is for a vendor whose guarded write is one statement: in autocommit that
+        statement is its own transaction, one round trip instead of BEGIN, it and COMMIT."""
+        return self.write_guarded(cursor, connection, *args, **kwargs)
+
     def created_at(self, value: Any, connection, pk: int) -> Any:
         """The returned created_at run through the converters the ORM would apply (SQLite
         returns text); read back when the insert could not return it."""
@@ -335,6 +339,19 @@ class SQLiteAppend(AppendSQL):
             effect_pk = self.write_effect(cursor, connection, effect)
         return written[0], written[1], effect_pk
 
+    def write_alone(self, cursor, connection, *args: Any, **kwargs: Any) -> Written | None:
+        # Two or three statements: their own IMMEDIATE transaction, taken on the raw cursor
+        # (the connection is in autocommit, so the driver adds nothing of its own). A stale
+        # head wrote nothing and rolls back; so does anything that raises.
+        cursor.execute("BEGIN IMMEDIATE")
+        try:
+            written = self.write_guarded(cursor, connection, *args, **kwargs)
+        except BaseException:
+            cursor.execute("ROLLBACK")
+            raise
+        cursor.execute("COMMIT" if written is not None else "ROLLBACK")
+        return written
+
     def set_maintenance(self, connection, on: bool) -> None:
         # The triggers call resumer_maintenance(), which reads this flag (runs/apps.py).
         connection._resumer_maintenance = on
@@ -348,7 +365,6 @@ class PostgreSQLAppend(AppendSQL):
 
     vendor = "postgresql"
     guarded = True
-    one_statement = True
 
     def placeholder(self, column: str) -> str:
         # In INSERT ... SELECT an untyped literal is text, which has no assignment cast to
