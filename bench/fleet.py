@@ -30,8 +30,8 @@ interrupted run was interrupted within max(lease TTL, queue grace) + sweep inter
 first sweeper running after Redis came back (workers run with a deployment's timing: lease TTL
 30 s, sweep interval 15 s, queue grace 10 s; FLEET_LEASE_TTL, FLEET_SWEEP_INTERVAL and
 FLEET_QUEUE_GRACE change them), groups the stopped runs by plan shape
-(runs/triage.py), approves every group with triage.approve_group, waits for every run to
-succeed and counts paid calls per delivery key at the target (bench/_fleet_pipeline.py).
+(runs/triage.py), approves every group as the dashboard does for a large group (recorded by
+triage.start_batch, carried out by a worker of the fleet), waits for every run to succeed and counts paid calls per delivery key at the target (bench/_fleet_pipeline.py).
 """
 
 from __future__ import annotations
@@ -346,8 +346,9 @@ def child_drill(workers: int, runs: int, outage: float, var_dir: Path) -> None:
     from django.db.models import Max
     from django.utils import timezone
 
-    from runs import triage
-    from runs.models import Effect, Event, Run
+    from runs import jobs, triage
+    from runs.models import Effect, Event, GroupApproval, Run
+    from runs.resume import STRICT
 
     ttl = float(settings.RESUMER_LEASE_TTL)
     interval = float(settings.RESUMER_SWEEP_INTERVAL)
@@ -409,18 +410,34 @@ def child_drill(workers: int, runs: int, outage: float, var_dir: Path) -> None:
 
         approve_s = 0.0
         approved = skipped = 0
-        # An operator approves every group; a run skipped because its plan moved is in a
-        # group of its fresh plan at the next reading (at most a few rounds).
+        # An operator approves every group from the dashboard: a group this large is recorded
+        # and carried out by a worker of the fleet (triage.start_batch, jobs.approve_batch),
+        # as the dashboard's POST does. A run skipped because its plan moved is in a group of
+        # its fresh plan at the next reading (at most a few rounds).
         for _ in range(3):
             started = time.monotonic()
             for group in triage.groups().groups:
                 if not group.approvable:
                     continue
-                batch = triage.approve_group(group.fingerprint, actor="user:bench-operator")
-                approved += len(batch.approved)
-                skipped += len(batch.skipped)
-                for s in batch.skipped:
-                    print(f"    skipped {s.public_id}: {s.reason}", flush=True)
+                _, members = triage.group(group.fingerprint)
+                row = triage.start_batch(
+                    group.fingerprint,
+                    [m.run_pk for m in members],
+                    action=STRICT,
+                    actor="user:bench-operator",
+                )
+                jobs.enqueue_batch(row.pk, row.total)
+                _wait(
+                    lambda row=row: GroupApproval.objects.get(pk=row.pk).finished,
+                    timeout=600,
+                    what=f"batch {row.pk} carried out by a worker",
+                )
+                row.refresh_from_db()
+                print(f"    batch {row.pk[:12]}: {row.state}", flush=True)
+                approved += len(row.approved)
+                skipped += len(row.skipped)
+                for s in row.skipped:
+                    print(f"    skipped run-{s['run']}: {s['reason']}", flush=True)
             approve_s += time.monotonic() - started
             _wait(settled, timeout=3600, what="the approved runs to finish", every=0.5)
             if not Run.objects.filter(status__in=Run.RESUMABLE).exists():
