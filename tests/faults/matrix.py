@@ -460,7 +460,6 @@ def _drive(case: Case, workers: Workers, reference: dict[str, str], result: Case
     from runs.models import Run, StoredPlan
     from runs.pipeline import registry
     from runs.planner import compute_plan
-    from runs.resume import STRICT, approve
 
     pipeline = registry.get(PIPELINE)
     marks = Marks.now()
@@ -516,6 +515,19 @@ def _drive(case: Case, workers: Workers, reference: dict[str, str], result: Case
         plan.next_stage == case.stage and plan.stages_skipped == before,
         f"plan resumes at {plan.next_stage!r}, skipping {plan.stages_skipped}",
     )
+    resume_and_check(result, run, plan, workers, marks, reference)
+
+
+def resume_and_check(
+    result: CaseResult, run, plan, workers: Workers, marks: Marks, reference: dict[str, str]
+) -> None:
+    """The second half of every fault case, crash or network: a supervisor resolves what
+    blocks the stopped run's plan in the ledger, an operator approves the strict resume, fresh
+    workers carry it out, and every invariant is checked on what it did to the world."""
+    from runs.models import Run
+    from runs.planner import compute_plan
+    from runs.resume import STRICT, approve
+
     if plan.blockers:
         result.supervisor = "; ".join(resolve_never_effects(plan)) or "nothing to resolve"
         run.refresh_from_db()

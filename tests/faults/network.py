@@ -31,8 +31,7 @@ from tests.faults.matrix import (
     Marks,
     event_payload,
     full_matrix,
-    plan_kept_problems,
-    resolve_never_effects,
+    resume_and_check,
     world_checks,
 )
 from tests.support.processes import Workers, wait_for
@@ -185,7 +184,6 @@ def _drive(case: NetworkCase, workers: Workers, service, reference, result: Case
     from runs.models import Event, ReplayPolicy, Run, StoredPlan
     from runs.pipeline import registry
     from runs.planner import compute_plan
-    from runs.resume import STRICT, approve
 
     pipeline = registry.get(PIPELINE)
     call = next(c for c in pipeline.stage(case.stage).calls if c.call_id == case.call)
@@ -282,20 +280,4 @@ def _drive(case: NetworkCase, workers: Workers, service, reference, result: Case
         line.action == expected,
         f"{case.call}: {line.action} ({line.answer}), expected {expected}",
     )
-    if plan.blockers:
-        result.supervisor = "; ".join(resolve_never_effects(plan)) or "nothing to resolve"
-        run.refresh_from_db()
-        plan = compute_plan(run)
-        if plan.blockers:
-            result.error = "the plan stays blocked: " + " ".join(plan.blockers)
-            return
-
-    approve(run, STRICT, plan.fingerprint, actor="user:fault-matrix")
-    approved = Marks.now()
-    workers.start("resume")
-    status = wait_settled(run.pk, timeout=120)
-    run.refresh_from_db()
-    result.check("succeeded", status == Run.Status.SUCCEEDED, f"run ended {status}")
-    problems = plan_kept_problems(run, plan, approved)
-    result.check("plan-kept", not problems, "; ".join(problems))
-    world_checks(result, run, marks, reference)
+    resume_and_check(result, run, plan, workers, marks, reference)
