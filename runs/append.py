@@ -347,7 +347,6 @@ def _write(
         if guarded:
             written = (sql.write_alone if alone else sql.write_guarded)(
                 cursor,
-                connection,
                 row,
                 moves,
                 run.pk,
@@ -357,7 +356,7 @@ def _write(
                 effect=effect,
             )
         else:
-            written = sql.write(cursor, connection, row, moves, run.pk, effect=effect)
+            written = sql.write(cursor, row, moves, run.pk, effect=effect)
     if written is None:
         return None
     event.pk, created_at, event.effect_pk = written

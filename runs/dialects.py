@@ -175,7 +175,7 @@ class AppendSQL:
             for c in columns
         ]
 
-    def write_effect(self, cursor, connection, effect: EffectWrite) -> int | None:
+    def write_effect(self, cursor, effect: EffectWrite) -> int | None:
         """The effect statement on its own, in the caller's transaction: the claimed row's id
         (None when the key is taken, having written nothing), or the settled row's."""
         if isinstance(effect, EffectClaim):
@@ -209,38 +209,39 @@ class AppendSQL:
         cursor.execute(self.lock, [run_id, token])
         return cursor.fetchone()
 
+    def write_event(self, cursor, row: Sequence[Any], moves: Moves, run_id: int) -> tuple[int, Any]:
+        """Insert the event row and move the run's head; its id and created_at as the
+        database returned them (None when it cannot return it)."""
+        cursor.execute(self.insert, row)
+        pk, created_at = cursor.fetchone() if self.returning else (cursor.lastrowid, None)
+        set_list, params = self.sets(moves)
+        cursor.execute(self.update(set_list), [*params, run_id])
+        return pk, created_at
+
     def write(
         self,
         cursor,
-        connection,
         row: Sequence[Any],
         moves: Moves,
         run_id: int,
         effect: EffectWrite | None = None,
     ) -> Written | None:
-        """Insert the event row, move the run's head and write `effect`; the caller holds the
-        run's lock. None, having written nothing, when an EffectClaim's key is taken."""
+        """Write the event (write_event) and `effect`; the caller holds the run's lock. None,
+        having written nothing, when an EffectClaim's key is taken."""
         effect_pk = None
         if isinstance(effect, EffectClaim):
             # The claim first: a taken key must leave no event behind.
-            effect_pk = self.write_effect(cursor, connection, effect)
+            effect_pk = self.write_effect(cursor, effect)
             if effect_pk is None:
                 return None
-        cursor.execute(self.insert, row)
-        if self.returning:
-            pk, created_at = cursor.fetchone()
-        else:
-            pk, created_at = cursor.lastrowid, None
-        set_list, params = self.sets(moves)
-        cursor.execute(self.update(set_list), [*params, run_id])
+        pk, created_at = self.write_event(cursor, row, moves, run_id)
         if isinstance(effect, EffectSettle):
-            effect_pk = self.write_effect(cursor, connection, effect)
+            effect_pk = self.write_effect(cursor, effect)
         return pk, created_at, effect_pk
 
     def write_guarded(
         self,
         cursor,
-        connection,
         row: Sequence[Any],
         moves: Moves,
         run_id: int,
@@ -257,12 +258,12 @@ class AppendSQL:
         `guarded` have it."""
         raise NotImplementedError(f"{self.vendor} has no guarded append")
 
-    def write_alone(self, cursor, connection, *args: Any, **kwargs: Any) -> Written | None:
+    def write_alone(self, cursor, *args: Any, **kwargs: Any) -> Written | None:
         """write_guarded() as its own transaction, for a caller in autocommit (no atomic()
         open): Django's transaction bookkeeping costs more than the append's own work. This
         base is for a vendor whose guarded write is one statement: in autocommit that
         statement is its own transaction, one round trip instead of BEGIN, it and COMMIT."""
-        return self.write_guarded(cursor, connection, *args, **kwargs)
+        return self.write_guarded(cursor, *args, **kwargs)
 
     def created_at(self, value: Any, connection, pk: int) -> Any:
         """The returned created_at run through the converters the ORM would apply (SQLite
@@ -308,7 +309,6 @@ class SQLiteAppend(AppendSQL):
     def write_guarded(
         self,
         cursor,
-        connection,
         row: Sequence[Any],
         moves: Moves,
         run_id: int,
@@ -319,33 +319,31 @@ class SQLiteAppend(AppendSQL):
         effect: EffectWrite | None = None,
     ) -> Written | None:
         guard = [run_id, token, last_seq, head_hash]
-        effect_pk = None
         if isinstance(effect, EffectClaim):
             params = self.effect_params(effect.fields, EFFECT_COLUMNS)
             cursor.execute(self.guarded_claim, [*params, *guard])
             claimed = cursor.fetchone()
             if claimed is None:
                 return None
-            effect_pk = claimed[0]
-            cursor.execute(self.insert, row)
-        else:
-            cursor.execute(self.guarded_event, [*row, *guard])
+            # The fence held for the claim, and this IMMEDIATE transaction holds the write
+            # lock: the event goes in as any locked write's does.
+            return (*self.write_event(cursor, row, moves, run_id), claimed[0])
+        cursor.execute(self.guarded_event, [*row, *guard])
         written = cursor.fetchone()
         if written is None:
             return None
         set_list, params = self.sets(moves)
         cursor.execute(self.update(set_list), [*params, run_id])
-        if isinstance(effect, EffectSettle):
-            effect_pk = self.write_effect(cursor, connection, effect)
+        effect_pk = self.write_effect(cursor, effect) if isinstance(effect, EffectSettle) else None
         return written[0], written[1], effect_pk
 
-    def write_alone(self, cursor, connection, *args: Any, **kwargs: Any) -> Written | None:
+    def write_alone(self, cursor, *args: Any, **kwargs: Any) -> Written | None:
         # Two or three statements: their own IMMEDIATE transaction, taken on the raw cursor
         # (the connection is in autocommit, so the driver adds nothing of its own). A stale
         # head wrote nothing and rolls back; so does anything that raises.
         cursor.execute("BEGIN IMMEDIATE")
         try:
-            written = self.write_guarded(cursor, connection, *args, **kwargs)
+            written = self.write_guarded(cursor, *args, **kwargs)
         except BaseException:
             cursor.execute("ROLLBACK")
             raise
@@ -419,31 +417,14 @@ class PostgreSQLAppend(AppendSQL):
             f"SELECT {pk}, {qn('created_at')} FROM e"
         )
 
-    def write(
-        self,
-        cursor,
-        connection,
-        row: Sequence[Any],
-        moves: Moves,
-        run_id: int,
-        effect: EffectWrite | None = None,
-    ) -> Written | None:
-        effect_pk = None
-        if isinstance(effect, EffectClaim):
-            effect_pk = self.write_effect(cursor, connection, effect)
-            if effect_pk is None:
-                return None
+    def write_event(self, cursor, row: Sequence[Any], moves: Moves, run_id: int) -> tuple[int, Any]:
         set_list, params = self.sets(moves)
         cursor.execute(self.insert_and_update.replace("{sets}", set_list), [*row, *params, run_id])
-        pk, created_at = cursor.fetchone()
-        if isinstance(effect, EffectSettle):
-            effect_pk = self.write_effect(cursor, connection, effect)
-        return pk, created_at, effect_pk
+        return cursor.fetchone()
 
     def write_guarded(
         self,
         cursor,
-        connection,
         row: Sequence[Any],
         moves: Moves,
         run_id: int,
