@@ -82,6 +82,8 @@ EFFECT_COLUMNS = (
 # What an outcome sets on an effect row, in this order.
 SETTLE_COLUMNS = ("status", "external_id", "result", "error", "cost")
 JSON_COLUMNS = frozenset({"inputs", "payload", "artifacts", "request", "result"})
+# What every append moves; an append that moves only these leaves the run's updated_at.
+HEAD_COLUMNS = frozenset({"last_seq", "head_hash", "head_anchor"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,13 +189,21 @@ class AppendSQL:
 
     def sets(self, moves: Moves) -> tuple[str, list[Any]]:
         """The SET list of the head update and its parameters. Every append also bumps the
-        run's version (approvals compare-and-set on it) and stamps updated_at. The SQL is
-        built once per shape of moves (which columns, which of them take the clock)."""
+        run's version (approvals compare-and-set on it); one that moves more than the head
+        (status, stage, ticket...) stamps updated_at. The SQL is built once per shape of
+        moves (which columns, which of them take the clock)."""
         shape = tuple((column, isinstance(value, Now)) for column, value in moves.items())
         set_list = self._set_lists.get(shape)
         if set_list is None:
             qn = self.qn
-            sets = [f"{qn('version')} = {qn('version')} + 1", f"{qn('updated_at')} = {self.now}"]
+            sets = [f"{qn('version')} = {qn('version')} + 1"]
+            # updated_at says when the run's state last changed, and orders the inbox
+            # (run_inbox_idx, run_status_idx). Stamped on every event, it rewrote both
+            # indexes on every tool call (on SQLite two more pages in each commit, on
+            # PostgreSQL no HOT update and seven index entries), and a busy run's row moved
+            # under the operator reading the inbox.
+            if any(column not in HEAD_COLUMNS for column, _ in shape):
+                sets.append(f"{qn('updated_at')} = {self.now}")
             sets += [f"{qn(column)} = {self.now if clock else '%s'}" for column, clock in shape]
             set_list = self._set_lists[shape] = ", ".join(sets)
         return set_list, [value for value in moves.values() if not isinstance(value, Now)]
