@@ -19,7 +19,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models.functions import Now
 
 from runs import dialects, notify, signals
-from runs.chain import canonical_json, event_hash, hashed_content, head_anchor
+from runs.chain import canonical_json, encoded_event_hash, head_anchor
 from runs.dialects import EffectWrite, KeyTaken
 from runs.leases import LeaseLost
 from runs.models import Checkpoint, Event, Lease, Run
@@ -40,6 +40,9 @@ MOVABLE_RUN_FIELDS = frozenset({"current_stage", "ticket", "queued_at", "attempt
 # Choices' .values builds a new list on every access; the append path checks these each time.
 EVENT_TYPES = frozenset(Event.Type.values)
 RUN_STATUSES = frozenset(Run.Status.values)
+# Event's fields in model order, as _write() builds its instance from what it wrote
+# (test_ledger checks they are the model's).
+EVENT_FIELDS = ("id", *dialects.EVENT_COLUMNS, "created_at")
 
 
 class LedgerError(ValueError):
@@ -293,44 +296,48 @@ def _write(
     sql = dialects.for_connection(connection)
     seq = run.last_seq + 1
     body, payload_ref, payload_json = _place_payload(run.pk, seq, new.payload, new.encoded)
-    event = Event(
-        run_id=run.pk,
+    inputs = new.inputs or {}
+    artifacts = list(new.artifacts)
+    # JSON columns get the canonical text the hash is computed over (the database parses it;
+    # PostgreSQL casts the literal to jsonb), instead of a second, differently spaced
+    # encoding; the hash reuses the same text (chain.encoded_event_hash).
+    inputs_json = canonical_json(inputs) if inputs else "{}"
+    artifacts_json = canonical_json(artifacts) if artifacts else "[]"
+    event_hash = encoded_event_hash(
+        run.head_hash,
+        run=run.pk,
         seq=seq,
         stage=new.stage,
         type=new.type,
-        inputs=new.inputs or {},
-        payload=body,
+        inputs=inputs_json,
+        payload=payload_json,
         payload_ref=payload_ref,
-        artifacts=list(new.artifacts),
+        artifacts=artifacts_json,
         idempotency_key=new.idempotency_key,
         actor=new.actor,
         token=new.token,
-        prev_hash=run.head_hash,
     )
-    event.hash = event_hash(run.head_hash, hashed_content(event))
-    # In dialects.EVENT_COLUMNS order. JSON columns get the canonical text the hash was
-    # computed over (the database parses it; PostgreSQL casts the literal to jsonb), instead
-    # of a second, differently spaced encoding.
+    # In dialects.EVENT_COLUMNS order.
     row = (
         run.pk,
         seq,
         new.stage,
         new.type,
-        canonical_json(event.inputs),
+        inputs_json,
         payload_json,
         payload_ref,
-        canonical_json(event.artifacts),
+        artifacts_json,
         new.idempotency_key,
         new.actor,
         new.token,
-        event.prev_hash,
-        event.hash,
+        run.head_hash,
+        event_hash,
     )
     # The anchor is computed here, in Python, and moves with the head in the same statement.
     moves: dialects.Moves = {
         "last_seq": seq,
-        "head_hash": event.hash,
-        "head_anchor": head_anchor(run.pk, seq, event.hash),
+        "head_hash": event_hash,
+        "head_anchor": head_anchor(run.pk, seq, event_hash),
     }
     if new.status is not None:
         moves["status"] = new.status
@@ -359,11 +366,31 @@ def _write(
             written = sql.write(cursor, row, moves, run.pk, effect=effect)
     if written is None:
         return None
-    event.pk, created_at, event.effect_pk = written
-    event.created_at = sql.created_at(created_at, connection, event.pk)
-    # The row exists now: the instance is what a query would have returned.
-    event._state.adding = False
-    event._state.db = connection.alias
+    pk, created_at, effect_pk = written
+    # The row exists now: the instance is what a query would have returned (from_db, in
+    # EVENT_FIELDS order, is half the cost of Event(**fields) and marks it saved).
+    event = Event.from_db(
+        connection.alias,
+        EVENT_FIELDS,
+        (
+            pk,
+            run.pk,
+            seq,
+            new.stage,
+            new.type,
+            inputs,
+            body,
+            payload_ref,
+            artifacts,
+            new.idempotency_key,
+            new.actor,
+            new.token,
+            run.head_hash,
+            event_hash,
+            sql.created_at(created_at, connection, pk),
+        ),
+    )
+    event.effect_pk = effect_pk
     return event
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "ANCHORS_NOT_CHECKED",
     "ChainReport",
     "canonical_json",
+    "encoded_event_hash",
     "event_hash",
     "hashed_content",
     "head_anchor",
@@ -69,6 +70,36 @@ def canonical_json(value: Any) -> str:
 
 def event_hash(prev_hash: str, content: dict[str, Any]) -> str:
     return hashlib.sha256((prev_hash + canonical_json(content)).encode()).hexdigest()
+
+
+def encoded_event_hash(
+    prev_hash: str,
+    *,
+    run: int,
+    seq: int,
+    stage: str,
+    type: str,
+    inputs: str,
+    payload: str,
+    payload_ref: str,
+    artifacts: str,
+    idempotency_key: str,
+    actor: str,
+    token: int | None,
+) -> str:
+    """event_hash(prev_hash, hashed_content(event)) for an event whose JSON fields (inputs,
+    payload, artifacts) are already canonical JSON text: the append path has them encoded
+    for the insert, and encoding the payload a second time, inside the content, was a tenth
+    of an append. The text is the one canonical_json() gives the content: keys in sorted
+    order, each value encoded alone (test_ledger checks the two agree)."""
+    enc = _CANONICAL.encode
+    text = (
+        f'{{"actor":{enc(actor)},"artifacts":{artifacts},'
+        f'"idempotency_key":{enc(idempotency_key)},"inputs":{inputs},"payload":{payload},'
+        f'"payload_ref":{enc(payload_ref)},"run":{enc(run)},"seq":{enc(seq)},'
+        f'"stage":{enc(stage)},"token":{enc(token)},"type":{enc(type)}}}'
+    )
+    return hashlib.sha256((prev_hash + text).encode()).hexdigest()
 
 
 def hashed_content(event: Event) -> dict[str, Any]:

@@ -75,6 +75,56 @@ def test_append_assigns_the_next_seq_and_links_the_hash(run, writer):
     assert (run.last_seq, run.head_hash) == (2, stored.hash)
 
 
+def test_the_event_append_returns_is_the_row_a_query_returns(run, writer):
+    appended = append(
+        writer,
+        Event.Type.TOOL_RESULT,
+        stage="research",
+        payload={"call": "c1", "result": {"title": "Grüße ✓", "n": [1, 2.5, None]}},
+        artifacts=["artifact://facts/v3"],
+        idempotency_key="k" * 64,
+        inputs={"facts": "v3"},
+    )
+    stored = Event.objects.get(pk=appended.pk)
+    names = [field.attname for field in Event._meta.concrete_fields]
+    assert [getattr(appended, name) for name in names] == [getattr(stored, name) for name in names]
+    assert not appended._state.adding
+
+
+def test_the_append_hash_is_the_hash_verify_chain_recomputes(run, writer):
+    # The append path hashes the canonical text it inserts (chain.encoded_event_hash);
+    # verify_chain re-encodes the stored row (hashed_content). Unicode, nesting, numbers,
+    # a null token and a stored payload must all come out the same.
+    append(writer, Event.Type.STARTED, stage="research", payload={"z": 1, "a": {"y": [1, "ö"]}})
+    append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"big": "x" * 70_000})
+    append(writer, Event.Type.TOOL_RESULT, stage="research", payload={"f": 0.1, "t": True})
+    for event in Event.objects.filter(run=run):
+        assert event.hash == event_hash(event.prev_hash, hashed_content(event)), event.seq
+    assert verify_chain(run.pk).ok
+
+
+def test_an_append_that_moves_only_the_head_leaves_updated_at(run, writer):
+    # updated_at orders the inbox by when a run's state changed; a tool call's event does
+    # not change it (and does not rewrite the inbox indexes).
+    append(writer, Event.Type.STARTED, stage="research", status=Run.Status.RUNNING)
+    started = Run.objects.get(pk=run.pk)
+    append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": 1})
+    after_call = Run.objects.get(pk=run.pk)
+    assert after_call.updated_at == started.updated_at
+    assert (after_call.version, after_call.last_seq) == (started.version + 1, started.last_seq + 1)
+
+
+def test_an_append_that_moves_the_run_stamps_updated_at(run, writer):
+    before = Run.objects.get(pk=run.pk).updated_at
+    with connection.cursor() as cursor:
+        # Back-date it, so a later clock reading cannot equal it.
+        cursor.execute(
+            "UPDATE runs_run SET updated_at = %s WHERE id = %s", [before.replace(year=2000), run.pk]
+        )
+    append(writer, Event.Type.STARTED, stage="research", status=Run.Status.RUNNING)
+    assert Run.objects.get(pk=run.pk).updated_at > before.replace(year=2000)
+
+
 def test_append_moves_the_run_status_and_bumps_its_version(run, writer):
     before = Run.objects.get(pk=run.pk).version
     append(writer, Event.Type.STARTED, stage="research", status=Run.Status.RUNNING)
