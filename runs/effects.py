@@ -58,8 +58,11 @@ class Intent:
 def find(key: str) -> Effect | None:
     """The effect holding delivery key `key`, if any: the read every replay decision starts
     from, run once per call that is not a first attempt."""
-    sql = dialects.for_connection(connections[DEFAULT_DB_ALIAS])
-    return next(iter(Effect.objects.raw(sql.find_effect, [key])), None)
+    connection = connections[DEFAULT_DB_ALIAS]
+    sql = dialects.for_connection(connection)
+    with connection.cursor() as cursor:
+        values = sql.read_effect(cursor, connection, key)
+    return None if values is None else Effect.from_db(connection.alias, sql.effect_fields, values)
 
 
 def claim_intent(writer: Writer, effect_fields: dict[str, Any], *, event_payload: dict) -> Intent | None:  # fmt: skip

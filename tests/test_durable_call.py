@@ -12,7 +12,7 @@ from django.db import connection
 
 from demo.models import SimCall
 from demo.simulators import meter
-from runs import engine, leases
+from runs import effects, engine, leases
 from runs.append import Writer
 from runs.chain import verify_chain
 from runs.effects import claim_intent
@@ -134,6 +134,22 @@ def test_a_key_another_run_confirmed_is_reused_not_called_again(pipeline):
     reused = Event.objects.filter(run=second, type=Event.Type.TOOL_RESULT)
     assert [e.payload.get("reused") for e in reused] == [True, True]
     assert not Event.objects.filter(run=second, type=Event.Type.TOOL_CALLED).exists()
+
+
+def test_find_reads_the_effect_a_query_reads(pipeline):
+    # effects.find() reads the row with its own SQL and the ORM's converters: every field,
+    # JSON, decimal and timestamps included, must be what a queryset gives.
+    run_stage(n="1", batch="found")
+    stored = Effect.objects.get()
+    Effect.objects.filter(pk=stored.pk).update(
+        cost="1.2500", result={"external_id": "x", "n": [1.5, None, "ü"]}
+    )
+    stored.refresh_from_db()
+    found = effects.find(stored.delivery_key)
+    names = [field.attname for field in Effect._meta.concrete_fields]
+    assert [getattr(found, name) for name in names] == [getattr(stored, name) for name in names]
+    assert not found._state.adding
+    assert effects.find("no-such-key") is None
 
 
 def test_claiming_a_taken_key_writes_nothing(pipeline):
