@@ -73,7 +73,7 @@ RESULT_PAYLOAD = {"call": "c17", "tool": "inc", "result": {"external_id": "18"},
 # --- child: one database ---------------------------------------------------------------------
 
 
-def child(db: str, n_lo: int, n_hi: int, rounds: int) -> None:
+def child(db: str, n_lo: int, n_hi: int, rounds: int, profile: str = "") -> None:
     _common.setup_django(migrate=False)
     from contextlib import contextmanager, nullcontext
 
@@ -222,6 +222,26 @@ def child(db: str, n_lo: int, n_hi: int, rounds: int) -> None:
     floor_time(n_lo)
     append_time(n_lo)
 
+    if profile:
+        # Where one case's time goes, for whoever works on it: a profile, no figures.
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+
+        @contextmanager
+        def profiling():
+            profiler.enable()
+            yield
+            profiler.disable()
+
+        (append_time if profile == "append" else lambda n, probe: stage_time(profile, n, probe))(
+            n_hi, probe=profiling
+        )
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
+        _common.emit_result({"db": db, "profiled": profile})
+        return
+
     measure = {
         case: (lambda n, probe=nullcontext, c=case: stage_time(c, n, probe)) for case in CASES
     }
@@ -235,11 +255,26 @@ def child(db: str, n_lo: int, n_hi: int, rounds: int) -> None:
     ms = {name: statistics.median(values) for name, values in marginal.items()}
 
     # Statements and commits: the same marginal way, once, counted around the timed part.
+    # A commit is Django's connection.commit() (an atomic block ending) or a statement after
+    # which the driver is outside a transaction: a COMMIT the append path sent itself, or a
+    # write in autocommit, which is its own transaction.
     counts = {"statements": 0, "commits": 0}
+
+    def in_transaction() -> bool:
+        raw = connection.connection
+        if connection.vendor == "sqlite":
+            return raw.in_transaction
+        from psycopg.pq import TransactionStatus
+
+        return raw.info.transaction_status != TransactionStatus.IDLE
 
     def count_statement(execute, sql, params, many, context):
         counts["statements"] += 1
-        return execute(sql, params, many, context)
+        result = execute(sql, params, many, context)
+        verb = sql.lstrip().split(None, 1)[0].upper()
+        if verb not in ("SELECT", "ROLLBACK", "BEGIN") and not in_transaction():
+            counts["commits"] += 1
+        return result
 
     @contextmanager
     def counting():
@@ -296,10 +331,15 @@ def main() -> None:
     parser.add_argument("--n-lo", type=int, default=50)
     parser.add_argument("--n-hi", type=int, default=250)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--profile",
+        choices=(*CASES, "append"),
+        help="print a cProfile of one case (N = --n-hi calls) instead of the figures",
+    )
     parser.add_argument("--child", choices=("sqlite", "postgres"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.n_lo, args.n_hi, args.rounds)
+        child(args.child, args.n_lo, args.n_hi, args.rounds, args.profile or "")
         return
 
     print(
@@ -326,13 +366,17 @@ def main() -> None:
                         str(args.n_hi),
                         "--rounds",
                         str(args.rounds),
+                        *(["--profile", args.profile] if args.profile else []),
                     ],
                     env,
                 )
             finally:
                 _flush_redis()
-            results.append(result)
+            if not args.profile:
+                results.append(result)
 
+    if args.profile:
+        return
     failures = []
     for result in results:
         ms, st, commits = result["ms"], result["statements"], result["commits"]
