@@ -89,9 +89,9 @@ def encoded_event_hash(
 ) -> str:
     """event_hash(prev_hash, hashed_content(event)) for an event whose JSON fields (inputs,
     payload, artifacts) are already canonical JSON text: the append path has them encoded
-    for the insert, and encoding the payload a second time, inside the content, was a tenth
-    of an append. The text is the one canonical_json() gives the content: keys in sorted
-    order, each value encoded alone (test_ledger checks the two agree)."""
+    for the insert, and encoding the payload a second time, inside the content, cost every
+    append as much again. The text is the one canonical_json() gives the content: keys in
+    sorted order, each value encoded alone (test_ledger checks the two agree)."""
     enc = _CANONICAL.encode
     text = (
         f'{{"actor":{enc(actor)},"artifacts":{artifacts},'
