@@ -26,11 +26,12 @@ fixed work cancels out. Cases, interleaved round after round so outside load hit
   * floor:           one INSERT of a row of the event's shape into a plain table, committed.
 
 Statements per call are counted the same marginal way (every statement Django executes,
-BEGIN included on SQLite; commits counted apart: on PostgreSQL a transaction is also a BEGIN
-round trip, and a statement in autocommit is its own transaction, counted in neither). The
-figures printed are ratios measured in this one run; absolute milliseconds vary by machine.
-The goals (issue 10) are printed with them.
-The peers' step (LangGraph, DBOS) is measured by ../shared/peers/side_by_side.sh.
+SQLite's BEGIN IMMEDIATE and COMMIT included), and so are commits (a COMMIT, Django's own
+commit(), or a write in autocommit, which is its own transaction). The figures printed are
+ratios measured in this one run; absolute milliseconds vary by machine. The goals (issue 10)
+are printed with them. The peers' step (LangGraph, DBOS) is measured by
+../shared/peers/side_by_side.sh (run it with DEBUG=0: production settings). `--profile CASE`
+prints a cProfile of one case instead (BENCH_PROFILE_SORT=tottime to sort by own time).
 
 Each database is a scratch one (a SQLite file in a temp folder with the settings' WAL and
 IMMEDIATE options; PostgreSQL database `resumer_toolcallbench` on BENCH_PG_URL's server,
