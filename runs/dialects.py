@@ -227,13 +227,18 @@ class AppendSQL:
         cursor.execute(self.lock, [run_id, token])
         return cursor.fetchone()
 
+    def move_head(self, cursor, moves: Moves, run_id: int) -> None:
+        """The run's head update, its own statement (the vendors that can fold it into the
+        insert do)."""
+        set_list, params = self.sets(moves)
+        cursor.execute(self.update(set_list), [*params, run_id])
+
     def write_event(self, cursor, row: Sequence[Any], moves: Moves, run_id: int) -> tuple[int, Any]:
         """Insert the event row and move the run's head; its id and created_at as the
         database returned them (None when it cannot return it)."""
         cursor.execute(self.insert, row)
         pk, created_at = cursor.fetchone() if self.returning else (cursor.lastrowid, None)
-        set_list, params = self.sets(moves)
-        cursor.execute(self.update(set_list), [*params, run_id])
+        self.move_head(cursor, moves, run_id)
         return pk, created_at
 
     def write(
@@ -292,10 +297,7 @@ class AppendSQL:
             return None
         values = list(row)
         for i, column, converters in self.effect_converters:
-            value = values[i]
-            for converter in converters:
-                value = converter(value, column, connection)
-            values[i] = value
+            values[i] = _convert(values[i], column, converters, connection)
         return values
 
     def created_at(self, value: Any, connection, pk: int) -> Any:
@@ -303,9 +305,7 @@ class AppendSQL:
         returns text); read back when the insert could not return it."""
         if value is None:
             return Event.objects.values_list("created_at", flat=True).get(pk=pk)
-        for converter in self.created_at_converters:
-            value = converter(value, self.created_at_column, connection)
-        return value
+        return _convert(value, self.created_at_column, self.created_at_converters, connection)
 
     # --- maintenance --------------------------------------------------------------------
 
@@ -365,8 +365,7 @@ class SQLiteAppend(AppendSQL):
         written = cursor.fetchone()
         if written is None:
             return None
-        set_list, params = self.sets(moves)
-        cursor.execute(self.update(set_list), [*params, run_id])
+        self.move_head(cursor, moves, run_id)
         effect_pk = self.write_effect(cursor, effect) if isinstance(effect, EffectSettle) else None
         return written[0], written[1], effect_pk
 
@@ -495,6 +494,13 @@ def _converters(field, connection) -> tuple[Any, list]:
     on this connection (the backend's, then the field's own)."""
     column = field.get_col(field.model._meta.db_table)
     return column, connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+
+
+def _convert(value: Any, column, converters: list, connection) -> Any:
+    """A value read from the database through `_converters`' list, as a query applies it."""
+    for converter in converters:
+        value = converter(value, column, connection)
+    return value
 
 
 VENDORS: dict[str, type[AppendSQL]] = {"sqlite": SQLiteAppend, "postgresql": PostgreSQLAppend}
