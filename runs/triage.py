@@ -305,6 +305,38 @@ class Batch:
     approved: list[Approval] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
 
+    def outcome(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """What was approved and what skipped, as a GroupApproval row records them and
+        templates/runs/_batch_outcome.html shows them, whether a worker or the request
+        approved the group."""
+        approved = [
+            {
+                "run": a.run.pk,
+                "resumed": a.resumed.pk,
+                "branch": a.branch is not None,
+                "stage": a.resumed.current_stage,
+            }
+            for a in self.approved
+        ]
+        skipped = [
+            {
+                "run": s.run_pk,
+                "reason": s.reason,
+                "plan": None
+                if s.plan is None
+                else {
+                    "fingerprint": s.plan.fingerprint,
+                    "next_stage": s.plan.next_stage,
+                    "calls": s.plan.cost_resume.tool_calls,
+                    "money": str(s.plan.cost_resume.money),
+                    "blocked": bool(s.plan.blockers),
+                    "group": s.group,
+                },
+            }
+            for s in self.skipped
+        ]
+        return approved, skipped
+
 
 def parse_run_ids(values: list[str]) -> list[int]:
     """Run ids as typed ("run-12", "12") to primary keys; GroupRefused names a bad one."""
@@ -473,32 +505,7 @@ def run_batch(batch_id: str) -> GroupApproval:
 
 
 def _record(row: GroupApproval, batch: Batch) -> None:
-    row.approved = [
-        {
-            "run": a.run.pk,
-            "resumed": a.resumed.pk,
-            "branch": a.branch is not None,
-            "stage": a.resumed.current_stage,
-        }
-        for a in batch.approved
-    ]
-    row.skipped = [
-        {
-            "run": s.run_pk,
-            "reason": s.reason,
-            "plan": None
-            if s.plan is None
-            else {
-                "fingerprint": s.plan.fingerprint,
-                "next_stage": s.plan.next_stage,
-                "calls": s.plan.cost_resume.tool_calls,
-                "money": str(s.plan.cost_resume.money),
-                "blocked": bool(s.plan.blockers),
-                "group": s.group,
-            },
-        }
-        for s in batch.skipped
-    ]
+    row.approved, row.skipped = batch.outcome()
 
 
 def _save(row: GroupApproval) -> None:

@@ -242,10 +242,11 @@ def approve_group(request: HttpRequest, fingerprint: str) -> HttpResponse:
         return _render_group(request, fingerprint, form=form, refusal=str(exc), status=status)
     # Nothing approved (every run moved, or was approved by someone else): a conflict, with
     # each run's fresh plan listed, like a single refused approval.
+    approved, skipped = batch.outcome()
     return render(
         request,
         "runs/group_result.html",
-        {"batch": batch},
+        {"batch": batch, "approved": approved, "skipped": skipped},
         status=200 if batch.approved else 409,
     )
 
