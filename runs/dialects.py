@@ -17,6 +17,7 @@ classes say how `maintenance()` lifts the append-only triggers on one connection
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -172,6 +173,16 @@ class AppendSQL:
 
     # --- statements ---------------------------------------------------------------------
 
+    def execute(self, cursor, sql: str, params: Sequence[Any] | None = None) -> Any:
+        """Execute one of the append path's statements on Django's `cursor`; returns the
+        cursor its rows are read from."""
+        cursor.execute(sql, params)
+        return cursor
+
+    def first_row(self, cursor, sql: str, params: Sequence[Any]) -> tuple | None:
+        """Execute a statement that returns rows; its first row, or None when none came."""
+        return self.execute(cursor, sql, params).fetchone()
+
     def placeholder(self, column: str) -> str:
         """A parameter for `column`; JSON columns take canonical JSON text."""
         return "%s"
@@ -189,10 +200,13 @@ class AppendSQL:
         """The effect statement on its own, in the caller's transaction: the claimed row's id
         (None when the key is taken, having written nothing), or the settled row's."""
         if isinstance(effect, EffectClaim):
-            cursor.execute(self.claim, self.effect_params(effect.fields, EFFECT_COLUMNS))
-            row = cursor.fetchone()
+            row = self.first_row(
+                cursor, self.claim, self.effect_params(effect.fields, EFFECT_COLUMNS)
+            )
             return row[0] if row else None
-        cursor.execute(self.settle, [*self.effect_params(effect.fields, SETTLE_COLUMNS), effect.pk])
+        self.execute(
+            cursor, self.settle, [*self.effect_params(effect.fields, SETTLE_COLUMNS), effect.pk]
+        )
         return effect.pk
 
     def sets(self, moves: Moves) -> tuple[str, list[Any]]:
@@ -224,20 +238,21 @@ class AppendSQL:
     def read_head(self, cursor, run_id: int, token: int) -> tuple[str, str, int, str, bool] | None:
         """Fence and lock in one statement: the run's (pipeline, status, last_seq, head_hash,
         deviated) if `token` still holds an unexpired lease on it, else None."""
-        cursor.execute(self.lock, [run_id, token])
-        return cursor.fetchone()
+        return self.first_row(cursor, self.lock, [run_id, token])
 
     def move_head(self, cursor, moves: Moves, run_id: int) -> None:
         """The run's head update, its own statement (the vendors that can fold it into the
         insert do)."""
         set_list, params = self.sets(moves)
-        cursor.execute(self.update(set_list), [*params, run_id])
+        self.execute(cursor, self.update(set_list), [*params, run_id])
 
     def write_event(self, cursor, row: Sequence[Any], moves: Moves, run_id: int) -> tuple[int, Any]:
         """Insert the event row and move the run's head; its id and created_at as the
         database returned them (None when it cannot return it)."""
-        cursor.execute(self.insert, row)
-        pk, created_at = cursor.fetchone() if self.returning else (cursor.lastrowid, None)
+        if self.returning:
+            pk, created_at = self.first_row(cursor, self.insert, row)
+        else:
+            pk, created_at = self.execute(cursor, self.insert, row).lastrowid, None
         self.move_head(cursor, moves, run_id)
         return pk, created_at
 
@@ -291,8 +306,7 @@ class AppendSQL:
     def read_effect(self, cursor, connection, key: str) -> list[Any] | None:
         """The values of the effect holding `key`, in `effect_fields` order and converted as
         a query would (for Effect.from_db), or None."""
-        cursor.execute(self.find_effect, [key])
-        row = cursor.fetchone()
+        row = self.first_row(cursor, self.find_effect, [key])
         if row is None:
             return None
         values = list(row)
@@ -324,6 +338,9 @@ class SQLiteAppend(AppendSQL):
 
     def __init__(self, connection) -> None:
         super().__init__(connection)
+        # Each statement of run() as the driver takes it (? for %s), rewritten once: a
+        # bounded set, one per statement and shape of head move (sets()).
+        self._qmark: dict[str, str] = {}
         qn = self.qn
         guard = (
             f"WHERE EXISTS (SELECT 1 {self.fence} AND r.{qn('last_seq')} = %s "
@@ -338,6 +355,29 @@ class SQLiteAppend(AppendSQL):
             f"SELECT {', '.join(['%s'] * len(EFFECT_COLUMNS))} {guard} "
             f"ON CONFLICT ({qn('delivery_key')}) DO NOTHING RETURNING {qn('id')}"
         )
+
+    def execute(self, cursor, sql: str, params: Sequence[Any] | None = None) -> Any:
+        # Django's SQLite cursor rewrites every statement's %s to ? with a regular expression
+        # on each execution, under three layers of wrappers: on these long statements that
+        # was a sixth of a tool call's time (bench/tool_call.py --profile). The append path's
+        # statements are a fixed set, so each is rewritten once (by Django's own
+        # convert_query) and executed on the driver's cursor, its errors still translated
+        # as Django's are. A connection someone observes (execute_wrapper, DEBUG's query log,
+        # assertNumQueries) takes Django's path, so it sees every statement there is.
+        db = cursor.db
+        if db.execute_wrappers or db.queries_logged:
+            return super().execute(cursor, sql, params)
+        db.validate_no_broken_transaction()
+        driver = cursor.cursor
+        with db.wrap_database_errors:
+            if params is None:
+                sqlite3.Cursor.execute(driver, sql)
+            else:
+                qmark = self._qmark.get(sql)
+                if qmark is None:
+                    qmark = self._qmark[sql] = driver.convert_query(sql)
+                sqlite3.Cursor.execute(driver, qmark, params)
+        return driver
 
     def write_guarded(
         self,
@@ -354,15 +394,13 @@ class SQLiteAppend(AppendSQL):
         guard = [run_id, token, last_seq, head_hash]
         if isinstance(effect, EffectClaim):
             params = self.effect_params(effect.fields, EFFECT_COLUMNS)
-            cursor.execute(self.guarded_claim, [*params, *guard])
-            claimed = cursor.fetchone()
+            claimed = self.first_row(cursor, self.guarded_claim, [*params, *guard])
             if claimed is None:
                 return None
             # The fence held for the claim, and this IMMEDIATE transaction holds the write
             # lock: the event goes in as any locked write's does.
             return (*self.write_event(cursor, row, moves, run_id), claimed[0])
-        cursor.execute(self.guarded_event, [*row, *guard])
-        written = cursor.fetchone()
+        written = self.first_row(cursor, self.guarded_event, [*row, *guard])
         if written is None:
             return None
         self.move_head(cursor, moves, run_id)
@@ -373,13 +411,13 @@ class SQLiteAppend(AppendSQL):
         # Two or three statements: their own IMMEDIATE transaction, taken on the raw cursor
         # (the connection is in autocommit, so the driver adds nothing of its own). A stale
         # head wrote nothing and rolls back; so does anything that raises.
-        cursor.execute("BEGIN IMMEDIATE")
+        self.execute(cursor, "BEGIN IMMEDIATE")
         try:
             written = self.write_guarded(cursor, *args, **kwargs)
         except BaseException:
-            cursor.execute("ROLLBACK")
+            self.execute(cursor, "ROLLBACK")
             raise
-        cursor.execute("COMMIT" if written is not None else "ROLLBACK")
+        self.execute(cursor, "COMMIT" if written is not None else "ROLLBACK")
         return written
 
     def set_maintenance(self, connection, on: bool) -> None:
@@ -451,8 +489,9 @@ class PostgreSQLAppend(AppendSQL):
 
     def write_event(self, cursor, row: Sequence[Any], moves: Moves, run_id: int) -> tuple[int, Any]:
         set_list, params = self.sets(moves)
-        cursor.execute(self.insert_and_update.replace("{sets}", set_list), [*row, *params, run_id])
-        return cursor.fetchone()
+        return self.first_row(
+            cursor, self.insert_and_update.replace("{sets}", set_list), [*row, *params, run_id]
+        )
 
     def write_guarded(
         self,
@@ -477,8 +516,7 @@ class PostgreSQLAppend(AppendSQL):
             values = [*guard, *row, *params, *settle, effect.pk]
         else:
             values = [*guard, *row, *params]
-        cursor.execute(sql.replace("{sets}", set_list), values)
-        return cursor.fetchone()
+        return self.first_row(cursor, sql.replace("{sets}", set_list), values)
 
     def set_maintenance(self, connection, on: bool) -> None:
         # A session setting the trigger function reads (migration 0002); other sessions

@@ -13,6 +13,7 @@ import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -179,8 +180,10 @@ class Pipeline:
             if missing:
                 raise ValueError(f"stage {stage.name} uses undeclared tools {sorted(missing)}")
 
-    @property
+    @cached_property
     def stage_names(self) -> tuple[str, ...]:
+        # Cached: the append path checks every event's stage against it (a frozen
+        # pipeline's stages never change).
         return tuple(s.name for s in self.stages)
 
     def stage(self, name: str) -> Stage:

@@ -13,15 +13,16 @@ import json
 
 import pytest
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.test import override_settings
 
 from runs import artifacts, leases
 from runs.append import LeaseLost, LedgerError, Writer, append, create_run
 from runs.chain import canonical_json, event_hash, hashed_content, verify_chain
 from runs.checkpoints import write_checkpoint
+from runs.dialects import EffectClaim
 from runs.maintenance import maintenance
-from runs.models import Checkpoint, Event, Run
+from runs.models import Checkpoint, Effect, Event, Run
 from tests.support.plans import change_manifest
 
 
@@ -453,3 +454,70 @@ def test_checkpoint_of_a_writer_without_the_lease_writes_neither_event_nor_check
         )
     assert event_count(run) == before
     assert not run.checkpoints.exists()
+
+
+# --- the statements an append runs on the driver -----------------------------------------------
+
+
+def _driver_statements(writer: Writer, *, observed: bool) -> list[str]:
+    """The statements SQLite executed for one append (verb and table), seen by the driver
+    itself, with or without a Django execute_wrapper observing the connection."""
+    seen: list[str] = []
+    raw = connection.connection
+    raw.set_trace_callback(seen.append)
+    watching = connection.execute_wrapper(lambda execute, *args: execute(*args))
+    try:
+        with watching if observed else contextlib.nullcontext():
+            append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": 1})
+    finally:
+        raw.set_trace_callback(None)
+    return [" ".join(statement.split()[:3]) for statement in seen]
+
+
+@pytest.mark.skipif("connection.vendor != 'sqlite'")
+def test_an_unobserved_append_runs_the_statements_an_observed_one_runs(transactional_db):
+    # On SQLite the append path runs its statements on the driver's cursor unless someone
+    # observes the connection (dialects.SQLiteAppend.execute): both ways must be the same writes.
+    run = new_run()
+    writer = writer_for(run)
+    append(writer, Event.Type.STARTED, stage="research")
+    unobserved = _driver_statements(writer, observed=False)
+    observed = _driver_statements(writer, observed=True)
+    assert unobserved == observed
+    assert unobserved[0] == "BEGIN IMMEDIATE" and unobserved[-1] == "COMMIT", unobserved
+    assert verify_chain(run.pk).ok
+
+
+def test_a_write_the_database_refuses_raises_djangos_error_and_writes_nothing(transactional_db):
+    # An effect claim the database's check constraint refuses, written in autocommit (the
+    # tool call's path): Django's IntegrityError, as any query would raise, and no half write.
+    run = new_run()
+    writer = writer_for(run)
+    append(writer, Event.Type.STARTED, stage="research")
+    head = Run.objects.values_list("last_seq", "head_hash").get(pk=run.pk)
+    key = "k" * 64
+    claim = EffectClaim(
+        {
+            "delivery_key": key,
+            "run_id": run.pk,
+            "stage": "research",
+            "call_id": "c1",
+            "tool": "search",
+            "policy": "SOMETIMES",  # not a ReplayPolicy: effect_policy_valid refuses it
+            "target": "t",
+            "request_hash": "r" * 64,
+            "request": {},
+            "status": "intent",
+            "external_id": "",
+            "result": None,
+            "error": "",
+            "attempts": 1,
+            "cost": 0,
+        }
+    )
+    with pytest.raises(IntegrityError):
+        append(writer, Event.Type.TOOL_CALLED, stage="research", idempotency_key=key, effect=claim)
+    assert Run.objects.values_list("last_seq", "head_hash").get(pk=run.pk) == head
+    assert not Effect.objects.filter(delivery_key=key).exists()
+    assert append(writer, Event.Type.TOOL_CALLED, stage="research").seq == head[0] + 1
+    assert verify_chain(run.pk).ok
