@@ -26,8 +26,10 @@ fixed work cancels out. Cases, interleaved round after round so outside load hit
   * floor:           one INSERT of a row of the event's shape into a plain table, committed.
 
 Statements per call are counted the same marginal way (every statement Django executes,
-SQLite's BEGIN IMMEDIATE and COMMIT included), and so are commits (a COMMIT, Django's own
-commit(), or a write in autocommit, which is its own transaction). The figures printed are
+SQLite's BEGIN IMMEDIATE and COMMIT included; the counting wrapper sends the append path's
+statements through Django's cursor, so none runs unseen on the driver's), and so are commits (a COMMIT, Django's own
+commit(), or a write in autocommit, which is its own transaction). Beside each median, the
+lowest and highest round show how far the machine let them wander. The figures printed are
 ratios measured in this one run; absolute milliseconds vary by machine. The goals (issue 10)
 are printed with them. The peers' step (LangGraph, DBOS) is measured by
 ../shared/peers/side_by_side.sh (run it with DEBUG=0: production settings). `--profile CASE`
@@ -282,6 +284,9 @@ def child(db: str, n_lo: int, n_hi: int, rounds: int, profile: str = "") -> None
             lo, hi = timed(n_lo * k), timed(n_hi * k)
             marginal[name].append((hi - lo) / ((n_hi - n_lo) * k) * 1000)
     ms = {name: statistics.median(values) for name, values in marginal.items()}
+    # What one round gave against another: on a shared machine (or a disk whose flushes vary)
+    # a case's rounds can differ by a quarter, which a ratio of medians hides.
+    spread = {name: [min(values), max(values)] for name, values in marginal.items()}
 
     # Statements and commits: the same marginal way, once, counted around the timed part.
     # A commit is Django's connection.commit() (an atomic block ending) or a statement after
@@ -336,6 +341,7 @@ def child(db: str, n_lo: int, n_hi: int, rounds: int, profile: str = "") -> None
         {
             "db": db,
             "ms": ms,
+            "spread": spread,
             "statements": statements,
             "commits": transactions,
             "runs": runs_done,
@@ -411,11 +417,15 @@ def main() -> None:
         ms, st, commits = result["ms"], result["statements"], result["commits"]
         floor = ms["floor"]
         print(f"\n{result['db']}: ms per call (x floor = one plain one-row INSERT committed)")
-        print(f"  {'case':<16} {'ms':>7} {'x floor':>8} {'statements':>11} {'commits':>8}")
+        print(
+            f"  {'case':<16} {'ms':>7} {'rounds min-max':>15} {'x floor':>8} {'statements':>11} "
+            f"{'commits':>8}"
+        )
         for name in (*CASES, "append", "event-row", "floor"):
+            low, high = result["spread"][name]
             print(
-                f"  {name:<16} {ms[name]:7.3f} {ms[name] / floor:8.1f} {st[name]:11.1f} "
-                f"{commits[name]:8.1f}"
+                f"  {name:<16} {ms[name]:7.3f} {f'{low:.3f}-{high:.3f}':>15} "
+                f"{ms[name] / floor:8.1f} {st[name]:11.1f} {commits[name]:8.1f}"
             )
         ms = dict(ms, **{"worst non-safe": max(ms[c] for c in POLICIES if c != "safe")})
         for what, num, den, limit in GOALS:
