@@ -23,7 +23,8 @@ fixed work cancels out. Cases, interleaved round after round so outside load hit
   * event-row:       one INSERT of that event's row into the ledger's event table, committed,
                      with no fence, no chain and no head move: what the table itself costs
                      (its row, its two indexes, its foreign key), the bound under an append;
-  * floor:           one INSERT of a row of the event's shape into a plain table, committed.
+  * floor:           one INSERT of five of the event's columns into a plain table (primary key
+                     only), committed in autocommit: the database's own floor.
 
 Statements per call are counted the same marginal way (every statement Django executes,
 SQLite's BEGIN IMMEDIATE and COMMIT included; the counting wrapper sends the append path's
@@ -356,7 +357,6 @@ GOALS = (
     # (what, numerator case, denominator case, at most)
     ("non-SAFE call / SAFE call", "worst non-safe", "safe", 1.3),
     ("reuse / SAFE call", "reuse", "safe", 1.0),
-    ("append / floor INSERT", "append", "floor", 2.0),
 )
 
 
@@ -438,9 +438,13 @@ def main() -> None:
             ok = ratio <= limit
             failures += [] if ok else [f"{result['db']} {what}"]
             print(f"  {what:<28} {ratio:5.2f}x  goal <= {limit}x  {'ok' if ok else 'MISSED'}")
+        if ms["append"] > 0 and ms["floor"] > 0:
+            print(f"  {'append / floor INSERT':<28} {ms['append'] / ms['floor']:5.2f}x  (no goal)")
     print(
         "\nThe goal against the peers (non-SAFE call <= LangGraph sync superstep, SAFE <= 0.6x "
-        "of it) is measured side by side by ../shared/peers/side_by_side.sh."
+        "of it) is measured side by side by ../shared/peers/side_by_side.sh. The append's goal\n"
+        "(<= 2x a plain insert of the same row, through Django, which PostgreSQL met first) is\n"
+        "bench/ledger_append.py's: the floor here is a bare five-column row in autocommit."
     )
     print("SUMMARY: " + ("every goal met" if not failures else "missed: " + "; ".join(failures)))
 
