@@ -8,7 +8,9 @@ The unit is the one ../shared/peers/ measures for DBOS and LangGraph: one stage 
 of a trivial tool (`{"external_id": i + 1}`) through ctx.call, run in-process through
 engine.execute (lease, STARTED, the calls, VERIFIED + checkpoint), so no RQ time is counted.
 The cost of a call is the marginal one, (t(N_hi) - t(N_lo)) / (N_hi - N_lo): the stage's
-fixed work cancels out. Cases, interleaved round after round so outside load hits all alike:
+fixed work cancels out. N is 200 and 1000 by default, as in ../shared/peers/ (at 50 and 250
+a case's rounds wandered by a third here). Cases, interleaved round after round so outside
+load hits all alike:
 
   * safe:            SAFE tool: TOOL_CALLED + TOOL_RESULT, no effect row;
   * idempotent:      IDEMPOTENT, first attempt: the intent (effect row + TOOL_CALLED) is
@@ -363,8 +365,8 @@ GOALS = (
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--db", choices=("sqlite", "postgres", "both"), default="both")
-    parser.add_argument("--n-lo", type=int, default=50)
-    parser.add_argument("--n-hi", type=int, default=250)
+    parser.add_argument("--n-lo", type=int, default=200)
+    parser.add_argument("--n-hi", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
         "--profile",
