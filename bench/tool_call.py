@@ -443,10 +443,10 @@ def main() -> None:
         if ms["append"] > 0 and ms["floor"] > 0:
             print(f"  {'append / floor INSERT':<28} {ms['append'] / ms['floor']:5.2f}x  (no goal)")
     print(
-        "\nThe goal against the peers (non-SAFE call <= LangGraph sync superstep, SAFE <= 0.6x "
+        "\nThe goal against the peers (non-SAFE call <= LangGraph sync superstep, SAFE <= 0.6x\n"
         "of it) is measured side by side by ../shared/peers/side_by_side.sh. The append's goal\n"
-        "(<= 2x a plain insert of the same row, through Django, which PostgreSQL met first) is\n"
-        "bench/ledger_append.py's: the floor here is a bare five-column row in autocommit."
+        "(<= 2x a plain insert of the same row, through Django) is bench/ledger_append.py's:\n"
+        "the floor here is a bare five-column row in autocommit."
     )
     print("SUMMARY: " + ("every goal met" if not failures else "missed: " + "; ".join(failures)))
 
