@@ -93,11 +93,14 @@ def encoded_event_hash(
     append as much again. The text is the one canonical_json() gives the content: keys in
     sorted order, each value encoded alone (test_ledger checks the two agree)."""
     enc = _CANONICAL.encode
+    # The encoder takes a fast path for a str only; an int goes through a new iterencode
+    # each time, three per event, where JSON's text for an int is its decimal digits.
     text = (
         f'{{"actor":{enc(actor)},"artifacts":{artifacts},'
         f'"idempotency_key":{enc(idempotency_key)},"inputs":{inputs},"payload":{payload},'
-        f'"payload_ref":{enc(payload_ref)},"run":{enc(run)},"seq":{enc(seq)},'
-        f'"stage":{enc(stage)},"token":{enc(token)},"type":{enc(type)}}}'
+        f'"payload_ref":{enc(payload_ref)},"run":{int(run)},"seq":{int(seq)},'
+        f'"stage":{enc(stage)},"token":{"null" if token is None else int(token)},'
+        f'"type":{enc(type)}}}'
     )
     return hashlib.sha256((prev_hash + text).encode()).hexdigest()
 
