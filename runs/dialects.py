@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from django.core.exceptions import ImproperlyConfigured
+from django.db.backends.utils import CursorDebugWrapper
 from django.db.models.functions import Now
 from django.db.models.sql import Query
 
@@ -363,9 +364,11 @@ class SQLiteAppend(AppendSQL):
         # statements are a fixed set, so each is rewritten once (by Django's own
         # convert_query) and executed on the driver's cursor, its errors still translated
         # as Django's are. A connection someone observes (execute_wrapper, DEBUG's query log,
-        # assertNumQueries) takes Django's path, so it sees every statement there is.
+        # assertNumQueries) takes Django's path, so it sees every statement there is. Django
+        # hands out a debug cursor exactly when queries are logged as it is made; asking
+        # queries_logged instead reads the settings again on every statement.
         db = cursor.db
-        if db.execute_wrappers or db.queries_logged:
+        if db.execute_wrappers or isinstance(cursor, CursorDebugWrapper):
             return super().execute(cursor, sql, params)
         db.validate_no_broken_transaction()
         driver = cursor.cursor
