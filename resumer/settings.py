@@ -227,6 +227,11 @@ RESUMER_QUEUE = os.environ.get("RESUMER_QUEUE", "default")
 # A group approval of more runs than this is carried out by a worker (the page follows its
 # progress); up to this many are approved within the web request.
 RESUMER_GROUP_INLINE = int(os.environ.get("RESUMER_GROUP_INLINE", "20"))
+# On PostgreSQL, a write whose loss in a database crash the protocol recovers from (a SAFE
+# call's events, a confirmed outcome, a re-use: runs/append.py) commits without waiting for
+# the disk; an intent, a checkpoint, a stop or an approval always waits. Off (0), every commit
+# waits. SQLite's settings (synchronous=NORMAL) never wait, whatever this says.
+RESUMER_DEFER_FLUSH = env_bool("RESUMER_DEFER_FLUSH", True)
 # Payloads above this size are stored as an artifact and referenced from the event.
 RESUMER_INLINE_PAYLOAD_BYTES = 8 * 1024
 RESUMER_MAX_PAYLOAD_BYTES = 5 * 1024 * 1024

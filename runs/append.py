@@ -135,11 +135,20 @@ def append(
     inputs: dict[str, Any] | None = None,
     status: str | None = None,
     effect: EffectWrite | None = None,
+    flush: bool = True,
     **run_fields: Any,
 ) -> Event:
     """Append one event to the writer's run, fenced by its lease; optionally move the run,
     and write an effect row with the event (effects.py: an intent claiming its delivery key,
     or an outcome), whose id the event then carries as `effect_pk`.
+
+    `flush=False` is for a write whose loss in a database crash leaves a state the protocol
+    already recovers from, as if the worker had died just before it: a SAFE call's events, a
+    confirmed outcome (its intent is on disk, so the call is reconciled or retried under its
+    key, never made blind), a re-use of a confirmed effect. Its commit is a commit (every
+    reader sees it at once) but does not wait for the disk, unless RESUMER_DEFER_FLUSH is
+    off; the next flushed commit carries it there (dialects.py). It applies only to an
+    append that is its own transaction: inside a caller's, the caller's commit decides.
 
     Raises LeaseLost (nothing written) when the token is stale or expired, LedgerError for an
     unknown type or stage, an illegal status move or an oversized payload, KeyTaken (nothing
@@ -185,7 +194,15 @@ def append(
         # guarded write is its own (dialects.write_alone). On PostgreSQL it is one statement
         # that locks, fences, inserts, moves the head and writes the effect: one round trip,
         # where BEGIN and COMMIT around it would make three.
-        event = _write(connection, known, new, guarded=True, alone=True, effect=effect)
+        event = _write(
+            connection,
+            known,
+            new,
+            guarded=True,
+            alone=True,
+            effect=effect,
+            flush=flush or not settings.RESUMER_DEFER_FLUSH,
+        )
         if event is not None:
             return _appended(connection, writer, known, event, new)
         guarded = False
@@ -286,12 +303,14 @@ def _write(
     guarded: bool = False,
     alone: bool = False,
     effect: EffectWrite | None = None,
+    flush: bool = True,
 ) -> Event | None:
     """Write the event, move the run's head and write `effect`. The caller has checked what
     _refusal() checks, and holds the run's lock, or asks for the `guarded` write, which
     fences itself and writes nothing (returns None) unless the lease is still the writer's
     and the run's head is still `run`'s; `alone`, as its own transaction (the caller has no
-    transaction open). None too, having written nothing, when `effect` claims a delivery key
+    transaction open), which does not wait for the disk unless `flush` (append() passes
+    False only then). None too, having written nothing, when `effect` claims a delivery key
     that is taken."""
     sql = dialects.for_connection(connection)
     seq = run.last_seq + 1
@@ -361,6 +380,7 @@ def _write(
                 last_seq=run.last_seq,
                 head_hash=run.head_hash,
                 effect=effect,
+                flush=flush,
             )
         else:
             written = sql.write(cursor, row, moves, run.pk, effect=effect)

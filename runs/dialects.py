@@ -289,20 +289,26 @@ class AppendSQL:
         last_seq: int,
         head_hash: str,
         effect: EffectWrite | None = None,
+        flush: bool = True,
     ) -> Written | None:
         """write() for a writer that knows the head and holds no lock: fence (token and
         expiry) and check that the head is still (last_seq, head_hash) in the first statement;
         None, having written nothing, when anything moved or a claimed key is taken (the
         caller then takes the locked path, which tells the two apart). Only vendors with
-        `guarded` have it."""
+        `guarded` have it. `flush` as in write_alone(), which alone passes False: inside a
+        caller's transaction, the caller's commit decides."""
         raise NotImplementedError(f"{self.vendor} has no guarded append")
 
-    def write_alone(self, cursor, *args: Any, **kwargs: Any) -> Written | None:
+    def write_alone(self, cursor, *args: Any, flush: bool = True, **kwargs: Any) -> Written | None:
         """write_guarded() as its own transaction, for a caller in autocommit (no atomic()
         open): Django's transaction bookkeeping costs more than the append's own work. This
         base is for a vendor whose guarded write is one statement: in autocommit that
-        statement is its own transaction, one round trip instead of BEGIN, it and COMMIT."""
-        return self.write_guarded(cursor, *args, **kwargs)
+        statement is its own transaction, one round trip instead of BEGIN, it and COMMIT.
+
+        `flush=False`: the commit may return before it reaches the disk (append() says which
+        writes may). A vendor whose every commit already returns before the disk flush
+        ignores it."""
+        return self.write_guarded(cursor, *args, flush=flush, **kwargs)
 
     def read_effect(self, cursor, connection, key: str) -> list[Any] | None:
         """The values of the effect holding `key`, in `effect_fields` order and converted as
@@ -393,6 +399,7 @@ class SQLiteAppend(AppendSQL):
         last_seq: int,
         head_hash: str,
         effect: EffectWrite | None = None,
+        flush: bool = True,
     ) -> Written | None:
         guard = [run_id, token, last_seq, head_hash]
         if isinstance(effect, EffectClaim):
@@ -410,10 +417,12 @@ class SQLiteAppend(AppendSQL):
         effect_pk = self.write_effect(cursor, effect) if isinstance(effect, EffectSettle) else None
         return written[0], written[1], effect_pk
 
-    def write_alone(self, cursor, *args: Any, **kwargs: Any) -> Written | None:
+    def write_alone(self, cursor, *args: Any, flush: bool = True, **kwargs: Any) -> Written | None:
         # Two or three statements: their own IMMEDIATE transaction, taken on the raw cursor
         # (the connection is in autocommit, so the driver adds nothing of its own). A stale
-        # head wrote nothing and rolls back; so does anything that raises.
+        # head wrote nothing and rolls back; so does anything that raises. `flush` changes
+        # nothing here: the settings run SQLite's WAL with synchronous=NORMAL, under which no
+        # commit waits for the disk (docs/deploy.md says why production is PostgreSQL).
         self.execute(cursor, "BEGIN IMMEDIATE")
         try:
             written = self.write_guarded(cursor, *args, **kwargs)
@@ -450,23 +459,20 @@ class PostgreSQLAppend(AppendSQL):
         effect_selected = ", ".join(self.placeholder(c) for c in EFFECT_COLUMNS)
         effect_columns = ", ".join(qn(c) for c in EFFECT_COLUMNS)
         pk = qn("id")
-        head = (
-            f"h AS (SELECT r.{pk} {self.fence} AND r.{qn('last_seq')} = %s "
-            f"AND r.{qn('head_hash')} = %s{self.lock_of})"
-        )
-        # One per kind of effect the event carries; {sets} is the head update's SET list.
-        # h is the locked, fenced head; every part writes only when h (and, for a claim, the
-        # claimed row x) has a row, so a stale head or a taken key writes nothing at all.
-        self.guarded_templates = {
+        # One per kind of effect the event carries, each in two forms: {head} is the locked,
+        # fenced head h, and {sets} the head update's SET list. Every part writes only when h
+        # (and, for a claim, the claimed row x) has a row, so a stale head or a taken key
+        # writes nothing at all.
+        templates = {
             None: (
-                f"WITH {head}, "
+                "WITH {head}, "
                 f"e AS (INSERT INTO {self.event_table} ({self.columns}) "
                 f"SELECT {selected} FROM h{self.returned}), "
                 f"u AS (UPDATE {run_t} SET {{sets}} WHERE {pk} = (SELECT {pk} FROM h)) "
                 f"SELECT {pk}, {qn('created_at')}, NULL FROM e"
             ),
             EffectClaim: (
-                f"WITH {head}, "
+                "WITH {head}, "
                 f"x AS (INSERT INTO {effect_t} ({effect_columns}) SELECT {effect_selected} "
                 f"FROM h ON CONFLICT ({qn('delivery_key')}) DO NOTHING RETURNING {pk}), "
                 f"e AS (INSERT INTO {self.event_table} ({self.columns}) "
@@ -476,7 +482,7 @@ class PostgreSQLAppend(AppendSQL):
                 f"SELECT e.{pk}, e.{qn('created_at')}, x.{pk} FROM e, x"
             ),
             EffectSettle: (
-                f"WITH {head}, "
+                "WITH {head}, "
                 f"e AS (INSERT INTO {self.event_table} ({self.columns}) "
                 f"SELECT {selected} FROM h{self.returned}), "
                 f"u AS (UPDATE {run_t} SET {{sets}} WHERE {pk} = (SELECT {pk} FROM h)), "
@@ -484,6 +490,24 @@ class PostgreSQLAppend(AppendSQL):
                 f"AND EXISTS (SELECT 1 FROM h) RETURNING {pk}) "
                 f"SELECT e.{pk}, e.{qn('created_at')}, (SELECT {pk} FROM x) FROM e"
             ),
+        }
+        head = (
+            f"h AS (SELECT r.{pk}{{defer}} {self.fence} AND r.{qn('last_seq')} = %s "
+            f"AND r.{qn('head_hash')} = %s{self.lock_of})"
+        )
+        # A write that need not reach the disk before it returns (flush=False) turns off
+        # synchronous_commit for its own transaction, the statement, and no other: set_config
+        # with is_local, evaluated in h, where it runs only once the fence held. PostgreSQL
+        # writes WAL in order, so the next flushed commit (an intent, a checkpoint) carries
+        # it to the disk too: a database crash can lose only a tail of such writes, never one
+        # from before a flushed write, and leaves the database as if they had rolled back.
+        defer = ", set_config('synchronous_commit', 'off', true)"
+        self.guarded_templates = {
+            (kind, flush): template.replace(
+                "{head}", head.replace("{defer}", "" if flush else defer)
+            )
+            for kind, template in templates.items()
+            for flush in (True, False)
         }
         self.insert_and_update = (
             f"WITH e AS ({self.insert}), u AS ({self.update('{sets}')}) "
@@ -507,9 +531,10 @@ class PostgreSQLAppend(AppendSQL):
         last_seq: int,
         head_hash: str,
         effect: EffectWrite | None = None,
+        flush: bool = True,
     ) -> Written | None:
         set_list, params = self.sets(moves)
-        sql = self.guarded_templates[type(effect) if effect is not None else None]
+        sql = self.guarded_templates[type(effect) if effect is not None else None, flush]
         guard = [run_id, token, last_seq, head_hash]
         if isinstance(effect, EffectClaim):
             claim = self.effect_params(effect.fields, EFFECT_COLUMNS)

@@ -147,9 +147,12 @@ def record_outcome(
     event_payload: dict | None = None,
     run_status: str | None = None,
     more_payload: MorePayload = None,
+    flush: bool = True,
 ) -> Event:
     """Write back what the call produced (or what is known of it) with its event, in one
-    write. A transaction only when more_payload may write artifact rows beside it."""
+    write. A transaction only when more_payload may write artifact rows beside it. `flush` as
+    in append(): False only for an outcome whose loss leaves the effect in doubt, which its
+    durable intent already lets reconcile resolve."""
     settle = EffectSettle(
         effect.pk,
         {
@@ -179,6 +182,7 @@ def record_outcome(
             idempotency_key=effect.delivery_key,
             status=run_status,
             effect=settle,
+            flush=flush,
         )
 
 

@@ -429,6 +429,8 @@ class StageContext:
 
     def _call_safe(self, call_id: str, tool, args: dict[str, Any]) -> Any:
         self._keep_contract(call_id, tool, Action.RERUN)
+        # Neither of a SAFE call's events waits for the disk (append's flush): lost in a
+        # database crash, the call is simply made again, which is what SAFE means.
         append(
             self.writer,
             Event.Type.TOOL_CALLED,
@@ -439,6 +441,7 @@ class StageContext:
                 "policy": tool.policy,
                 "args": args,
             },
+            flush=False,
         )
         self.hooks.before_call(self, call_id)
         started = time.monotonic()
@@ -462,6 +465,7 @@ class StageContext:
                 Event.Type.TOOL_RESULT,
                 stage=self.stage,
                 payload=with_more(payload, more),
+                flush=False,
             )
         return result
 
@@ -554,6 +558,8 @@ class StageContext:
                 more_payload=self._exchanges(asked, f"{call_id}/reconcile", "reconcile"),
             )
         if decision.action == Action.REUSE:
+            # What the ledger already holds, written down again: lost in a database crash, a
+            # later resume re-uses the same confirmed effect (no flush needed).
             append(
                 self.writer,
                 Event.Type.TOOL_RESULT,
@@ -566,6 +572,7 @@ class StageContext:
                     "external_id": existing.external_id,
                     "cost": "0",
                 },
+                flush=False,
             )
             if existing.result is None:
                 # A supervisor confirmed it by hand (edits.edit_effect): the external id is
@@ -665,6 +672,10 @@ class StageContext:
                 more_payload=self._exchanges(seen, call_id),
             )
             raise StageStopped(str(exc)) from exc
+        # The outcome does not wait for the disk: its intent did, before the call. Lost in a
+        # database crash, the effect is back to intent, in doubt, as when a worker dies right
+        # after a call, and the resume's plan reconciles it or retries it under its key; the
+        # next flushed write (an intent, the checkpoint) takes it to the disk anyway.
         record_outcome(
             self.writer,
             effect,
@@ -682,6 +693,7 @@ class StageContext:
                 "result": _summary(result),
             },
             more_payload=self._exchanges(seen, call_id),
+            flush=False,
         )
         return result
 

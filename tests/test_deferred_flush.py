@@ -1,0 +1,171 @@
+"""Which commits wait for the disk (issue 10): an effect's intent, a stage boundary and a stop
+always do; a SAFE call's events, a confirmed outcome and a memoized re-use need not, since
+losing them in a database crash leaves a state the protocol already recovers from (as if the
+worker had died just before the write). On PostgreSQL such a write turns off
+synchronous_commit for its own transaction; SQLite's settings never wait for the disk.
+
+Stages run in-process through engine.execute on committed data (`transactional_db`)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection, connections
+
+from runs import engine, leases
+from runs.append import Writer, append
+from runs.models import Event, ReplayPolicy, Run
+from runs.pipeline import Input, KeyParts, Pipeline, Stage, StageOutput, Tool, registry
+
+on_postgresql = pytest.mark.skipif(
+    "connection.vendor != 'postgresql'", reason="SQLite's commits never wait for the disk"
+)
+
+# (event type, whether its statement turned synchronous_commit off) for every statement that
+# writes an event, in the order the stage's worker sent them.
+WRITES: list[tuple[str, str, bool]] = []
+
+
+def _look(args: dict, key: str) -> dict:
+    return {"external_id": f"look-{args['i']}"}
+
+
+def _stamp(args: dict, key: str) -> dict:
+    return {"external_id": f"stamp-{args['i']}"}
+
+
+def _calls(ctx) -> StageOutput:
+    ctx.call("look-0", "look", i=0)
+    ctx.call("stamp-0", "stamp", i=0)
+    return StageOutput(outputs={"done": "yes"})
+
+
+flushing = Pipeline(
+    name="flushing",
+    inputs=(Input("batch", lambda pinned: "b1", versioned=False),),
+    tools=(
+        Tool("look", ReplayPolicy.SAFE, _look),
+        Tool(
+            "stamp",
+            ReplayPolicy.IDEMPOTENT,
+            _stamp,
+            key=lambda ctx, a: KeyParts("acct", "stamps", f"{ctx.inputs['batch']}/{a['i']}", "1"),
+        ),
+    ),
+    stages=(Stage("calls", _calls, consumes=("batch",), tools=("look", "stamp")),),
+)
+
+EVENT_TYPES = set(Event.Type.values)
+
+
+def _record(execute, sql, params, many, context):
+    types = [p for p in params or () if isinstance(p, str) and p in EVENT_TYPES]
+    if types and sql.lstrip().upper().startswith(("WITH", "INSERT")):
+        WRITES.append((types[0], "synchronous_commit" in sql))
+    return execute(sql, params, many, context)
+
+
+@pytest.fixture
+def pipeline(transactional_db, settings):
+    settings.RESUMER_PIPELINES = [*settings.RESUMER_PIPELINES, "tests.test_deferred_flush.flushing"]
+    registry._pipelines = None
+    WRITES.clear()
+    yield
+    registry._pipelines = None
+
+
+def run_stage(**inputs: str) -> Run:
+    run = engine.start_run("flushing", inputs, actor="test", enqueue=False)
+    with connection.execute_wrapper(_record):
+        outcome = engine.execute(run.pk, "calls", run.ticket, holder="worker:test")
+    assert outcome == "verified"
+    return run
+
+
+def held_writer() -> tuple[Run, Writer]:
+    run = engine.start_run("flushing", {}, actor="test", enqueue=False)
+    return run, Writer(run.pk, leases.acquire(run.pk, "worker:test"), "worker:test")
+
+
+@on_postgresql
+def test_only_writes_the_protocol_recovers_from_skip_the_wait_for_the_disk(pipeline):
+    run_stage()
+    assert WRITES == [
+        (Event.Type.STARTED, False),
+        (Event.Type.TOOL_CALLED, True),  # the SAFE call, before
+        (Event.Type.TOOL_RESULT, True),  # the SAFE call, after
+        (Event.Type.TOOL_CALLED, False),  # the intent: on disk before the call
+        (Event.Type.TOOL_RESULT, True),  # the confirmed outcome
+        (Event.Type.VERIFIED, False),
+        (Event.Type.SUCCEEDED, False),
+    ]
+
+
+@on_postgresql
+def test_with_deferred_flush_off_every_commit_waits_for_the_disk(pipeline, settings):
+    settings.RESUMER_DEFER_FLUSH = False
+    run_stage()
+    assert len(WRITES) == 7
+    assert not [write for write in WRITES if write[1]]
+
+
+@on_postgresql
+def test_a_reuse_of_a_confirmed_effect_skips_the_wait_for_the_disk(pipeline):
+    run_stage(batch="shared")
+    WRITES.clear()
+    run_stage(batch="shared")  # the stamp's key is confirmed: re-used, not called
+    assert WRITES == [
+        (Event.Type.STARTED, False),
+        (Event.Type.TOOL_CALLED, True),
+        (Event.Type.TOOL_RESULT, True),
+        (Event.Type.TOOL_CALLED, False),  # the claim, tried: the key is taken, nothing written
+        (Event.Type.TOOL_RESULT, True),  # the re-use
+        (Event.Type.VERIFIED, False),
+        (Event.Type.SUCCEEDED, False),
+    ]
+    second = Run.objects.order_by("-pk").first()
+    keyed = Event.objects.filter(run=second).exclude(idempotency_key="")
+    assert [(e.type, e.payload.get("reused")) for e in keyed] == [(Event.Type.TOOL_RESULT, True)]
+
+
+@on_postgresql
+def test_a_deferred_append_turns_off_synchronous_commit_for_its_own_transaction(pipeline):
+    run, writer = held_writer()
+    append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 1})  # knows the head
+    with connection.cursor() as cursor:
+        # A transaction Django does not know of, so append() still writes as in autocommit:
+        # the setting its statement made is visible inside, and gone after it.
+        cursor.execute("BEGIN")
+        append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 2}, flush=False)
+        cursor.execute("SELECT current_setting('synchronous_commit')")
+        inside = cursor.fetchone()[0]
+        cursor.execute("COMMIT")
+        cursor.execute("SELECT current_setting('synchronous_commit')")
+        after = cursor.fetchone()[0]
+    assert (inside, after) == ("off", "on")
+
+
+@on_postgresql
+def test_a_flushed_append_leaves_synchronous_commit_on(pipeline):
+    run, writer = held_writer()
+    append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 1})
+    with connection.cursor() as cursor:
+        cursor.execute("BEGIN")
+        append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 2})
+        cursor.execute("SELECT current_setting('synchronous_commit')")
+        inside = cursor.fetchone()[0]
+        cursor.execute("COMMIT")
+    assert inside == "on"
+
+
+def test_a_deferred_append_is_committed_for_every_other_connection(pipeline):
+    run, writer = held_writer()
+    append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 1})
+    event = append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 2}, flush=False)
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute(f"SELECT seq FROM {Event._meta.db_table} WHERE id = %s", [event.pk])
+            assert cursor.fetchone() == (event.seq,)
+    finally:
+        other.close()
+    assert Run.objects.get(pk=run.pk).last_seq == event.seq
