@@ -26,6 +26,7 @@ from runs.models import Checkpoint, Event, Lease, Run
 from runs.payload_summary import summarize
 
 __all__ = [
+    "HeadLost",
     "KeyTaken",
     "LeaseLost",
     "LedgerError",
@@ -85,6 +86,10 @@ class _Head:
     last_seq: int
     head_hash: str
     deviated: bool = False
+    # Known heads only: the seq of this writer's last write that is certainly committed (one
+    # that was its own transaction), which the run's head can never be behind (_went_back).
+    # A write inside a caller's transaction may still roll back, so it does not move this.
+    committed_seq: int = 0
 
     @property
     def public_id(self) -> str:
@@ -150,7 +155,8 @@ def append(
     off; the next flushed commit carries it there (dialects.py). It applies only to an
     append that is its own transaction: inside a caller's, the caller's commit decides.
 
-    Raises LeaseLost (nothing written) when the token is stale or expired, LedgerError for an
+    Raises LeaseLost (nothing written) when the token is stale or expired (HeadLost, one of
+    them, when the head went back behind this writer's last write), LedgerError for an
     unknown type or stage, an illegal status move or an oversized payload, KeyTaken (nothing
     written) when a claimed delivery key has an effect already.
     """
@@ -204,7 +210,7 @@ def append(
             flush=flush or not settings.RESUMER_DEFER_FLUSH,
         )
         if event is not None:
-            return _appended(connection, writer, known, event, new)
+            return _appended(connection, writer, known, event, new, committed=True)
         guarded = False
     # No savepoint when nested: most appends run inside a caller's transaction (a checkpoint,
     # an HTTP tool's exchanges), and a savepoint would cost two more round trips each. What
@@ -226,7 +232,7 @@ def append(
                 refused = LedgerError(f"run-{writer.run_id} does not exist")
         else:
             head = _Head(writer.run_id, *row)
-            problem = _refusal(head, new)
+            problem = _went_back(writer, known, head) or _refusal(head, new)
             if problem is None:
                 event = _write(connection, head, new, effect=effect)
                 if event is not None:
@@ -244,23 +250,30 @@ _known_heads_lock = threading.Lock()
 _KNOWN_HEADS_MAX = 1024
 
 
-def _appended(connection, writer: Writer, head: _Head, event: Event, new: NewEvent) -> Event:
-    _remember(connection, writer.token, head, event, new)
+def _appended(
+    connection, writer: Writer, head: _Head, event: Event, new: NewEvent, *, committed: bool = False
+) -> Event:
+    _remember(connection, writer.token, head, event, new, committed)
     _after_append(event, head, new)
     return event
 
 
-def _remember(connection, token: int, head: _Head, event: Event, new: NewEvent) -> None:
+def _remember(
+    connection, token: int, head: _Head, event: Event, new: NewEvent, committed: bool
+) -> None:
+    key = (connection.alias, head.pk, token)
     with _known_heads_lock:
-        if len(_known_heads) >= _KNOWN_HEADS_MAX:
+        before = _known_heads.get(key)
+        if before is None and len(_known_heads) >= _KNOWN_HEADS_MAX:
             del _known_heads[next(iter(_known_heads))]  # the oldest entry
-        _known_heads[(connection.alias, head.pk, token)] = _Head(
+        _known_heads[key] = _Head(
             head.pk,
             head.pipeline,
             new.status or head.status,
             event.seq,
             event.hash,
             bool(new.run_fields.get("deviated", head.deviated)),
+            event.seq if committed else (before.committed_seq if before else 0),
         )
 
 
@@ -281,6 +294,32 @@ def announce_stop(run_id: int, status: str | None) -> None:
             lambda: signals.run_stopped.send(sender=Run, run_pk=run_id, status=status),
             robust=True,
         )
+
+
+class HeadLost(LeaseLost):
+    """The run's head is behind what this writer wrote under its token: writes it was told
+    were committed are gone (a database crash took the last ones that did not wait for the
+    disk, or the database was restored). The writer stops, writing nothing: what it knows no
+    longer matches the log, and the resume's plan starts from the log."""
+
+    def __init__(self, run_id: int, token: int | None, seq: int, known: int) -> None:
+        Exception.__init__(
+            self,
+            f"run-{run_id}'s head is at seq {seq}, behind the seq {known} this worker wrote "
+            f"under fencing token {token}: its last writes were lost, so nothing more was "
+            "written",
+        )
+        self.run_id = run_id
+        self.token = token
+
+
+def _went_back(writer: Writer, known: _Head | None, head: _Head) -> HeadLost | None:
+    # While a token holds, only its writer moves the head, and only forward. Going on from a
+    # head that went back would build on a log missing what this worker did (an outcome it
+    # acted on), so it must not.
+    if known is not None and head.last_seq < known.committed_seq:
+        return HeadLost(writer.run_id, writer.token, head.last_seq, known.committed_seq)
+    return None
 
 
 def _refusal(run: _Head, new: NewEvent) -> LedgerError | None:

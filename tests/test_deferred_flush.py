@@ -8,11 +8,15 @@ Stages run in-process through engine.execute on committed data (`transactional_d
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 
 from runs import engine, leases
-from runs.append import Writer, append
+from runs.append import HeadLost, Writer, append
+from runs.chain import verify_chain
+from runs.maintenance import maintenance
 from runs.models import Event, ReplayPolicy, Run
 from runs.pipeline import Input, KeyParts, Pipeline, Stage, StageOutput, Tool, registry
 
@@ -169,3 +173,38 @@ def test_a_deferred_append_is_committed_for_every_other_connection(pipeline):
     finally:
         other.close()
     assert Run.objects.get(pk=run.pk).last_seq == event.seq
+
+
+# --- a writer whose writes were lost ----------------------------------------------------------
+
+
+def lose_last_event(run: Run) -> None:
+    """What a database crash does to an append that did not wait for the disk: the event is
+    gone and the run's head is where it was before it."""
+    last, before = Event.objects.filter(run=run).order_by("-seq")[:2]
+    with maintenance(), connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {Event._meta.db_table} WHERE id = %s", [last.pk])
+        Run.objects.filter(pk=run.pk).update(last_seq=before.seq, head_hash=before.hash)
+
+
+def test_a_writer_whose_committed_write_was_lost_writes_nothing_more(pipeline):
+    run, writer = held_writer()
+    append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 1})
+    append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 2}, flush=False)
+    lose_last_event(run)
+    with pytest.raises(HeadLost, match="its last writes were lost"):
+        append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 3})
+    assert list(Event.objects.filter(run=run).values_list("payload", flat=True))[-1] == {"n": 1}
+    assert Run.objects.get(pk=run.pk).last_seq == Event.objects.filter(run=run).count()
+
+
+def test_a_write_rolled_back_with_its_callers_transaction_is_not_taken_for_a_lost_one(pipeline):
+    run, writer = held_writer()
+    append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 1})
+    with contextlib.suppress(RuntimeError), transaction.atomic():
+        append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 2})
+        raise RuntimeError("the caller's transaction fails after the append")
+    event = append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 3})
+    assert event.payload == {"n": 3}
+    assert Run.objects.get(pk=run.pk).last_seq == event.seq
+    assert verify_chain(run.pk).ok
