@@ -18,7 +18,8 @@ from runs.append import HeadLost, Writer, append
 from runs.chain import verify_chain
 from runs.maintenance import maintenance
 from runs.models import Event, ReplayPolicy, Run
-from runs.pipeline import Input, KeyParts, Pipeline, Stage, StageOutput, Tool, registry
+from runs.pipeline import Input, KeyParts, Pipeline, Stage, StageOutput, Tool
+from tests.support.pipelines import registered
 
 on_postgresql = pytest.mark.skipif(
     "connection.vendor != 'postgresql'", reason="SQLite's commits never wait for the disk"
@@ -70,11 +71,9 @@ def _record(execute, sql, params, many, context):
 
 @pytest.fixture
 def pipeline(transactional_db, settings):
-    settings.RESUMER_PIPELINES = [*settings.RESUMER_PIPELINES, "tests.test_deferred_flush.flushing"]
-    registry._pipelines = None
-    WRITES.clear()
-    yield
-    registry._pipelines = None
+    with registered(settings, "tests.test_deferred_flush.flushing"):
+        WRITES.clear()
+        yield
 
 
 def run_stage(**inputs: str) -> Run:

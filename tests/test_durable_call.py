@@ -18,7 +18,8 @@ from runs.chain import verify_chain
 from runs.effects import claim_intent
 from runs.hooks import CallHooks
 from runs.models import Effect, Event, ReplayPolicy, Run
-from runs.pipeline import Input, KeyParts, Pipeline, Stage, StageOutput, Tool, registry
+from runs.pipeline import Input, KeyParts, Pipeline, Stage, StageOutput, Tool
+from tests.support.pipelines import registered
 
 # --- a pipeline of one stage that makes `n` calls of one IDEMPOTENT tool ---------------------
 
@@ -64,11 +65,9 @@ durable = Pipeline(
 
 @pytest.fixture
 def pipeline(transactional_db, settings):
-    settings.RESUMER_PIPELINES = [*settings.RESUMER_PIPELINES, "tests.test_durable_call.durable"]
-    registry._pipelines = None
-    SEEN.clear()
-    yield
-    registry._pipelines = None
+    with registered(settings, "tests.test_durable_call.durable"):
+        SEEN.clear()
+        yield
 
 
 def run_stage(**inputs: str) -> tuple[Run, str]:

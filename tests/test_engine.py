@@ -28,10 +28,10 @@ from runs.pipeline import (
     StageOutput,
     Tool,
     UnknownPipeline,
-    registry,
 )
 from runs.planner import Action, compute_plan
 from runs.resume import STRICT, approve
+from tests.support.pipelines import registered
 from tests.support.processes import wait_for
 from tests.support.state import run_status
 
@@ -104,10 +104,8 @@ checks_pipeline = Pipeline(
 
 @pytest.fixture
 def checks(transactional_db, settings):
-    settings.RESUMER_PIPELINES = [*settings.RESUMER_PIPELINES, "tests.test_engine.checks_pipeline"]
-    registry._pipelines = None  # the registry caches what it loaded
-    yield
-    registry._pipelines = None
+    with registered(settings, "tests.test_engine.checks_pipeline"):
+        yield
 
 
 def start_checks(mode: str) -> Run:

@@ -13,9 +13,10 @@ from django.conf import settings
 
 from runs import artifacts, engine
 from runs.models import Effect, Event, ReplayPolicy, Run
-from runs.pipeline import KeyParts, Pipeline, Stage, StageOutput, registry
+from runs.pipeline import KeyParts, Pipeline, Stage, StageOutput
 from runs.planner import Action, compute_plan
 from runs.tools.http import Retry, http_tool
+from tests.support.pipelines import registered
 from tests.support.state import event_of
 
 
@@ -69,13 +70,8 @@ http_pipeline = Pipeline(
 @pytest.fixture
 def http_checks(transactional_db, settings, demo_service):
     settings.DEMO_SERVICE_URL = demo_service.url
-    settings.RESUMER_PIPELINES = [
-        *settings.RESUMER_PIPELINES,
-        "tests.test_engine_http.http_pipeline",
-    ]
-    registry._pipelines = None
-    yield demo_service
-    registry._pipelines = None
+    with registered(settings, "tests.test_engine_http.http_pipeline"):
+        yield demo_service
 
 
 def start_and_execute() -> tuple[Run, str]:
