@@ -27,7 +27,7 @@ on_postgresql = pytest.mark.skipif(
 
 # (event type, whether its statement turned synchronous_commit off) for every statement that
 # writes an event, in the order the stage's worker sent them.
-WRITES: list[tuple[str, str, bool]] = []
+WRITES: list[tuple[str, bool]] = []
 
 
 def _look(args: dict, key: str) -> dict:
@@ -115,7 +115,7 @@ def test_with_deferred_flush_off_every_commit_waits_for_the_disk(pipeline, setti
 def test_a_reuse_of_a_confirmed_effect_skips_the_wait_for_the_disk(pipeline):
     run_stage(batch="shared")
     WRITES.clear()
-    run_stage(batch="shared")  # the stamp's key is confirmed: re-used, not called
+    second = run_stage(batch="shared")  # the stamp's key is confirmed: re-used, not called
     assert WRITES == [
         (Event.Type.STARTED, False),
         (Event.Type.TOOL_CALLED, True),
@@ -125,38 +125,34 @@ def test_a_reuse_of_a_confirmed_effect_skips_the_wait_for_the_disk(pipeline):
         (Event.Type.VERIFIED, False),
         (Event.Type.SUCCEEDED, False),
     ]
-    second = Run.objects.order_by("-pk").first()
     keyed = Event.objects.filter(run=second).exclude(idempotency_key="")
     assert [(e.type, e.payload.get("reused")) for e in keyed] == [(Event.Type.TOOL_RESULT, True)]
+
+
+def synchronous_commit_around(writer: Writer, **append_kwargs) -> tuple[str, str]:
+    """synchronous_commit inside the transaction an append ran in, and after it. The
+    transaction is one Django does not know of, so append() still writes as in autocommit."""
+    append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 1})  # knows the head
+    with connection.cursor() as cursor:
+        cursor.execute("BEGIN")
+        append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 2}, **append_kwargs)
+        cursor.execute("SELECT current_setting('synchronous_commit')")
+        inside = cursor.fetchone()[0]
+        cursor.execute("COMMIT")
+        cursor.execute("SELECT current_setting('synchronous_commit')")
+        return inside, cursor.fetchone()[0]
 
 
 @on_postgresql
 def test_a_deferred_append_turns_off_synchronous_commit_for_its_own_transaction(pipeline):
     run, writer = held_writer()
-    append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 1})  # knows the head
-    with connection.cursor() as cursor:
-        # A transaction Django does not know of, so append() still writes as in autocommit:
-        # the setting its statement made is visible inside, and gone after it.
-        cursor.execute("BEGIN")
-        append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 2}, flush=False)
-        cursor.execute("SELECT current_setting('synchronous_commit')")
-        inside = cursor.fetchone()[0]
-        cursor.execute("COMMIT")
-        cursor.execute("SELECT current_setting('synchronous_commit')")
-        after = cursor.fetchone()[0]
-    assert (inside, after) == ("off", "on")
+    assert synchronous_commit_around(writer, flush=False) == ("off", "on")
 
 
 @on_postgresql
 def test_a_flushed_append_leaves_synchronous_commit_on(pipeline):
     run, writer = held_writer()
-    append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 1})
-    with connection.cursor() as cursor:
-        cursor.execute("BEGIN")
-        append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 2})
-        cursor.execute("SELECT current_setting('synchronous_commit')")
-        inside = cursor.fetchone()[0]
-        cursor.execute("COMMIT")
+    inside, _ = synchronous_commit_around(writer)
     assert inside == "on"
 
 
