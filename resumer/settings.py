@@ -1,13 +1,13 @@
 """Settings for Resumer, read from the environment.
 
 Defaults are for development: a SQLite file under var/, Redis on localhost, DEBUG on.
-`RESUMER_ENV=production` switches on everything `manage.py check --deploy` asks for.
+`RESUMER_ENV=production` switches on everything `manage.py check --deploy` asks for. The
+tests' defaults are in pyproject.toml (pytest's `env`).
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import dj_database_url
@@ -30,19 +30,6 @@ def env_list(name: str, default: str) -> list[str]:
 
 
 PRODUCTION = os.environ.get("RESUMER_ENV", "development") == "production"
-# Under pytest, defaults move out of the way of a developer's `make run`: Redis DB 15, a test
-# media folder, and short leases so crash detection takes seconds (workers started by the
-# tests get the same values through their environment).
-TESTING = "pytest" in sys.modules or os.environ.get("RESUMER_TESTING") == "1"
-if TESTING:
-    os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
-    os.environ.setdefault("MEDIA_ROOT", str(VAR_DIR / "test-media"))
-    os.environ.setdefault("RESUMER_LEASE_TTL", "4")
-    os.environ.setdefault("RESUMER_SWEEP_INTERVAL", "0.5")
-    os.environ.setdefault("RESUMER_QUEUE_GRACE", "2")
-    # Tests anchor run heads, so the anchors are exercised; a test that needs no key
-    # overrides the setting. Worker processes started by the tests inherit this variable.
-    os.environ.setdefault("RESUMER_CHAIN_KEY", "test-only-chain-key-not-secret")
 
 DEBUG = env_bool("DEBUG", not PRODUCTION)
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
@@ -184,10 +171,12 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles"))
-MEDIA_ROOT = Path(os.environ.get("MEDIA_ROOT", VAR_DIR / "media"))
-# Tests (and DEBUG) serve static files from the app folders, as runserver does, instead of
-# warning on every request that collectstatic has not filled STATIC_ROOT.
-WHITENOISE_AUTOREFRESH = DEBUG or TESTING
+# A relative MEDIA_ROOT is taken inside VAR_DIR (the tests' is test-media, beside media).
+MEDIA_ROOT = VAR_DIR / os.environ.get("MEDIA_ROOT", "media")
+# DEBUG (and the tests, through this variable) serve static files from the app folders, as
+# runserver does, instead of warning on every request that collectstatic has not filled
+# STATIC_ROOT.
+WHITENOISE_AUTOREFRESH = env_bool("WHITENOISE_AUTOREFRESH", DEBUG)
 MEDIA_URL = "media/"
 STORAGES = {
     # Artifacts go through the default storage: an S3-compatible backend is configuration.

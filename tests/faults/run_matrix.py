@@ -30,6 +30,7 @@ import shutil
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -71,16 +72,26 @@ def ensure_postgres_database(url: str) -> None:
             conn.execute(f'CREATE DATABASE "{name}"')
 
 
+def pytest_env_defaults() -> dict[str, str]:
+    """The environment pytest gives the tests (pyproject.toml's `env`, all "D:NAME=value"
+    defaults), for this script, which runs without pytest."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    entries = config["tool"]["pytest"]["ini_options"]["env"]
+    return dict(entry.removeprefix("D:").split("=", 1) for entry in entries)
+
+
 def configure(workdir: Path, database_url: str, redis_url: str, service_url: str) -> None:
     """Point Django at our own database, Redis, demo service and media folder, with the short
-    leases the tests use (unless the environment already chose), then set it up."""
+    leases and the chain key the tests use (unless the environment already chose), then set
+    it up."""
     os.environ["DJANGO_SETTINGS_MODULE"] = "resumer.settings"
     os.environ["DATABASE_URL"] = database_url
     os.environ["REDIS_URL"] = redis_url
     os.environ["DEMO_SERVICE_URL"] = service_url
     os.environ["MEDIA_ROOT"] = str(workdir / "media")
     os.environ["RESUMER_VAR_DIR"] = str(workdir)
-    os.environ["RESUMER_TESTING"] = "1"
+    for name, value in pytest_env_defaults().items():
+        os.environ.setdefault(name, value)
     import django
 
     django.setup()
