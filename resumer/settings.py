@@ -25,7 +25,8 @@ def env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-def env_list(name: str, default: str) -> list[str]:
+def env_list(name: str, default: str = "") -> list[str]:
+    """A comma-separated variable as a list; blanks around and between items are dropped."""
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
@@ -38,16 +39,8 @@ if not SECRET_KEY:
         raise RuntimeError("SECRET_KEY must be set when RESUMER_ENV=production")
     SECRET_KEY = "dev-only-insecure-key-resumer-0123456789-abcdefghijklmnopqrstuvwxyz"
 
-ALLOWED_HOSTS = [
-    h.strip()
-    for h in os.environ.get(
-        "ALLOWED_HOSTS", "" if PRODUCTION else "localhost,127.0.0.1,[::1]"
-    ).split(",")
-    if h.strip()
-]
-CSRF_TRUSTED_ORIGINS = [
-    o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
-]
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "" if PRODUCTION else "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 
 # The pipelines Resumer runs: dotted paths to runs.pipeline.Pipeline objects, checked at
 # start-up (runs/checks.py). A module of your own only has to be importable (PYTHONPATH).
@@ -245,18 +238,12 @@ if RESUMER_WEBHOOK_URL and not RESUMER_WEBHOOK_SECRET:
     raise RuntimeError("RESUMER_WEBHOOK_URL is set: RESUMER_WEBHOOK_SECRET must be set too")
 if RESUMER_WEBHOOK_URL and not RESUMER_WEBHOOK_URL.startswith(("https://", "http://")):
     raise RuntimeError("RESUMER_WEBHOOK_URL must be an http:// or https:// URL")
-RESUMER_NOTIFY_EMAILS = [
-    a.strip() for a in os.environ.get("RESUMER_NOTIFY_EMAILS", "").split(",") if a.strip()
-]
+RESUMER_NOTIFY_EMAILS = env_list("RESUMER_NOTIFY_EMAILS")
 # Runs that stop within this many seconds of the first one share one message.
 RESUMER_NOTIFY_WINDOW = float(os.environ.get("RESUMER_NOTIFY_WINDOW", "30"))
 # Seconds to wait before each retry of a failed delivery (RQ Retry intervals); the number of
 # values is the number of retries.
-RESUMER_NOTIFY_BACKOFF = [
-    int(v)
-    for v in os.environ.get("RESUMER_NOTIFY_BACKOFF", "10,60,300,900").split(",")
-    if v.strip()
-]
+RESUMER_NOTIFY_BACKOFF = [int(v) for v in env_list("RESUMER_NOTIFY_BACKOFF", "10,60,300,900")]
 if any(v < 0 for v in RESUMER_NOTIFY_BACKOFF):
     raise RuntimeError("RESUMER_NOTIFY_BACKOFF takes seconds >= 0, e.g. 10,60,300")
 RESUMER_WEBHOOK_TIMEOUT = float(os.environ.get("RESUMER_WEBHOOK_TIMEOUT", "10"))

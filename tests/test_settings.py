@@ -22,6 +22,9 @@ SCRUBBED = (
     "RESUMER_CHAIN_KEY",
     "RESUMER_PIPELINES",
     "RESUMER_CALL_HOOKS",
+    "RESUMER_NOTIFY_EMAILS",
+    "RESUMER_NOTIFY_BACKOFF",
+    "CSRF_TRUSTED_ORIGINS",
 )
 
 
@@ -143,6 +146,29 @@ def test_production_refuses_to_start_without_a_secret_key(tmp_path):
     )
     assert result.returncode != 0
     assert "SECRET_KEY must be set" in result.stderr
+
+
+LIST_SETTINGS = """
+import json
+from django.conf import settings
+names = ("ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS", "RESUMER_NOTIFY_EMAILS", "RESUMER_NOTIFY_BACKOFF")
+print(json.dumps({name: getattr(settings, name) for name in names}))
+"""
+
+
+def test_list_settings_are_comma_separated_with_blanks_dropped(tmp_path):
+    env = {
+        "ALLOWED_HOSTS": " a.example, b.example,",
+        "CSRF_TRUSTED_ORIGINS": "https://a.example",
+        "RESUMER_NOTIFY_EMAILS": "ops@a.example, ,oncall@a.example",
+        "RESUMER_NOTIFY_BACKOFF": " 5, 0,",
+    }
+    assert shell_json(LIST_SETTINGS, env=env, var_dir=tmp_path) == {
+        "ALLOWED_HOSTS": ["a.example", "b.example"],
+        "CSRF_TRUSTED_ORIGINS": ["https://a.example"],
+        "RESUMER_NOTIFY_EMAILS": ["ops@a.example", "oncall@a.example"],
+        "RESUMER_NOTIFY_BACKOFF": [5, 0],
+    }
 
 
 PIPELINE_SETTINGS = """
