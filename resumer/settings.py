@@ -2,7 +2,8 @@
 
 Defaults are for development: a SQLite file under var/, Redis on localhost, DEBUG on.
 `RESUMER_ENV=production` switches on everything `manage.py check --deploy` asks for. The
-tests' defaults are in pyproject.toml (pytest's `env`).
+tests' defaults are in pyproject.toml (pytest's `env`); a value that makes no sense is
+reported by the system checks (runs/checks.py), not by an exception here.
 """
 
 from __future__ import annotations
@@ -30,14 +31,26 @@ def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
+def env_ints(name: str, default: str = "") -> list[int | str]:
+    """env_list of whole numbers. An item that is not one is kept as it was written, for a
+    system check to name (runs/checks.py) instead of a traceback here."""
+    items: list[int | str] = []
+    for item in env_list(name, default):
+        try:
+            items.append(int(item))
+        except ValueError:
+            items.append(item)
+    return items
+
+
 PRODUCTION = os.environ.get("RESUMER_ENV", "development") == "production"
 
 DEBUG = env_bool("DEBUG", not PRODUCTION)
-SECRET_KEY = os.environ.get("SECRET_KEY", "")
-if not SECRET_KEY:
-    if PRODUCTION:
-        raise RuntimeError("SECRET_KEY must be set when RESUMER_ENV=production")
-    SECRET_KEY = "dev-only-insecure-key-resumer-0123456789-abcdefghijklmnopqrstuvwxyz"
+# In production there is no default: an empty key makes Django refuse anything that signs
+# (sessions, CSRF, password resets), and runs.E005 says what is missing at start-up.
+SECRET_KEY = os.environ.get("SECRET_KEY", "") or (
+    "" if PRODUCTION else "dev-only-insecure-key-resumer-0123456789-abcdefghijklmnopqrstuvwxyz"
+)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "" if PRODUCTION else "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
@@ -230,22 +243,16 @@ DEMO_SERVICE_URL = os.environ.get("DEMO_SERVICE_URL", "http://127.0.0.1:8001").r
 # --- Notifications (runs/notify.py) -------------------------------------------------------
 # Where links in messages point: the address people open the dashboard at.
 RESUMER_PUBLIC_URL = os.environ.get("RESUMER_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
-# Targets. None set: nothing is recorded or queued.
+# Targets. None set: nothing is recorded or queued. A webhook needs its secret and an
+# http(s) URL (runs.E006, runs.E007).
 RESUMER_WEBHOOK_URL = os.environ.get("RESUMER_WEBHOOK_URL", "").strip()
 RESUMER_WEBHOOK_SECRET = os.environ.get("RESUMER_WEBHOOK_SECRET", "")
-if RESUMER_WEBHOOK_URL and not RESUMER_WEBHOOK_SECRET:
-    # Receivers tell Resumer's messages from anyone else's by the signature; no unsigned mode.
-    raise RuntimeError("RESUMER_WEBHOOK_URL is set: RESUMER_WEBHOOK_SECRET must be set too")
-if RESUMER_WEBHOOK_URL and not RESUMER_WEBHOOK_URL.startswith(("https://", "http://")):
-    raise RuntimeError("RESUMER_WEBHOOK_URL must be an http:// or https:// URL")
 RESUMER_NOTIFY_EMAILS = env_list("RESUMER_NOTIFY_EMAILS")
 # Runs that stop within this many seconds of the first one share one message.
 RESUMER_NOTIFY_WINDOW = float(os.environ.get("RESUMER_NOTIFY_WINDOW", "30"))
 # Seconds to wait before each retry of a failed delivery (RQ Retry intervals); the number of
-# values is the number of retries.
-RESUMER_NOTIFY_BACKOFF = [int(v) for v in env_list("RESUMER_NOTIFY_BACKOFF", "10,60,300,900")]
-if any(v < 0 for v in RESUMER_NOTIFY_BACKOFF):
-    raise RuntimeError("RESUMER_NOTIFY_BACKOFF takes seconds >= 0, e.g. 10,60,300")
+# values is the number of retries. Whole seconds >= 0 (runs.E008).
+RESUMER_NOTIFY_BACKOFF = env_ints("RESUMER_NOTIFY_BACKOFF", "10,60,300,900")
 RESUMER_WEBHOOK_TIMEOUT = float(os.environ.get("RESUMER_WEBHOOK_TIMEOUT", "10"))
 # Django's email backend; SMTP settings as Django names them.
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")

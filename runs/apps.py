@@ -25,10 +25,18 @@ class RunsConfig(AppConfig):
 
     def ready(self) -> None:
         from runs import signals, stored_plans
-        from runs.checks import chain_key_check, check_call_hooks, check_pipelines
+        from runs.checks import (
+            chain_key_check,
+            check_call_hooks,
+            check_notifications,
+            check_pipelines,
+            check_secret_key,
+        )
 
         connection_created.connect(_register_sqlite_guard, dispatch_uid="resumer_sqlite_guard")
         checks.register(check_pipelines, "resumer")
         checks.register(check_call_hooks, "resumer")
         checks.register(chain_key_check, checks.Tags.security)
+        checks.register(check_secret_key, checks.Tags.security)
+        checks.register(check_notifications, "resumer")
         signals.run_stopped.connect(stored_plans.on_run_stopped, dispatch_uid="resumer_plan")

@@ -1,7 +1,8 @@
 """System checks run at start-up (every manage.py command that checks, workers included):
 each RESUMER_PIPELINES entry imports, is a Pipeline and has a name of its own, and
-RESUMER_CALL_HOOKS names a CallHooks class; in production, the chain key is set. A mistake
-stops the process with its id instead of surfacing as an UnknownPipeline on the first job."""
+RESUMER_CALL_HOOKS names a CallHooks class; in production, SECRET_KEY and the chain key are
+set; the notification settings make sense. A mistake stops the process with its id instead of
+surfacing later, as an UnknownPipeline on the first job or a failed delivery."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from runs.hooks import CallHooks
@@ -104,3 +106,61 @@ def chain_key_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
             id="runs.W002",
         )
     ]
+
+
+def check_secret_key(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Production has no development key to fall back on: without SECRET_KEY, nothing that
+    signs (sessions, CSRF, password resets) works, so say so before the first request."""
+    if not settings.PRODUCTION:
+        return []
+    try:
+        key = settings.SECRET_KEY
+    except ImproperlyConfigured:  # Django's answer to reading an empty key
+        key = ""
+    if key:
+        return []
+    return [
+        Error(
+            "SECRET_KEY is not set, and RESUMER_ENV=production uses no development key.",
+            hint="Set SECRET_KEY to a long random string, the same on every web process.",
+            id="runs.E005",
+        )
+    ]
+
+
+def check_notifications(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """A webhook is signed and spoken to over HTTP(S); retries wait whole seconds >= 0."""
+    messages: list[CheckMessage] = []
+    url = settings.RESUMER_WEBHOOK_URL
+    if url and not settings.RESUMER_WEBHOOK_SECRET:
+        # Receivers tell Resumer's messages from anyone else's by the signature: no unsigned mode.
+        messages.append(
+            Error(
+                "RESUMER_WEBHOOK_URL is set but RESUMER_WEBHOOK_SECRET is not: webhook "
+                "messages are always signed.",
+                hint="Set RESUMER_WEBHOOK_SECRET to the key the receiver checks signatures with.",
+                id="runs.E006",
+            )
+        )
+    if url and not url.startswith(("https://", "http://")):
+        messages.append(
+            Error(
+                f"RESUMER_WEBHOOK_URL {url!r} is not an http:// or https:// URL.",
+                id="runs.E007",
+            )
+        )
+    wrong = [
+        v
+        for v in settings.RESUMER_NOTIFY_BACKOFF
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0
+    ]
+    if wrong:
+        messages.append(
+            Error(
+                "RESUMER_NOTIFY_BACKOFF takes whole seconds >= 0; "
+                f"not {', '.join(repr(v) for v in wrong)}.",
+                hint="Give comma-separated seconds, one per retry, e.g. 10,60,300.",
+                id="runs.E008",
+            )
+        )
+    return messages

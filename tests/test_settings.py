@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.processes import ROOT
 
 # Variables this test process (or its CI) may carry that would change what a subprocess sees.
@@ -22,6 +24,8 @@ SCRUBBED = (
     "RESUMER_CHAIN_KEY",
     "RESUMER_PIPELINES",
     "RESUMER_CALL_HOOKS",
+    "RESUMER_WEBHOOK_URL",
+    "RESUMER_WEBHOOK_SECRET",
     "RESUMER_NOTIFY_EMAILS",
     "RESUMER_NOTIFY_BACKOFF",
     "CSRF_TRUSTED_ORIGINS",
@@ -141,11 +145,45 @@ def test_production_without_a_chain_key_warns_that_heads_are_not_anchored(tmp_pa
 
 
 def test_production_refuses_to_start_without_a_secret_key(tmp_path):
-    result = manage(
-        "check", env={"RESUMER_ENV": "production", "ALLOWED_HOSTS": "example.com"}, var_dir=tmp_path
-    )
+    # A system check says so, not a traceback from settings.py; `check --deploy` as well.
+    for deploy in ([], ["--deploy"]):
+        result = manage(
+            "check",
+            *deploy,
+            env={"RESUMER_ENV": "production", "ALLOWED_HOSTS": "example.com"},
+            var_dir=tmp_path,
+        )
+        assert result.returncode != 0
+        assert "runs.E005" in result.stderr
+        assert "SECRET_KEY is not set" in result.stderr
+        assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "check_id", "says"),
+    [
+        (
+            {"RESUMER_WEBHOOK_URL": "https://hooks.example/r"},
+            "runs.E006",
+            "RESUMER_WEBHOOK_SECRET is not",
+        ),
+        (
+            {"RESUMER_WEBHOOK_URL": "hooks.example/r", "RESUMER_WEBHOOK_SECRET": "s3cret"},
+            "runs.E007",
+            "'hooks.example/r' is not an http:// or https:// URL",
+        ),
+        ({"RESUMER_NOTIFY_BACKOFF": "10,-1"}, "runs.E008", "not -1"),
+        ({"RESUMER_NOTIFY_BACKOFF": "10,1m"}, "runs.E008", "not '1m'"),
+    ],
+    ids=["webhook-without-secret", "webhook-not-http", "negative-backoff", "backoff-not-seconds"],
+)
+def test_notification_settings_that_make_no_sense_stop_manage_py_at_start_up(
+    tmp_path, env, check_id, says
+):
+    result = manage("check", env=env, var_dir=tmp_path)
     assert result.returncode != 0
-    assert "SECRET_KEY must be set" in result.stderr
+    assert check_id in result.stderr and says in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
 
 
 LIST_SETTINGS = """
