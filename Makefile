@@ -1,7 +1,7 @@
 # Resumer developer commands. The two that matter:
 #
-#   make run    # venv + deps, migrate, Redis, the demo service, demo data, one worker,
-#               # web server on :8000
+#   make run    # venv + deps, migrate, Redis; then honcho runs Procfile.dev: the demo
+#               # service, demo data, one worker, web server on :8000 (Ctrl-C stops them)
 #   make test   # venv + deps, chromium, Redis, ruff, pytest
 #
 # Everything runs from the virtualenv in $(VENV); nothing is installed system-wide except
@@ -22,11 +22,6 @@ PY := $(VENV)/bin/python
 MANAGE := $(PY) manage.py
 # Same directory the settings use (RESUMER_VAR_DIR, default var/).
 VAR ?= $(or $(RESUMER_VAR_DIR),var)
-WORKER_PID := $(VAR)/worker.pid
-WORKER_LOG := $(VAR)/worker.log
-WORKER_CMD := work
-DEMO_PID := $(VAR)/demo-service.pid
-DEMO_LOG := $(VAR)/demo-service.log
 
 # The settings read REDIS_URL and DEMO_SERVICE_URL from the environment; DATABASE_URL is
 # passed on by make on its own when given on the command line (`make test DATABASE_URL=...`).
@@ -49,23 +44,6 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-# $(call stop_pidfile,PIDFILE,NAME,PATTERN): TERM the process in PIDFILE (if it is still
-# running and its command line contains PATTERN, so a recycled pid is left alone), KILL it
-# after 10 s, remove the pidfile.
-define stop_pidfile
-if [ -f $(1) ]; then \
-  pid=$$(cat $(1)); \
-  args=$$(tr '\0' ' ' 2>/dev/null < /proc/$$pid/cmdline || ps -p "$$pid" -o args= 2>/dev/null || true); \
-  case "$$args" in *$(3)*) \
-    echo "Stopping $(2) (pid $$pid)"; \
-    kill -TERM "$$pid" 2>/dev/null || true; \
-    for _ in $$(seq 1 50); do kill -0 "$$pid" 2>/dev/null || break; sleep 0.2; done; \
-    kill -KILL "$$pid" 2>/dev/null || true;; \
-  esac; \
-  rm -f $(1); \
-fi
-endef
-
 .PHONY: help venv install run redis test test-redis chromium faults bench lint format clean stop
 
 help:
@@ -75,7 +53,7 @@ help:
 	@echo "make bench   run every bench/*.py script"
 	@echo "make lint    ruff check + ruff format --check"
 	@echo "make format  ruff format + ruff check --fix"
-	@echo "make stop    stop the worker, the demo service and the Redis that ensure_redis started"
+	@echo "make stop    stop the Redis that ensure_redis started"
 	@echo "make clean   remove var/ SQLite files and collected static files (keeps $(VENV))"
 
 # --- setup ---------------------------------------------------------------------------------
@@ -95,57 +73,35 @@ $(STAMP): $(REQUIREMENTS)
 
 # --- run -----------------------------------------------------------------------------------
 
-# One shell for the whole recipe: the trap must outlive the processes it stops. The demo
-# service and the worker run in the background (a background job of a non-interactive shell
-# ignores Ctrl-C), each under a supervisor that starts it again when it dies, so the trap
-# stops them when runserver exits, whether by Ctrl-C, a signal or an error. The demo service
-# comes first: seed_demo's runs render, upload, publish and charge there.
+# The steps before the processes run here; then honcho starts Procfile.dev's: the web server
+# (given PORT), the demo service and, once the demo service answers and seed_demo has put the
+# demo data in, the worker, which first prints RESUMER_BANNER. Ctrl-C (or any of them
+# exiting) stops them all; Redis keeps running.
 run: $(STAMP)
 	@mkdir -p $(VAR)
 	$(MANAGE) migrate --noinput
+	$(MANAGE) collectstatic --noinput --verbosity 0
 	@# Redis first: seed_demo queues stage jobs, which must not be lost.
 	$(MANAGE) ensure_redis | tee $(VAR)/redis.info
-	@$(call stop_pidfile,$(WORKER_PID),a worker left from an earlier run,manage.py)
-	@$(call stop_pidfile,$(DEMO_PID),a demo service left from an earlier run,manage.py)
-	@redis_info=$$(cat $(VAR)/redis.info); \
-	stop_all() { \
-	  $(call stop_pidfile,$(WORKER_PID),the worker,manage.py); \
-	  $(call stop_pidfile,$(DEMO_PID),the demo service,manage.py); \
-	}; \
-	trap 'stop_all; exit 130' INT TERM; \
-	trap stop_all EXIT; \
-	echo "=== demo service started $$(date -u +%FT%TZ) ===" >> $(DEMO_LOG); \
-	$(MANAGE) demo_service >> $(DEMO_LOG) 2>&1 & \
-	echo $$! > $(DEMO_PID); \
-	if ! $(MANAGE) demo_service --wait 60; then \
-	  echo "Last lines of $(DEMO_LOG):"; tail -n 20 $(DEMO_LOG); exit 1; \
-	fi; \
-	$(MANAGE) seed_demo; \
-	$(MANAGE) collectstatic --noinput --verbosity 0; \
-	echo "=== worker started $$(date -u +%FT%TZ) ===" >> $(WORKER_LOG); \
-	$(MANAGE) $(WORKER_CMD) >> $(WORKER_LOG) 2>&1 & \
-	echo $$! > $(WORKER_PID); \
-	sleep 1; \
-	if ! kill -0 "$$(cat $(WORKER_PID))" 2>/dev/null; then \
-	  echo "The worker exited at once; last lines of $(WORKER_LOG):"; tail -n 20 $(WORKER_LOG); exit 1; \
-	fi; \
-	echo; \
-	echo "==================================================================="; \
-	echo " Resumer is running"; \
-	echo "   App:     http://127.0.0.1:$(PORT)/"; \
-	echo "   Admin:   http://127.0.0.1:$(PORT)/admin/   (RQ queues: /admin/rq/)"; \
-	echo "   Logins:  viewer / viewer-demo-pass"; \
-	echo "            operator / operator-demo-pass"; \
-	echo "            supervisor / supervisor-demo-pass"; \
-	echo "   $$redis_info"; \
-	echo "   Worker:  pid $$(cat $(WORKER_PID)), log $(WORKER_LOG)"; \
-	echo "   Demo service (renderer, assets, platform, card): $(DEMO_SERVICE_URL)"; \
-	echo "            pid $$(cat $(DEMO_PID)), log $(DEMO_LOG)"; \
-	echo " Ctrl-C stops the web server, the worker and the demo service (Redis keeps running:"; \
-	echo " 'make stop' stops it too)."; \
-	echo "==================================================================="; \
-	echo; \
-	$(MANAGE) runserver 127.0.0.1:$(PORT)
+	@export RESUMER_BANNER="$$(printf '%s\n' \
+	  "" \
+	  "===================================================================" \
+	  " Resumer is running" \
+	  "   App:     http://127.0.0.1:$(PORT)/" \
+	  "   Admin:   http://127.0.0.1:$(PORT)/admin/   (RQ queues: /admin/rq/)" \
+	  "   Logins:  viewer / viewer-demo-pass" \
+	  "            operator / operator-demo-pass" \
+	  "            supervisor / supervisor-demo-pass" \
+	  "   $$(cat $(VAR)/redis.info)" \
+	  "   Worker:  its output is the lines marked worker.1" \
+	  "   Demo service (renderer, assets, platform, card): $(DEMO_SERVICE_URL)" \
+	  "            its output is the lines marked demo.1" \
+	  " Ctrl-C stops the web server, the worker and the demo service (Redis keeps running:" \
+	  " 'make stop' stops it too)." \
+	  "===================================================================" \
+	  "")"; \
+	export PATH="$(abspath $(VENV))/bin:$$PATH" PYTHONUNBUFFERED=1; \
+	exec honcho -f Procfile.dev start -p $(PORT)
 
 # Ensure the dev Redis (REDIS_URL) answers; .ci/run falls back to this.
 redis: $(STAMP)
@@ -203,10 +159,9 @@ format: $(STAMP)
 
 # --- housekeeping --------------------------------------------------------------------------
 
-# Stops what `make run` / ensure_redis started; a system or CI Redis is left alone.
+# Stops the Redis that ensure_redis started (make run's other processes end with it); a
+# system or CI Redis is left alone.
 stop:
-	@$(call stop_pidfile,$(WORKER_PID),the worker,manage.py)
-	@$(call stop_pidfile,$(DEMO_PID),the demo service,manage.py)
 	@if [ -x $(PY) ]; then \
 	  $(MANAGE) ensure_redis --stop; \
 	  a='$(REDIS_URL)'; b='$(TEST_REDIS_URL)'; \
