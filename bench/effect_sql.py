@@ -51,8 +51,9 @@ def child(n_lo: int, n_hi: int, rounds: int) -> None:
     from django.conf import settings
     from django.db import connection
 
-    from runs import dialects, leases
-    from runs.append import create_run
+    from runs.ledger import leases
+    from runs.ledger import sql as dialects
+    from runs.ledger.append import create_run
     from runs.pipeline import Pipeline, Stage, StageOutput, registry
 
     pipeline = Pipeline(

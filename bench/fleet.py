@@ -78,7 +78,7 @@ class Fleet:
         self.thread: threading.Thread | None = None
 
     def _spawn(self) -> subprocess.Popen:
-        from runs import worker
+        from runs.execution import worker
 
         self.started += 1
         log = open(self.log_dir / f"worker-{self.started:03d}.log", "wb")  # noqa: SIM115
@@ -346,9 +346,10 @@ def child_drill(workers: int, runs: int, outage: float, var_dir: Path) -> None:
     from django.db.models import Max
     from django.utils import timezone
 
-    from runs import jobs, triage
+    from runs import jobs
     from runs.models import Effect, Event, GroupApproval, Run
-    from runs.resume import STRICT
+    from runs.planning import triage
+    from runs.planning.resume import STRICT
 
     ttl = float(settings.RESUMER_LEASE_TTL)
     interval = float(settings.RESUMER_SWEEP_INTERVAL)

@@ -113,9 +113,9 @@ def child(db: str, events: int, rounds: int) -> None:
     _common.setup_django()
     from django.db import connection, transaction
 
-    from runs import leases
-    from runs.append import Writer, append, create_run
-    from runs.chain import canonical_json, verify_chain
+    from runs.ledger import leases
+    from runs.ledger.append import Writer, append, create_run
+    from runs.ledger.chain import canonical_json, verify_chain
     from runs.models import Event
 
     with connection.cursor() as cursor:

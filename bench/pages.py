@@ -141,7 +141,7 @@ def _load(runs: int, events: int) -> int:
     """Insert `runs` runs and `events` events; one run holds a tenth of all events."""
     from django.db import transaction
 
-    from runs.chain import event_hash, hashed_content
+    from runs.ledger.chain import event_hash, hashed_content
     from runs.models import Event, Lease, Run
 
     statuses = [s for s in Run.Status.values]

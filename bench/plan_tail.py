@@ -74,7 +74,7 @@ def add_filler(run, count: int, batch: int = 5000) -> None:
     from django.db import transaction
     from django.db.models import F
 
-    from runs.chain import event_hash, hashed_content
+    from runs.ledger.chain import event_hash, hashed_content
     from runs.models import Event, Run
 
     with transaction.atomic():
@@ -140,9 +140,9 @@ def child(db: str, long_events: int, repeat: int) -> None:
     from django.test.utils import CaptureQueriesContext
 
     from demo.simulators import ensure_topic
-    from runs.chain import verify_chain
+    from runs.ledger.chain import verify_chain
     from runs.models import Checkpoint, Run
-    from runs.planner import compute_plan
+    from runs.planning.planner import compute_plan
 
     ensure_topic()
     real = count_real_events()

@@ -97,10 +97,12 @@ def child(db: str, n_lo: int, n_hi: int, rounds: int, profile: str = "") -> None
     from django.core.management import call_command
     from django.db import connection
 
-    from runs import dialects, engine, leases, resume
-    from runs.append import Writer, append, create_run
-    from runs.chain import canonical_json
-    from runs.hooks import CallHooks
+    from runs import engine
+    from runs.execution.hooks import CallHooks
+    from runs.ledger import leases
+    from runs.ledger import sql as dialects
+    from runs.ledger.append import Writer, append, create_run
+    from runs.ledger.chain import canonical_json
     from runs.models import Effect, Event, ReplayPolicy, Run
     from runs.pipeline import (
         Call,
@@ -114,7 +116,8 @@ def child(db: str, n_lo: int, n_hi: int, rounds: int, profile: str = "") -> None
         Tool,
         registry,
     )
-    from runs.planner import compute_plan
+    from runs.planning import resume
+    from runs.planning.planner import compute_plan
 
     call_command("migrate", verbosity=0)
 

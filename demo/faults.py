@@ -40,8 +40,8 @@ from django.db import transaction
 
 from demo.models import RunFaults
 from demo_service.process import ServiceClient
-from runs import engine
-from runs.hooks import CallHooks
+from runs.execution import engine
+from runs.execution.hooks import CallHooks
 from runs.models import Effect, Run
 from runs.pipeline import InvalidInput, OutcomeUnknown, Pipeline, registry
 from runs.tools.http import spec_of

@@ -3,8 +3,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from runs import queue_admin
-from runs.urls import pipeline_urlpatterns
+from runs.dashboard import queue_admin
+from runs.dashboard.urls import pipeline_urlpatterns
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="runs:inbox", permanent=False)),
@@ -12,6 +12,6 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/rq/", include(queue_admin.urls)),
     path("admin/", admin.site.urls),
-    path("runs/", include("runs.urls")),
+    path("runs/", include("runs.dashboard.urls")),
     path("pipelines/", include((pipeline_urlpatterns, "pipelines"))),
 ]

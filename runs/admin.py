@@ -20,10 +20,11 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
-from runs import notify, roles
-from runs.append import LedgerError
-from runs.edits import edit_effect
-from runs.forms import EffectLedgerForm
+from runs import notify
+from runs.dashboard import roles
+from runs.dashboard.forms import EffectLedgerForm
+from runs.ledger.append import LedgerError
+from runs.ledger.edits import edit_effect
 from runs.models import (
     Artifact,
     Checkpoint,

@@ -24,7 +24,7 @@ class RunsConfig(AppConfig):
     verbose_name = "Resumer runs"
 
     def ready(self) -> None:
-        from runs import signals, stored_plans
+        from runs import signals
         from runs.checks import (
             chain_key_check,
             check_call_hooks,
@@ -32,6 +32,7 @@ class RunsConfig(AppConfig):
             check_pipelines,
             check_secret_key,
         )
+        from runs.planning import stored_plans
 
         connection_created.connect(_register_sqlite_guard, dispatch_uid="resumer_sqlite_guard")
         checks.register(check_pipelines, "resumer")

@@ -13,7 +13,7 @@ from django.core.checks import CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from runs.hooks import CallHooks
+from runs.execution.hooks import CallHooks
 from runs.pipeline import Pipeline
 
 

@@ -9,7 +9,8 @@ import django_rq
 from django.conf import settings
 from django.db import close_old_connections, connections
 
-from runs import engine, hooks, notify
+from runs import notify
+from runs.execution import engine, hooks
 
 
 def job_id(run_pk: int, ticket: str) -> str:
@@ -61,8 +62,8 @@ def enqueue_plan(run_pk: int) -> None:
 
 def compute_plan(run_pk: int) -> str:
     """Compute and store a stopped run's plan (it asks the run's targets)."""
-    from runs import stored_plans
     from runs.models import Run
+    from runs.planning import stored_plans
 
     close_old_connections()
     try:
@@ -103,7 +104,7 @@ def enqueue_batch(batch_id: str, runs: int) -> None:
 
 def approve_batch(batch_id: str) -> str:
     """Carry out a group approval the dashboard recorded (triage.run_batch)."""
-    from runs import triage
+    from runs.planning import triage
 
     close_old_connections()
     try:

@@ -22,7 +22,7 @@ from django.utils.module_loading import import_string
 from runs.models import ReplayPolicy
 
 if TYPE_CHECKING:
-    from runs.engine import StageContext
+    from runs.execution.engine import StageContext
     from runs.models import Effect
 
 KEY_SEPARATOR = "\x1f"

@@ -19,7 +19,7 @@ from django.test import TransactionTestCase
 
 from demo import faults
 from demo_service.process import ServiceProcess
-from runs.maintenance import maintenance
+from runs.ledger.maintenance import maintenance
 from runs.models import Run
 from tests.support.processes import Workers, wait_for
 from tests.support.state import run_status

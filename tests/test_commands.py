@@ -11,9 +11,9 @@ from django.db import connection
 from django.test import override_settings
 
 from demo.models import RunFaults
-from runs import leases
-from runs.append import Writer, append, create_run
-from runs.maintenance import maintenance
+from runs.ledger import leases
+from runs.ledger.append import Writer, append, create_run
+from runs.ledger.maintenance import maintenance
 from runs.models import Event, Run
 
 

@@ -15,8 +15,8 @@ from django.core import checks
 from runs import engine
 from runs.models import Checkpoint, Effect, Event, Run
 from runs.pipeline import registry
-from runs.planner import Action, compute_plan
-from runs.resume import STRICT, approve
+from runs.planning.planner import Action, compute_plan
+from runs.planning.resume import STRICT, approve
 from tests.support.state import event_of, new_account, wait_settled
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

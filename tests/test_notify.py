@@ -30,8 +30,11 @@ from rq import Queue
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 
-from runs import engine, jobs, leases, notify, roles, sweeper
-from runs.append import Writer, append
+from runs import engine, jobs, notify
+from runs.dashboard import roles
+from runs.execution import sweeper
+from runs.ledger import leases
+from runs.ledger.append import Writer, append
 from runs.models import Delivery, Event, Notification, NotificationRun, Run
 from tests.support.processes import free_port, wait_for
 

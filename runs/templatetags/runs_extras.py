@@ -14,8 +14,8 @@ from django import template
 from django.utils import timezone
 from django.utils.timesince import timesince
 
-from runs import roles
-from runs.planner import Action
+from runs.dashboard import roles
+from runs.planning.planner import Action
 
 register = template.Library()
 

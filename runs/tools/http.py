@@ -61,7 +61,7 @@ from runs.models import ReplayPolicy
 from runs.pipeline import KeyParts, Reconciliation, Tool, ToolRejected
 
 if TYPE_CHECKING:
-    from runs.engine import StageContext
+    from runs.execution.engine import StageContext
     from runs.models import Effect, Run
 
 # Headers worth keeping in the record. Nothing else is recorded, so credentials
@@ -155,7 +155,7 @@ def _body(
             return {"body": data.decode()}
         except UnicodeDecodeError:
             pass
-    from runs import artifacts
+    from runs.ledger import artifacts
 
     stored = artifacts.store(
         ARTIFACT_NAME_RE.sub("-", name),

@@ -241,7 +241,7 @@ def metered_per_tool(marks: Marks) -> dict[str, int]:
 def final_artifacts(run) -> dict[str, str]:
     """sha256 per logical artifact name (facts, draft, image-*, form) of the newest checkpoint
     of every stage: content, not uri, so two runs compare."""
-    from runs.checkpoints import latest_checkpoint
+    from runs.ledger.checkpoints import latest_checkpoint
     from runs.pipeline import registry
 
     hashes: dict[str, str] = {}
@@ -256,7 +256,7 @@ def final_artifacts(run) -> dict[str, str]:
 
 def chain_problems(run_pk: int) -> list[str]:
     """Seq must run 1..N without a gap and every hash link must hold."""
-    from runs.chain import verify_chain
+    from runs.ledger.chain import verify_chain
     from runs.models import Event
 
     problems = []
@@ -326,7 +326,7 @@ def event_payload(event) -> dict:
     """An event's payload, wherever it is stored (a large one is an artifact)."""
     import json
 
-    from runs import artifacts
+    from runs.ledger import artifacts
 
     return json.loads(artifacts.read(event.payload_ref)) if event.payload_ref else event.payload
 
@@ -376,9 +376,9 @@ def resolve_never_effects(plan, *, actor: str = "user:supervisor") -> list[str]:
     by the delivery key the charge carried (its Idempotency-Key), and record what was found,
     with a reason. Returns a line per resolution; a blocker it cannot resolve is left for the
     caller to report."""
-    from runs.edits import edit_effect
+    from runs.ledger.edits import edit_effect
     from runs.models import Effect
-    from runs.planner import Action
+    from runs.planning.planner import Action
 
     done = []
     for line in plan.effects:
@@ -459,7 +459,7 @@ def _drive(case: Case, workers: Workers, reference: dict[str, str], result: Case
     from demo import faults
     from runs.models import Run, StoredPlan
     from runs.pipeline import registry
-    from runs.planner import compute_plan
+    from runs.planning.planner import compute_plan
 
     pipeline = registry.get(PIPELINE)
     marks = Marks.now()
@@ -525,8 +525,8 @@ def resume_and_check(
     blocks the stopped run's plan in the ledger, an operator approves the strict resume, fresh
     workers carry it out, and every invariant is checked on what it did to the world."""
     from runs.models import Run
-    from runs.planner import compute_plan
-    from runs.resume import STRICT, approve
+    from runs.planning.planner import compute_plan
+    from runs.planning.resume import STRICT, approve
 
     if plan.blockers:
         result.supervisor = "; ".join(resolve_never_effects(plan)) or "nothing to resolve"
@@ -551,7 +551,7 @@ def world_checks(result: CaseResult, run, marks: Marks, reference: dict[str, str
     """What a finished case must have left in the outside world and the ledger: one article,
     one billed upload per asset, one billed render per key, at most one charge, every effect
     settled, outputs naming what is live, the reference artifacts, a sound log."""
-    from runs.checkpoints import latest_checkpoint
+    from runs.ledger.checkpoints import latest_checkpoint
     from runs.models import Effect
     from runs.pipeline import registry
 

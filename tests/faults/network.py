@@ -143,7 +143,7 @@ def fault_acted(fault: str, exchanges: list[dict]) -> bool:
 
 def expected_action(policy: str, fault: str) -> str:
     from runs.models import ReplayPolicy
-    from runs.replay import Action
+    from runs.planning.replay import Action
 
     if policy == ReplayPolicy.IDEMPOTENT:
         return Action.RETRY_SAME_KEY
@@ -180,10 +180,10 @@ def run_network_case(
 
 def _drive(case: NetworkCase, workers: Workers, service, reference, result: CaseResult) -> None:
     from demo import faults
-    from runs import stored_plans
     from runs.models import Event, ReplayPolicy, Run, StoredPlan
     from runs.pipeline import registry
-    from runs.planner import compute_plan
+    from runs.planning import stored_plans
+    from runs.planning.planner import compute_plan
 
     pipeline = registry.get(PIPELINE)
     call = next(c for c in pipeline.stage(case.stage).calls if c.call_id == case.call)

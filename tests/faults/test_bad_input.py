@@ -22,13 +22,15 @@ from django.test import Client
 from demo import faults
 from demo.models import RunFaults
 from demo.simulators import publish_facts
-from runs import artifacts, engine, jobs, roles
-from runs.append import LedgerError, Writer, append
-from runs.edits import edit_effect
+from runs import engine, jobs
+from runs.dashboard import roles
+from runs.ledger import artifacts, leases
+from runs.ledger.append import LedgerError, Writer, append
+from runs.ledger.edits import edit_effect
 from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run
 from runs.pipeline import InvalidInput, UnknownPipeline
-from runs.planner import compute_plan
-from runs.resume import STRICT, UPGRADE, ResumeRefused, StalePlan, approve, load_run
+from runs.planning.planner import compute_plan
+from runs.planning.resume import STRICT, UPGRADE, ResumeRefused, StalePlan, approve, load_run
 from tests.faults.matrix import chain_problems
 from tests.support.state import new_account
 
@@ -450,14 +452,14 @@ def test_a_deleted_artifact_in_the_dashboard_is_a_404(operator_client, draft_blo
 
 
 def test_an_oversized_event_payload_is_refused_and_writes_nothing(failed_run, settings):
-    token = engine.leases.acquire(failed_run.pk, "test:writer")
+    token = leases.acquire(failed_run.pk, "test:writer")
     writer = Writer(failed_run.pk, token, "test:writer")
     before = snapshot()
     huge = {"blob": "x" * (settings.RESUMER_MAX_PAYLOAD_BYTES + 1)}
     with pytest.raises(LedgerError, match="exceeds the limit"):
         append(writer, Event.Type.TOOL_RESULT, stage="visual", payload=huge)
     assert snapshot() == before
-    engine.leases.release(failed_run.pk, token)
+    leases.release(failed_run.pk, token)
 
 
 def test_a_tool_result_too_large_to_record_fails_the_stage_cleanly(

@@ -15,10 +15,11 @@ from django.db import connection
 from rq.job import Job, JobStatus
 
 from demo import faults
-from runs import jobs, sweeper
+from runs import jobs
+from runs.execution import sweeper
 from runs.models import Checkpoint, Effect, Event, Lease, Run
-from runs.planner import Action, compute_plan
-from runs.resume import STRICT, ResumeRefused, approve
+from runs.planning.planner import Action, compute_plan
+from runs.planning.resume import STRICT, ResumeRefused, approve
 from tests.faults import matrix
 from tests.faults.matrix import Marks, once_problems
 from tests.support.processes import PrivateRedis, wait_for

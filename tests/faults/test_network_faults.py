@@ -14,9 +14,9 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from runs import roles
+from runs.dashboard import roles
 from runs.models import Effect, Run, StoredPlan
-from runs.replay import Action
+from runs.planning.replay import Action
 from tests.faults import network
 from tests.support.processes import wait_for
 from tests.support.state import new_account, wait_settled

@@ -18,8 +18,8 @@ from rq import Worker
 
 from demo import faults
 from demo.models import SimCall
-from runs import triage
 from runs.models import Event, Run
+from runs.planning import triage
 from tests.faults import matrix
 from tests.support.processes import PrivateRedis, Workers, wait_for
 from tests.support.state import new_account

@@ -14,10 +14,12 @@ from rq.job import Job, JobStatus
 
 from demo import faults
 from demo.simulators import publish_facts
-from runs import engine, jobs, leases, sweeper
+from runs import engine, jobs
+from runs.execution import sweeper
+from runs.ledger import leases
 from runs.models import Event, Run
-from runs.planner import compute_plan
-from runs.resume import STRICT, UPGRADE, AlreadyApproved, ResumeRefused, StalePlan, approve
+from runs.planning.planner import compute_plan
+from runs.planning.resume import STRICT, UPGRADE, AlreadyApproved, ResumeRefused, StalePlan, approve
 from tests.faults.matrix import Marks, once_problems
 from tests.support.processes import Workers, wait_for
 from tests.support.state import event_of, new_account, wait_settled

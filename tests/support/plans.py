@@ -25,9 +25,12 @@ from django.core.files.storage import default_storage
 from django.db import connection
 
 from demo import faults
-from runs import artifacts, engine, stored_plans, sweeper
-from runs.maintenance import maintenance
+from runs import engine
+from runs.execution import sweeper
+from runs.ledger import artifacts
+from runs.ledger.maintenance import maintenance
 from runs.models import Checkpoint, Effect, Event, Lease, Run
+from runs.planning import stored_plans
 from tests.support.processes import Workers, wait_for
 from tests.support.state import run_status
 
@@ -53,7 +56,7 @@ def run_in_process(options: dict[str, Any] | None = None) -> Run:
 def stopped_in_process(options: dict[str, Any] | None = None) -> Run:
     """run_in_process, then what a worker's plan job does once a run stops: its plan is
     computed (asking its targets) and stored. Tests without workers never run that job."""
-    from runs import stored_plans
+    from runs.planning import stored_plans
 
     run = run_in_process(options)
     if run.is_resumable:
@@ -97,8 +100,8 @@ def resumed_inline(options: dict[str, Any]) -> Run:
     """A run that stopped where `options` say, was approved for a strict resume, and then ran
     to its end: every stage executed in this process (seed_demo.run_inline), no Redis."""
     from demo.management.commands.seed_demo import run_inline
-    from runs.planner import compute_plan
-    from runs.resume import approve
+    from runs.planning.planner import compute_plan
+    from runs.planning.resume import approve
 
     run = faults.start_run("content", {}, actor="test", faults=options, enqueue=False)
     run = run_inline(run.pk)

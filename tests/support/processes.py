@@ -118,7 +118,7 @@ class Workers:
         name = f"worker-{self.started:03d}{'-' + label if label else ''}.log"
         path = self.log_dir / name.replace("/", "_")
         log = open(path, "wb")  # noqa: SIM115 - handed to the child, closed with it
-        from runs import worker  # Django is set up by now
+        from runs.execution import worker  # Django is set up by now
 
         proc = subprocess.Popen(
             worker.command(burst=burst),

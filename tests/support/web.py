@@ -7,7 +7,7 @@ from django.test import Client
 
 def client_as(role: str, **kwargs) -> Client:
     """A client logged in as a user of `role` (viewer, operator, supervisor)."""
-    from runs import roles
+    from runs.dashboard import roles
 
     user, _ = roles.ensure_user(role, f"{role}-test-pass", role)
     client = Client(**kwargs)

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from demo_service.process import ServiceClient
-from runs.supervisor import supervise
+from runs.execution.supervisor import supervise
 
 
 class Command(BaseCommand):

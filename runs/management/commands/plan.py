@@ -4,10 +4,10 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from runs import triage
-from runs.planner import compute_plan
-from runs.report import plan_as_text
-from runs.resume import ResumeRefused, load_run
+from runs.planning import triage
+from runs.planning.planner import compute_plan
+from runs.planning.report import plan_as_text
+from runs.planning.resume import ResumeRefused, load_run
 
 
 class Command(BaseCommand):

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from runs import triage
-from runs.resume import STRICT, UPGRADE, AlreadyApproved, ResumeRefused, approve, load_run
+from runs.planning import triage
+from runs.planning.resume import STRICT, UPGRADE, AlreadyApproved, ResumeRefused, approve, load_run
 
 
 class Command(BaseCommand):

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from runs import engine
+from runs.execution import engine
 from runs.models import Run
 from runs.pipeline import InvalidInput, UnknownPipeline
 

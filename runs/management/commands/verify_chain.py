@@ -3,9 +3,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from runs.chain import ANCHORS_NOT_CHECKED, verify_chain
+from runs.ledger.chain import ANCHORS_NOT_CHECKED, verify_chain
 from runs.models import Run
-from runs.resume import ResumeRefused, load_run
+from runs.planning.resume import ResumeRefused, load_run
 
 
 class Command(BaseCommand):

@@ -7,8 +7,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from runs import worker
-from runs.supervisor import supervise
+from runs.execution import worker
+from runs.execution.supervisor import supervise
 
 
 class Command(BaseCommand):

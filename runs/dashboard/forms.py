@@ -1,0 +1,211 @@
+"""Forms: the inbox filters, the approval of a plan, and the supervisor's ledger edit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from runs.dashboard import queries, stats
+from runs.dashboard.stops import ReasonKind
+from runs.ledger.edits import EDITABLE_EFFECT_FIELDS, MAX_EDIT_REASON_CHARS
+from runs.models import Effect, Run
+from runs.pipeline import registry
+from runs.planning.resume import STRICT, UPGRADE
+
+
+class InboxFilterForm(forms.Form):
+    q = forms.CharField(
+        label="Run id",
+        required=False,
+        max_length=40,
+        widget=forms.TextInput(attrs={"placeholder": "run-123", "inputmode": "search"}),
+    )
+    status = forms.ChoiceField(label="Status", required=False)
+    pipeline = forms.ChoiceField(label="Pipeline", required=False)
+    stage = forms.ChoiceField(label="Stage", required=False)
+    reason = forms.ChoiceField(
+        label="Why it stopped",
+        required=False,
+        choices=[("", "Any")] + list(ReasonKind.choices),
+        error_messages={
+            "invalid_choice": "Choose why runs stopped: "
+            + ", ".join(ReasonKind.values)
+            + ", or any."
+        },
+    )
+    # The id of the last run of the previous page (keyset paging).
+    after = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    # The runs of one notification: the link in a message about many runs (runs/notify.py).
+    notice = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        anything = [("", "Any")]
+        self.fields["status"].choices = anything + list(Run.Status.choices)
+        self.fields["pipeline"].choices = anything + [(p, p) for p in registry.names()]
+        self.fields["stage"].choices = anything + [(s, s) for s in queries.stage_choices()]
+
+    def clean_q(self) -> int | None:
+        value = self.cleaned_data["q"].strip()
+        if not value:
+            return None
+        pk = Run.pk_from_public_id(value if value.startswith("run-") else f"run-{value}")
+        if pk is None:
+            raise forms.ValidationError("Search by run id, for example run-123.")
+        return pk
+
+    def filters(self) -> queries.InboxFilters:
+        data = self.cleaned_data
+        return queries.InboxFilters(
+            status=data.get("status") or "",
+            pipeline=data.get("pipeline") or "",
+            stage=data.get("stage") or "",
+            run_pk=data.get("q"),
+            notice=data.get("notice"),
+            reason=data.get("reason") or "",
+        )
+
+
+class PipelineWindowForm(forms.Form):
+    """How many of a pipeline's most recent runs its page looks at (`?runs=100`)."""
+
+    runs = forms.TypedChoiceField(
+        label="Look at the last",
+        choices=[(n, f"{n} runs") for n in stats.WINDOWS],
+        coerce=int,
+        error_messages={
+            "invalid_choice": "Choose how many recent runs to look at: "
+            + ", ".join(str(n) for n in stats.WINDOWS)
+            + "."
+        },
+    )
+
+    def __init__(self, data: Any = None, **kwargs: Any) -> None:
+        # No parameter means the default window, shown as selected in the form.
+        data = data.copy() if data is not None else {}
+        data.setdefault("runs", str(stats.DEFAULT_WINDOW))
+        super().__init__(data, **kwargs)
+
+
+class ApproveForm(forms.Form):
+    action = forms.ChoiceField(choices=[(STRICT, "Strict resume"), (UPGRADE, "Upgrade")])
+    fingerprint = forms.RegexField(regex=r"^[0-9a-f]{64}$", max_length=64)
+    # The confirmation step that works without JavaScript: the operator ticks it after
+    # reading what the button will do.
+    confirm = forms.BooleanField(
+        label="I have read the plan",
+        error_messages={"required": "Tick “I have read the plan” to confirm."},
+    )
+
+
+class RunIdsField(forms.Field):
+    """Run ids as the group page sends them: one value per ticked box ("run-12" or "12"), or
+    one comma-separated value (the runs the page showed)."""
+
+    widget = forms.MultipleHiddenInput
+    default_error_messages = {
+        "invalid": "%(value)s is not a run id (e.g. run-123).",
+        "too_many": "At most %(max)s runs in one approval.",
+    }
+    MAX_RUNS = 10_000
+
+    def to_python(self, value: Any) -> list[int]:
+        values = value.split(",") if isinstance(value, str) else list(value or [])
+        values = [str(item).strip() for item in values if str(item).strip()]
+        if len(values) > self.MAX_RUNS:
+            raise forms.ValidationError(
+                self.error_messages["too_many"], code="too_many", params={"max": self.MAX_RUNS}
+            )
+        pks = []
+        for text in values:
+            pk = Run.pk_from_public_id(text if text.startswith("run-") else f"run-{text}")
+            if pk is None:
+                raise forms.ValidationError(
+                    self.error_messages["invalid"], code="invalid", params={"value": text[:40]}
+                )
+            pks.append(pk)
+        return pks
+
+
+GROUP_SCOPES = [("all", "Every run shown"), ("selected", "The ticked runs")]
+
+
+class GroupApproveForm(forms.Form):
+    """The approval of a group of runs (runs/triage.py): the group fingerprint that was read,
+    and either every run the page showed (`shown`, one comma-separated field whatever the
+    group's size) or the ticked ones. A run that left the group since the page was shown is
+    not a form error: approve_group skips it and lists its fresh plan. A run that joined the
+    group since is not approved: nobody saw it."""
+
+    action = forms.ChoiceField(choices=[(STRICT, "Strict resume"), (UPGRADE, "Upgrade")])
+    fingerprint = forms.RegexField(regex=r"^[0-9a-f]{64}$", max_length=64)
+    scope = forms.ChoiceField(choices=GROUP_SCOPES)
+    shown = RunIdsField(required=False, widget=forms.HiddenInput)
+    runs = RunIdsField(required=False)
+    confirm = forms.BooleanField(
+        label="I have read the group's plan",
+        error_messages={"required": "Tick “I have read the group's plan” to confirm."},
+    )
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        scope = cleaned.get("scope")
+        if scope == "selected" and not cleaned.get("runs"):
+            self.add_error("runs", "Tick at least one run to approve.")
+        elif scope == "all" and not cleaned.get("shown"):
+            self.add_error("shown", "The page did not say which runs it showed; reload it.")
+        return cleaned
+
+    def run_ids(self) -> list[int]:
+        data = self.cleaned_data
+        return data["runs"] if data["scope"] == "selected" else data["shown"]
+
+
+class EffectLedgerForm(forms.ModelForm):
+    """A supervisor's correction of one effect. It only validates what was typed: EffectAdmin
+    applies it through edits.edit_effect() (reason required, the run's lease taken,
+    LEDGER_EDITED appended), never a plain save."""
+
+    reason = forms.CharField(
+        label="Reason",
+        max_length=MAX_EDIT_REASON_CHARS,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="Why this correction is right (e.g. “checked with the card processor: "
+        "no charge was made”). Recorded in the run's event log with your user name.",
+    )
+    # Set per request by the admin when the ledger refused this very submission (the run
+    # became active, a worker holds its lease, nothing changed): shown as the form's error.
+    refusal = ""
+
+    class Meta:
+        model = Effect
+        fields = list(EDITABLE_EFFECT_FIELDS)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if self.refusal:
+            raise forms.ValidationError(self.refusal)
+        return cleaned
+
+    def is_valid(self) -> bool:
+        if super().is_valid():
+            return True
+        self._restore_instance()
+        return False
+
+    def changes(self) -> dict[str, Any]:
+        """The fields the supervisor changed, with their new values."""
+        return {
+            name: self.cleaned_data[name]
+            for name in EDITABLE_EFFECT_FIELDS
+            if name in self.changed_data
+        }
+
+    def _restore_instance(self) -> None:
+        # Validation copied the submitted values onto the instance; the page that shows the
+        # error names the effect by it ("charge_card:promote-charge [failed]"), which must
+        # say what the ledger holds, not what was refused.
+        for name in EDITABLE_EFFECT_FIELDS:
+            if name in self.initial:
+                setattr(self.instance, name, self.initial[name])

@@ -1,0 +1,153 @@
+"""Why a run stopped, in one plain sentence, and the kinds of reason the inbox filters by.
+
+The sentence is read off the event that stopped the run (INTERRUPTED, FAILED,
+NEEDS_APPROVAL) or, for resumed work that departed from its approved plan, its PLAN_DEVIATED
+event: its type, stage and payload (call, tool, error, reason). Where the event names a call,
+the sentence says what is at stake for it: the run's stored plan's action for that call when
+one was computed after the stop, or else what the tool's replay policy alone says.
+
+    worker lost during upload-cover; the resume retries it with the same key
+    publish timed out; the target has it: the resume records it, no second publish
+    promote-charge timed out: a supervisor must decide
+
+Pure: no query, no target. The inbox (runs/queries.py) gathers the events and plans.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.db import models
+
+from runs.models import EventType, ReplayPolicy
+from runs.planning.replay import Action
+
+
+class ReasonKind(models.TextChoices):
+    """What the inbox filters stopped runs by. Kinds overlap: a failed run's plan may also be
+    blocked or drifted. Every stopped run is interrupted or failed."""
+
+    # The worker or its queued job went away (status interrupted).
+    INTERRUPTED = "interrupted", "Interrupted: the worker went away"
+    # The stage failed, an outcome is unknown, or the engine stopped before an effect it must
+    # not guess about (status failed or needs approval).
+    FAILED = "failed", "Failed or stopped for a decision"
+    # The stored plan has a blocker: nothing can be approved until a supervisor resolves it.
+    BLOCKED = "blocked", "Blocked: a supervisor decides first"
+    # The resumed work departed from its approved plan (Run.deviated).
+    DEVIATED = "deviated", "Deviated from its approved plan"
+    # A pinned input has a newer version than the run was started with (the stored plan).
+    DRIFTED = "drifted", "Inputs changed since pinned"
+
+
+# The events that move a run into a status a human resolves.
+STOPPING = (EventType.INTERRUPTED, EventType.FAILED, EventType.NEEDS_APPROVAL)
+
+# The plan was computed after the stop and does not list the call among those whose outcome
+# the ledger does not know: the ledger has its outcome now (a supervisor's edit, say).
+RESOLVED = "resolved"
+
+MAX_CHARS = 160
+# An error message that says the answer never came (the demo's "did not answer in time",
+# requests' "timed out", TimeoutError).
+TIMED_OUT = re.compile(r"timed? ?out|timeout|in time\b", re.IGNORECASE)
+
+
+def _cut(text: str, limit: int = MAX_CHARS) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _first_sentence(text: str) -> str:
+    """Up to the first full stop followed by a space: the rest of a reason is advice the plan
+    page gives in full."""
+    head, _, _ = str(text).partition(". ")
+    return head.rstrip(".")
+
+
+def at_stake(planned: str, policy: str, verb: str = "call") -> str:
+    """What a resume does about the call the run stopped at, with its separator ("; ..." or
+    ": ..."), or "" when nothing is known."""
+    if policy == ReplayPolicy.SAFE:
+        return "; pure computation: the resume runs it again"
+    consequences = {
+        Action.RECORD_FOUND: f"; the target has it: the resume records it, no second {verb}",
+        Action.CALL: "; not on the target: the resume makes the call",
+        Action.RETRY_SAME_KEY: "; the resume retries it with the same key",
+        Action.BLOCKED: ": a supervisor must decide",
+        Action.REFUSE: ": its key was used for another request, a supervisor must decide",
+        Action.SKIP: "; a supervisor abandoned it",
+        RESOLVED: "; its outcome is in the ledger now",
+    }
+    if planned in consequences:
+        return consequences[planned]
+    # No plan's word yet: what the tool's replay policy alone says.
+    if policy == ReplayPolicy.NEVER:
+        return ": a supervisor must decide"
+    if policy == ReplayPolicy.IDEMPOTENT:
+        return "; the resume retries it with the same key"
+    if policy == ReplayPolicy.RECONCILE_FIRST:
+        return "; the plan asks the target whether it happened"
+    return ""
+
+
+def sentence(
+    event_type: str,
+    stage: str,
+    payload: dict[str, Any] | None,
+    *,
+    policy: str = "",
+    verb: str = "call",
+    planned: str = "",
+) -> str:
+    """One plain sentence for the event that stopped a run. `policy` and `verb` are those of
+    the tool the payload names (runs.pipeline.Tool), `planned` the stored plan's action for
+    its call (or RESOLVED); both may be empty."""
+    payload = payload if isinstance(payload, dict) else {}
+    # A payload stored as an artifact keeps the fields a row reads in its inline summary.
+    payload = payload.get("summary", payload) if "stored_as" in payload else payload
+    call = str(payload.get("call") or "")
+    error = str(payload.get("error") or "")
+    reason = str(payload.get("reason") or "")
+    in_stage = f"the {stage} stage" if stage else "its stage"
+
+    if event_type == EventType.INTERRUPTED:
+        if call:
+            text = f"worker lost during {call}" + at_stake(planned, policy, verb)
+        elif "job_state" in payload:
+            state = str(payload["job_state"])
+            text = (
+                f"the queued {stage or 'stage'} job was lost from Redis"
+                if state == "missing"
+                else f"the queued {stage or 'stage'} job never started (RQ: {state})"
+            )
+        elif "holder" in payload or "lease_expired_at" in payload:
+            text = f"worker lost during {in_stage}"
+        else:
+            text = f"interrupted: {_first_sentence(reason)}" if reason else "interrupted"
+    elif event_type == EventType.FAILED:
+        if payload.get("status") == "unknown" and call:
+            head = f"{call} timed out" if TIMED_OUT.search(error) else f"{call} outcome unknown"
+            text = head + at_stake(planned, policy, verb)
+        elif error == "verification failed":
+            rules = payload.get("rules") if isinstance(payload.get("rules"), list) else []
+            failed = [
+                str(r.get("name")) for r in rules if isinstance(r, dict) and not r.get("passed")
+            ]
+            text = f"{stage or 'the stage'} output failed its checks" + (
+                f": {', '.join(failed)}" if failed else ""
+            )
+        else:
+            text = f"{stage or 'the stage'} failed" + (
+                f": {_first_sentence(error)}" if error else ""
+            )
+    elif event_type == EventType.NEEDS_APPROVAL:
+        text = "stopped for a decision" + (f": {_first_sentence(error)}" if error else "")
+    elif event_type == EventType.PLAN_DEVIATED:
+        text = "deviated from its approved plan" + (
+            f": {_first_sentence(reason)}" if reason else ""
+        )
+    else:
+        text = f"{EventType(event_type).label if event_type in EventType.values else event_type}"
+    return _cut(text)

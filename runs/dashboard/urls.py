@@ -1,0 +1,87 @@
+"""Dashboard URLs. A run is addressed by its public id (/runs/run-42/); anything else that
+looks like an id (/runs/run-abc/, a 30-digit number) matches nothing and is a plain 404."""
+
+from __future__ import annotations
+
+from django.urls import path, register_converter
+
+from runs.dashboard import views
+from runs.models import Run
+
+
+class RunIdConverter:
+    # At most 18 digits: always inside a 64-bit primary key, so a huge number is a 404,
+    # never a database overflow error.
+    regex = r"run-[0-9]{1,18}"
+
+    def to_python(self, value: str) -> int:
+        return int(value.removeprefix("run-"))
+
+    def to_url(self, value: int | Run) -> str:
+        pk = value.pk if isinstance(value, Run) else int(value)
+        return f"run-{pk}"
+
+
+class IdConverter:
+    regex = r"[0-9]{1,18}"
+
+    def to_python(self, value: str) -> int:
+        return int(value)
+
+    def to_url(self, value: int) -> str:
+        return str(int(value))
+
+
+class PipelineNameConverter:
+    # A registered pipeline's name; anything else is a 404 from the view.
+    regex = r"[A-Za-z0-9_.-]{1,64}"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+class FingerprintConverter:
+    # A group fingerprint (runs/triage.py): anything else is a plain 404.
+    regex = r"[0-9a-f]{64}"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+class BatchIdConverter(FingerprintConverter):
+    # A group approval's batch id (a uuid4's hex).
+    regex = r"[0-9a-f]{32}"
+
+
+register_converter(RunIdConverter, "run")
+register_converter(BatchIdConverter, "batch")
+register_converter(FingerprintConverter, "fingerprint")
+register_converter(IdConverter, "id")
+register_converter(PipelineNameConverter, "pipeline")
+
+app_name = "runs"
+
+urlpatterns = [
+    path("", views.inbox, name="inbox"),
+    path("<run:pk>/", views.run_detail, name="run"),
+    path("<run:pk>/timeline/", views.run_timeline, name="timeline"),
+    path("<run:pk>/plan/", views.plan, name="plan"),
+    path("<run:pk>/plan/check/", views.check_targets, name="check_targets"),
+    path("<run:pk>/approve/", views.approve_plan, name="approve"),
+    path("groups/<fingerprint:fingerprint>/", views.group_detail, name="group"),
+    path("groups/<fingerprint:fingerprint>/approve/", views.approve_group, name="approve_group"),
+    path("batches/<batch:batch_id>/", views.batch_detail, name="batch"),
+    path("artifacts/<id:pk>/", views.artifact_detail, name="artifact"),
+    path("artifacts/<id:pk>/raw/", views.artifact_raw, name="artifact_raw"),
+]
+
+# Mounted at /pipelines/ by resumer/urls.py, as the "pipelines" namespace.
+pipeline_urlpatterns = [
+    path("<pipeline:name>/", views.pipeline_detail, name="detail"),
+]

@@ -1,0 +1,353 @@
+"""The operator dashboard. Each view: check who asks, parse, call one domain function, render.
+
+Reading needs any role (viewer, operator, supervisor); approving needs operator or
+supervisor. Both are enforced here on the server, whatever the page showed. Actions are
+POST-only forms with Django's CSRF token; htmx only polls the timeline of an active run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.cache import cache_control
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from runs import jobs
+from runs.dashboard import charts, queries, roles, stats
+from runs.dashboard.forms import ApproveForm, GroupApproveForm, InboxFilterForm, PipelineWindowForm
+from runs.ledger import artifacts as artifact_store
+from runs.models import Artifact, GroupApproval, StoredPlan
+from runs.planning import stored_plans, triage
+from runs.planning.planner import Plan, compute_plan
+from runs.planning.resume import AlreadyApproved, ResumeRefused, approve
+
+View = Callable[..., HttpResponse]
+
+
+def role_required(check: Callable[..., bool]) -> Callable[[View], View]:
+    """Log in first, then the role: a logged-in user without it gets 403.
+
+    What a role may read (runs, agent output, artifacts) is kept by no cache, shared or the
+    browser's: every dashboard response is `Cache-Control: private, no-store`."""
+
+    def decorator(view: View) -> View:
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            if not request.user.is_authenticated:
+                if request.htmx:
+                    # A poll after the session ended: send the whole page to the login form
+                    # (and back to it afterwards), not the form into the timeline.
+                    page = request.htmx.current_url_abs_path or request.get_full_path()
+                    return HttpResponseClientRedirect(redirect_to_login(page).url)
+                return redirect_to_login(request.get_full_path())
+            if not check(request.user):
+                raise PermissionDenied("Your role does not allow this.")
+            return view(request, *args, **kwargs)
+
+        return cache_control(private=True, no_store=True)(wrapped)
+
+    return decorator
+
+
+viewer_required = role_required(roles.can_view)
+operator_required = role_required(roles.can_approve)
+
+
+def _after(request: HttpRequest) -> int | None:
+    """The `?after=<seq>` of a timeline page; anything that is not a small number means the
+    latest page (a garbled parameter is not worth an error page)."""
+    value = request.GET.get("after", "")
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 12 else None
+
+
+# --- Inbox -----------------------------------------------------------------------------------
+
+
+@require_GET
+@viewer_required
+def inbox(request: HttpRequest) -> HttpResponse:
+    form = InboxFilterForm(request.GET)
+    page = triaged = None
+    if form.is_valid():
+        page = queries.inbox_page(form.filters(), form.cleaned_data["after"])
+        triaged = queries.inbox_groups(form.filters())
+    context = {"form": form, "page": page, "triage": triaged}
+    # htmx swaps just the results (and the groups, out of band) when a filter changes; a
+    # history restore wants the page.
+    partial = request.htmx and not request.htmx.history_restore_request
+    template = "runs/_inbox_partial.html" if partial else "runs/inbox.html"
+    response = render(request, template, context)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+# --- One run ---------------------------------------------------------------------------------
+
+
+@require_GET
+@viewer_required
+def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    page = queries.run_page(queries.get_run(pk), _after(request))
+    return render(request, "runs/run_detail.html", {"page": page, "run": page.run})
+
+
+@require_GET
+@viewer_required
+def run_timeline(request: HttpRequest, pk: int) -> HttpResponse:
+    """The polled partial: the timeline page, with the run's header (and, once the run
+    stopped, its checkpoints, artifacts and effects) swapped in out of band."""
+    update = queries.timeline_update(queries.get_run(pk), _after(request))
+    context = {
+        "run": update.run,
+        "timeline": update.timeline,
+        "progress": update.progress,
+        "facts": update.facts,
+        "oob": True,
+    }
+    return render(request, "runs/_timeline.html", context)
+
+
+@require_GET
+@viewer_required
+def plan(request: HttpRequest, pk: int) -> HttpResponse:
+    """The stored plan: a GET never asks a target anything (see runs/stored_plans.py)."""
+    run = queries.get_run(pk)
+    shown = stored_plans.shown(run)
+    if shown is None:
+        return _render_plan(request, run, None)
+    return _render_plan(request, run, shown[0], stored=shown[1])
+
+
+@require_POST
+@operator_required
+def check_targets(request: HttpRequest, pk: int) -> HttpResponse:
+    """ "Check targets again": compute the plan now, asking each target, and store it."""
+    run = queries.get_run(pk)
+    stored_plans.refresh(run)
+    messages.info(request, "The plan was computed again with the targets' answers of now.")
+    return redirect("runs:plan", pk=run.pk)
+
+
+def _render_plan(
+    request: HttpRequest,
+    run,
+    plan: Plan | None,
+    *,
+    stored: StoredPlan | None = None,
+    refusal: str = "",
+    form: ApproveForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    context = {
+        "run": run,
+        "plan": plan,
+        "stored_plan": stored,
+        "refusal": refusal,
+        "form": form,
+    }
+    return render(request, "runs/plan.html", context, status=status)
+
+
+@require_POST
+@operator_required
+def approve_plan(request: HttpRequest, pk: int) -> HttpResponse:
+    run = queries.get_run(pk)
+    form = ApproveForm(request.POST)
+    if not form.is_valid():
+        shown = stored_plans.shown(run)
+        plan, stored = shown if shown is not None else (None, None)
+        return _render_plan(request, run, plan, stored=stored, form=form, status=400)
+    action, fingerprint = form.cleaned_data["action"], form.cleaned_data["fingerprint"]
+    actor = f"user:{request.user.get_username()}"
+    try:
+        approval = approve(run, action, fingerprint, actor=actor)
+    except AlreadyApproved as exc:
+        # The same decision again (a double click): it lands where the first one did.
+        messages.info(request, str(exc))
+        return redirect("runs:run", pk=run.pk)
+    except ResumeRefused as exc:  # StalePlan included
+        # The refusal comes with the fresh plan (or the target's answer moved under it): that
+        # is now the run's stored plan.
+        fresh = exc.plan if exc.plan is not None else compute_plan(run)
+        stored = stored_plans.store(fresh)
+        return _render_plan(request, run, fresh, stored=stored, refusal=str(exc), status=409)
+    if approval.branch is not None:
+        messages.success(
+            request,
+            f"{run.public_id} is superseded by the new branch {approval.branch.public_id}, "
+            f"which starts at {approval.branch.current_stage} with the upgraded inputs.",
+        )
+    else:
+        messages.success(request, f"{run.public_id} is resuming with its pinned inputs.")
+    return redirect("runs:run", pk=approval.resumed.pk)
+
+
+# --- Groups of runs (bulk triage) ------------------------------------------------------------
+
+
+def _render_group(
+    request: HttpRequest,
+    fingerprint: str,
+    *,
+    form: GroupApproveForm | None = None,
+    refusal: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    found = triage.group(fingerprint)
+    if found is None and status == 200:
+        raise Http404("No run that needs a human has a plan of this shape now.")
+    group, members = found if found is not None else (None, [])
+    context = {
+        "fingerprint": fingerprint,
+        "group": group,
+        "members": members,
+        "form": form,
+        "refusal": refusal,
+        "inline_limit": settings.RESUMER_GROUP_INLINE,
+    }
+    return render(request, "runs/group.html", context, status=status)
+
+
+@require_GET
+@viewer_required
+def group_detail(request: HttpRequest, fingerprint: str) -> HttpResponse:
+    """One group of runs with the same plan shape, read from their stored plans."""
+    return _render_group(request, fingerprint)
+
+
+@require_POST
+@operator_required
+def approve_group(request: HttpRequest, fingerprint: str) -> HttpResponse:
+    form = GroupApproveForm(request.POST)
+    if not form.is_valid():
+        return _render_group(request, fingerprint, form=form, status=400)
+    if form.cleaned_data["fingerprint"] != fingerprint:
+        form.add_error("fingerprint", "The form names another group than this page's.")
+        return _render_group(request, fingerprint, form=form, status=400)
+    actor = f"user:{request.user.get_username()}"
+    run_ids, action = form.run_ids(), form.cleaned_data["action"]
+    if len(run_ids) > settings.RESUMER_GROUP_INLINE:
+        return _approve_group_in_background(request, fingerprint, form, run_ids, action, actor)
+    try:
+        batch = triage.approve_group(fingerprint, run_ids, action=action, actor=actor)
+    except triage.GroupRefused as exc:
+        status = 400 if isinstance(exc, triage.BadSelection) else 409
+        return _render_group(request, fingerprint, form=form, refusal=str(exc), status=status)
+    # Nothing approved (every run moved, or was approved by someone else): a conflict, with
+    # each run's fresh plan listed, like a single refused approval.
+    approved, skipped = batch.outcome()
+    return render(
+        request,
+        "runs/group_result.html",
+        {"batch": batch, "approved": approved, "skipped": skipped},
+        status=200 if batch.approved else 409,
+    )
+
+
+def _approve_group_in_background(
+    request: HttpRequest,
+    fingerprint: str,
+    form: GroupApproveForm,
+    run_ids: list[int],
+    action: str,
+    actor: str,
+) -> HttpResponse:
+    """A large group: checked and recorded now, approved by a worker; the batch page follows
+    it. Approving hundreds of runs takes longer than a web request may."""
+    try:
+        row = triage.start_batch(fingerprint, run_ids, action=action, actor=actor)
+    except triage.GroupRefused as exc:
+        status = 400 if isinstance(exc, triage.BadSelection) else 409
+        return _render_group(request, fingerprint, form=form, refusal=str(exc), status=status)
+    try:
+        jobs.enqueue_batch(row.pk, row.total)
+    except Exception as exc:  # Redis away: nothing was approved; say so
+        row.state, row.error = GroupApproval.State.FAILED, f"the job could not be queued: {exc}"
+        row.save(update_fields=["state", "error"])
+        return _render_group(request, fingerprint, form=form, refusal=row.error, status=503)
+    return redirect("runs:batch", batch_id=row.pk)
+
+
+@require_GET
+@viewer_required
+def batch_detail(request: HttpRequest, batch_id: str) -> HttpResponse:
+    """A group approval a worker carries out: its progress while it runs (the page polls
+    itself), then what was approved and what was skipped, with each skipped run's fresh
+    plan."""
+    row = get_object_or_404(GroupApproval, pk=batch_id)
+    template = "runs/_batch.html" if request.htmx else "runs/batch.html"
+    return render(request, template, {"row": row})
+
+
+# --- Pipelines -------------------------------------------------------------------------------
+
+
+@require_GET
+@viewer_required
+def pipeline_detail(request: HttpRequest, name: str) -> HttpResponse:
+    """Where checkpoints pay: each stage's figures over the pipeline's last N runs."""
+    pipeline = queries.get_pipeline(name)
+    form = PipelineWindowForm(request.GET)
+    context = {
+        "pipeline": pipeline,
+        "form": form,
+        "costly_from": stats.COSTLY_FROM,
+        "long_from_ms": stats.LONG_FROM_MS,
+    }
+    if not form.is_valid():
+        return render(request, "runs/pipeline.html", context, status=400)
+    figures = stats.pipeline_stats(pipeline, form.cleaned_data["runs"])
+    context.update(stats=figures, charts=charts.charts(figures))
+    return render(request, "runs/pipeline.html", context)
+
+
+# --- Artifacts -------------------------------------------------------------------------------
+
+
+@require_GET
+@viewer_required
+def artifact_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    view = queries.artifact_view(queries.get_artifact(pk))
+    return render(request, "runs/artifact.html", {"view": view, "artifact": view.artifact})
+
+
+# Image types a browser renders as an image and nothing else. SVG can carry script, so it is
+# also sandboxed (below); anything not listed is offered as a download, never rendered.
+INLINE_IMAGE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp", "image/svg+xml"}
+
+
+@require_GET
+@viewer_required
+def artifact_raw(request: HttpRequest, pk: int) -> HttpResponse:
+    artifact: Artifact = queries.get_artifact(pk)
+    try:
+        data = artifact_store.read(artifact.uri)
+    except artifact_store.ArtifactMissing as exc:
+        raise Http404(str(exc)) from exc
+    if artifact.content_type in INLINE_IMAGE_TYPES:
+        response = HttpResponse(data, content_type=artifact.content_type)
+        response["Content-Disposition"] = "inline"
+    elif artifact.is_text:
+        # Text is shown as text, whatever it contains: an agent's draft is untrusted.
+        response = HttpResponse(data, content_type="text/plain; charset=utf-8")
+        response["Content-Disposition"] = "inline"
+    else:
+        response = HttpResponse(data, content_type="application/octet-stream")
+        response["Content-Disposition"] = f'attachment; filename="artifact-{artifact.pk}"'
+    # Opened on its own (not as an <img>), an SVG would be a document that may run script:
+    # a sandbox with no script, no plugins and no requests of its own prevents that.
+    response["Content-Security-Policy"] = (
+        "sandbox; default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'"
+    )
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Cross-Origin-Resource-Policy"] = "same-origin"
+    return response

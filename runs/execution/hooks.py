@@ -1,0 +1,39 @@
+"""Call hooks: code a deployment runs around every tool call a stage makes.
+
+The engine calls `before_call` once the call's intent is recorded and before the call is
+made, and `after_call` once the call returned and before its result is recorded. Whatever
+`after_call` raises counts as the call's own failure: for an effect, the engine records its
+outcome as unknown (raise `runs.pipeline.OutcomeUnknown` for "the answer never arrived").
+
+The hooks are handed to `engine.execute(..., hooks=...)`, the way Django hands a
+`progress_callback` to its migration executor; the RQ job passes the installed ones, named by
+the dotted path in `settings.RESUMER_CALL_HOOKS` (empty: these no-op hooks). The demo's fault
+injection (`demo.faults.FaultHooks`) is such a set of hooks; the core has no faults of its own.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+if TYPE_CHECKING:
+    from runs.execution.engine import StageContext
+
+
+class CallHooks:
+    """Does nothing. Subclass it and override either method."""
+
+    def before_call(self, ctx: StageContext, call_id: str) -> None:
+        pass
+
+    def after_call(self, ctx: StageContext, call_id: str, result: Any) -> None:
+        pass
+
+
+def installed() -> CallHooks:
+    """A fresh instance of the hooks settings.RESUMER_CALL_HOOKS names (one per stage job, so
+    an instance may cache what it looked up for its run)."""
+    path = getattr(settings, "RESUMER_CALL_HOOKS", "")
+    return import_string(path)() if path else CallHooks()

@@ -1,0 +1,219 @@
+"""The hash chain of a run's events: what an event's hash covers, and the walk that checks it.
+
+Every event's hash is sha256 over its predecessor's hash and the canonical JSON of what the
+writer decided (`hashed_content`), so an event changed, removed or inserted outside the append
+path shows up as a broken link or a changed hash when `verify_chain` walks the run.
+
+Two things extend the chain past the events themselves:
+
+* a checkpoint's manifest: its sha256 is in the payload of the VERIFIED event that seals it, so
+  a manifest changed afterwards no longer matches (`manifest_ok`);
+* the run's head: the chain alone cannot tell a log rewritten end to end (every later hash and
+  the head recomputed) from the real one. The append path therefore stores an HMAC of the head
+  under RESUMER_CHAIN_KEY, a key the database never holds (`head_anchor`). Someone who can write
+  to the database but lacks the key cannot produce the anchor of a head they made up. It does
+  not help against someone who has the key, nor against a rollback of the whole database (or of
+  one run's rows, anchor included) to an older state the application itself wrote, nor against
+  a run deleted outright.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from runs.ledger import artifacts
+from runs.models import Checkpoint, Event, Run
+
+__all__ = [
+    "ANCHORS_NOT_CHECKED",
+    "ChainReport",
+    "canonical_json",
+    "encoded_event_hash",
+    "event_hash",
+    "hashed_content",
+    "head_anchor",
+    "manifest_hash",
+    "manifest_ok",
+    "verify_chain",
+]
+
+ANCHORS_NOT_CHECKED = "anchors not checked: RESUMER_CHAIN_KEY is not set"
+
+
+@dataclass
+class ChainReport:
+    run_id: int
+    checked: int = 0
+    ok: bool = True
+    first_bad_seq: int | None = None
+    problems: list[str] = field(default_factory=list)
+    # False when RESUMER_CHAIN_KEY is not set: the head's anchor was not (could not be) checked,
+    # and `notes` says so.
+    anchors_checked: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+# One encoder for every call: json.dumps() with these options builds a new one each time, and
+# the append path encodes four values per event. encode() keeps no state between calls.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
+
+
+def canonical_json(value: Any) -> str:
+    return _CANONICAL.encode(value)
+
+
+def event_hash(prev_hash: str, content: dict[str, Any]) -> str:
+    return hashlib.sha256((prev_hash + canonical_json(content)).encode()).hexdigest()
+
+
+def encoded_event_hash(
+    prev_hash: str,
+    *,
+    run: int,
+    seq: int,
+    stage: str,
+    type: str,
+    inputs: str,
+    payload: str,
+    payload_ref: str,
+    artifacts: str,
+    idempotency_key: str,
+    actor: str,
+    token: int | None,
+) -> str:
+    """event_hash(prev_hash, hashed_content(event)) for an event whose JSON fields (inputs,
+    payload, artifacts) are already canonical JSON text: the append path has them encoded
+    for the insert, and encoding the payload a second time, inside the content, cost every
+    append as much again. The text is the one canonical_json() gives the content: keys in
+    sorted order, each value encoded alone (test_ledger checks the two agree)."""
+    enc = _CANONICAL.encode
+    # The encoder takes a fast path for a str only; an int goes through a new iterencode
+    # each time, three per event, where JSON's text for an int is its decimal digits.
+    text = (
+        f'{{"actor":{enc(actor)},"artifacts":{artifacts},'
+        f'"idempotency_key":{enc(idempotency_key)},"inputs":{inputs},"payload":{payload},'
+        f'"payload_ref":{enc(payload_ref)},"run":{int(run)},"seq":{int(seq)},'
+        f'"stage":{enc(stage)},"token":{"null" if token is None else int(token)},'
+        f'"type":{enc(type)}}}'
+    )
+    return hashlib.sha256((prev_hash + text).encode()).hexdigest()
+
+
+def hashed_content(event: Event) -> dict[str, Any]:
+    # created_at is set by the database clock and is not part of the chain; everything the
+    # writer decided is.
+    return {
+        "run": event.run_id,
+        "seq": event.seq,
+        "stage": event.stage,
+        "type": event.type,
+        "inputs": event.inputs,
+        "payload": event.payload,
+        "payload_ref": event.payload_ref,
+        "artifacts": event.artifacts,
+        "idempotency_key": event.idempotency_key,
+        "actor": event.actor,
+        "token": event.token,
+    }
+
+
+def manifest_hash(manifest: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(manifest).encode()).hexdigest()
+
+
+def manifest_ok(checkpoint: Checkpoint, verified: Event | None) -> str:
+    """Why `checkpoint`'s manifest is not the one its VERIFIED event recorded, or "" when it
+    is. `verified` is the run's event at the checkpoint's seq (None when there is none)."""
+    if verified is None or verified.type != Event.Type.VERIFIED:
+        return f"its VERIFIED event (seq {checkpoint.last_seq}) is missing"
+    payload = verified.payload
+    if verified.payload_ref:
+        try:
+            payload = json.loads(artifacts.read(verified.payload_ref))
+        except (artifacts.ArtifactMissing, ValueError) as exc:
+            return f"its VERIFIED event's payload cannot be read ({exc})"
+    recorded = payload.get("manifest_sha256") if isinstance(payload, dict) else None
+    if not recorded:
+        return f"its VERIFIED event (seq {checkpoint.last_seq}) records no manifest hash"
+    if recorded != manifest_hash(checkpoint.manifest):
+        return (
+            f"its manifest was changed: it no longer matches the hash its VERIFIED event "
+            f"(seq {checkpoint.last_seq}) recorded"
+        )
+    return ""
+
+
+def head_anchor(run_id: int, last_seq: int, head_hash: str) -> str:
+    """HMAC-SHA256 of the run's head under RESUMER_CHAIN_KEY; "" when no key is set."""
+    key = settings.RESUMER_CHAIN_KEY
+    if not key:
+        return ""
+    message = f"{run_id}:{last_seq}:{head_hash}".encode()
+    return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
+
+
+def verify_chain(run_id: int, *, batch: int = 2000) -> ChainReport:
+    """Walk a run's events in seq order and recompute every hash. A gap, a broken link or a
+    changed row (edited outside the application) is reported with its seq; so are a checkpoint
+    whose manifest no longer matches its VERIFIED event and, when RESUMER_CHAIN_KEY is set, a
+    run head whose anchor does not match it."""
+    report = ChainReport(run_id=run_id)
+    verified: dict[int, Event] = {}
+    prev_hash, expected_seq = "", 1
+    last_seq = 0
+    while True:
+        chunk = list(Event.objects.filter(run_id=run_id, seq__gt=last_seq).order_by("seq")[:batch])
+        if not chunk:
+            break
+        for event in chunk:
+            report.checked += 1
+            problem = ""
+            if event.seq != expected_seq:
+                problem = f"seq {event.seq} follows {expected_seq - 1}: a gap"
+            elif event.prev_hash != prev_hash:
+                problem = f"seq {event.seq} does not link to its predecessor's hash"
+            elif event_hash(prev_hash, hashed_content(event)) != event.hash:
+                problem = f"seq {event.seq} was altered: its content no longer matches its hash"
+            if problem and report.ok:
+                report.ok, report.first_bad_seq = False, event.seq
+            if problem:
+                report.problems.append(problem)
+            if event.type == Event.Type.VERIFIED:
+                verified[event.seq] = event
+            prev_hash, expected_seq = event.hash, event.seq + 1
+            last_seq = event.seq
+    for checkpoint in Checkpoint.objects.filter(run_id=run_id).order_by("last_seq"):
+        reason = manifest_ok(checkpoint, verified.get(checkpoint.last_seq))
+        if reason:
+            report.ok = False
+            report.problems.append(f"checkpoint {checkpoint.id}: {reason}")
+    head = Run.objects.filter(pk=run_id).values("last_seq", "head_hash", "head_anchor").first()
+    if head and (head["last_seq"] != last_seq or head["head_hash"] != prev_hash):
+        report.ok = False
+        report.problems.append(
+            f"run head says seq {head['last_seq']}, the log ends at seq {last_seq}"
+        )
+    if not settings.RESUMER_CHAIN_KEY:
+        report.notes.append(ANCHORS_NOT_CHECKED)
+    elif head:
+        report.anchors_checked = True
+        expected = head_anchor(run_id, head["last_seq"], head["head_hash"])
+        if not head["head_anchor"]:
+            report.ok = False
+            report.problems.append(
+                "run head carries no anchor: it was written without RESUMER_CHAIN_KEY, "
+                "or its anchor was removed"
+            )
+        elif not hmac.compare_digest(head["head_anchor"], expected):
+            report.ok = False
+            report.problems.append(
+                "run head's anchor does not match it under RESUMER_CHAIN_KEY: the head was "
+                "rewritten by someone without the key (or under another key)"
+            )
+    return report

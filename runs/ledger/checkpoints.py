@@ -1,0 +1,106 @@
+"""Verified checkpoints: naming, sealing one on its VERIFIED event, finding the newest one a
+run can build on, and whether its manifest is still the one that was verified."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from functools import reduce
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+
+from runs.ledger.append import Writer, append
+from runs.ledger.chain import manifest_hash, manifest_ok
+from runs.models import Checkpoint, Event, Run
+
+__all__ = [
+    "checkpoint_id",
+    "latest_checkpoint",
+    "manifest_ok",
+    "manifest_problems",
+    "write_checkpoint",
+]
+
+
+def checkpoint_id(run: Run, stage: str) -> str:
+    base = f"{run.public_id}:{stage}-verified"
+    taken = Checkpoint.objects.filter(run=run, stage=stage).count()
+    return base if taken == 0 else f"{base}-{taken + 1}"
+
+
+def write_checkpoint(
+    writer: Writer,
+    run: Run,
+    *,
+    stage: str,
+    next_stage: str,
+    manifest: dict[str, Any],
+    status: str,
+    usage: dict[str, Any] | None = None,
+    **run_fields: Any,
+) -> Checkpoint:
+    """Append VERIFIED and seal the checkpoint on that seq, in one transaction: a checkpoint
+    without its VERIFIED event (or the reverse) can never be observed."""
+    with transaction.atomic():
+        verified = append(
+            writer,
+            Event.Type.VERIFIED,
+            stage=stage,
+            inputs=manifest.get("inputs", {}),
+            # The manifest's hash goes into the chain with this event: a manifest changed
+            # afterwards no longer matches it (manifest_ok).
+            payload={
+                "rules": manifest.get("rules", []),
+                "next_stage": next_stage,
+                "manifest_sha256": manifest_hash(manifest),
+                # What the stage's calls used: a resume's plan is held against the sum.
+                "usage": usage or {},
+            },
+            artifacts=[a["uri"] for a in manifest.get("artifacts", [])],
+            status=status,
+            **run_fields,
+        )
+        return Checkpoint.objects.create(
+            id=checkpoint_id(run, stage),
+            run=run,
+            last_seq=verified.seq,
+            stage=stage,
+            next_stage=next_stage,
+            manifest=manifest,
+        )
+
+
+def latest_checkpoint(run: Run, stage: str) -> Checkpoint | None:
+    """The newest checkpoint of `stage` this run can build on: its own, else those its
+    branch point inherits (up to that checkpoint's seq, on whichever ancestor holds it)."""
+    node: Run | None = run
+    limit: int | None = None
+    while node is not None:
+        query = Checkpoint.objects.filter(run=node, stage=stage)
+        if limit is not None:
+            query = query.filter(last_seq__lte=limit)
+        found = query.order_by("-last_seq").first()
+        if found is not None:
+            return found
+        point = node.branch_checkpoint
+        if point is None:  # a root run, or a branch that starts from the beginning
+            return None
+        node, limit = point.run, point.last_seq
+    return None
+
+
+def manifest_problems(checkpoints: Sequence[Checkpoint]) -> dict[str, str]:
+    """Checkpoint id -> why its manifest no longer matches its VERIFIED event, for those of
+    `checkpoints` that do not; their VERIFIED events are read in one query."""
+    if not checkpoints:
+        return {}
+    sealing = reduce(operator.or_, (Q(run_id=c.run_id, seq=c.last_seq) for c in checkpoints))
+    events = {(e.run_id, e.seq): e for e in Event.objects.filter(sealing)}
+    problems = {}
+    for checkpoint in checkpoints:
+        reason = manifest_ok(checkpoint, events.get((checkpoint.run_id, checkpoint.last_seq)))
+        if reason:
+            problems[checkpoint.id] = reason
+    return problems

@@ -1,0 +1,102 @@
+"""Supervisor edits of the effect ledger: a correction is never silent."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.db import transaction
+from django.db.models.functions import Now
+
+from runs.ledger import leases
+from runs.ledger.append import LedgerError, Writer, announce_stop, append
+from runs.models import Effect, Event, Run
+
+__all__ = ["EDITABLE_EFFECT_FIELDS", "edit_effect"]
+
+EDITABLE_EFFECT_FIELDS = ("status", "external_id", "error")
+# A reason is read on the run's timeline: room to say what was checked, not for a pasted log.
+MAX_EDIT_REASON_CHARS = 2000
+
+
+# A run that waits for a human is leased only for a moment (the sweeper that just interrupted
+# it finishing its commit, an approval being refused): an edit waits that long before saying so.
+EDIT_LEASE_WAIT = 2.0
+
+
+def _acquire_briefly(run_pk: int, actor: str) -> int | None:
+    deadline = time.monotonic() + EDIT_LEASE_WAIT
+    while True:
+        try:
+            return leases.acquire(run_pk, actor)
+        except leases.LeaseBusy:
+            if time.monotonic() > deadline:
+                return None
+        time.sleep(0.05)
+
+
+def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: str) -> Event:
+    """A supervisor's correction of the effect ledger (e.g. "the card was not charged").
+
+    Never silent: it needs a reason, takes the run's lease (so no worker writes beside it),
+    and appends LEDGER_EDITED with the user and the before/after values."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise LedgerError("a ledger edit needs a reason")
+    if len(reason) > MAX_EDIT_REASON_CHARS:
+        raise LedgerError(
+            f"a ledger edit's reason is limited to {MAX_EDIT_REASON_CHARS} characters"
+        )
+    unknown = set(changes) - set(EDITABLE_EFFECT_FIELDS)
+    if unknown:
+        raise LedgerError(f"effect fields {sorted(unknown)} cannot be edited")
+    effect = Effect.objects.filter(pk=effect_pk).first()
+    if effect is None:
+        raise LedgerError(f"effect {effect_pk} does not exist")
+    status = changes.get("status", effect.status)
+    if status not in Effect.Status.values:
+        raise LedgerError(f"unknown effect status {status!r}")
+    external_id = str(changes.get("external_id", effect.external_id) or "").strip()
+    if status == Effect.Status.CONFIRMED and not external_id:
+        raise LedgerError("a confirmed effect needs the external id it produced")
+    before = {f: getattr(effect, f) for f in EDITABLE_EFFECT_FIELDS}
+    after = {**before, **changes, "status": status, "external_id": external_id}
+    if after == before:
+        raise LedgerError("nothing changed")
+    run = Run.objects.get(pk=effect.run_id)
+    if run.is_active:
+        raise LedgerError(
+            f"{run.public_id} is {run.status}: a worker owns its ledger; edit it once the run "
+            "is interrupted, failed or waiting for approval"
+        )
+    token = _acquire_briefly(run.pk, actor)
+    if token is None:
+        raise LedgerError(f"{run.public_id} is leased by a worker right now")
+    try:
+        with transaction.atomic():
+            event = append(
+                Writer(run.pk, token, actor),
+                Event.Type.LEDGER_EDITED,
+                stage=effect.stage,
+                idempotency_key=effect.delivery_key,
+                payload={
+                    "effect": effect.pk,
+                    "call": effect.call_id,
+                    "tool": effect.tool,
+                    "before": before,
+                    "after": after,
+                    "reason": reason,
+                    "by": actor,
+                },
+            )
+            Effect.objects.filter(pk=effect.pk).update(
+                status=after["status"],
+                external_id=after["external_id"],
+                error=after["error"],
+                updated_at=Now(),
+            )
+            # The facts the stored plan was computed from changed: compute it again.
+            announce_stop(run.pk, run.status)
+        return event
+    finally:
+        leases.release(run.pk, token)

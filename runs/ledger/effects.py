@@ -1,0 +1,210 @@
+"""The effect ledger's writes: an effect's intent before its external call, its outcome after,
+and what a target said it found. Each is written with its event by the one append path, in
+one transaction (on PostgreSQL, in the event's own statement: dialects.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.models import F
+from django.db.models.functions import Now
+
+from runs.ledger import sql as dialects
+from runs.ledger.append import KeyTaken, Writer, append
+from runs.ledger.sql import EffectClaim, EffectSettle
+from runs.models import Effect, Event
+from runs.pipeline import Reconciliation
+
+__all__ = [
+    "Intent",
+    "MorePayload",
+    "claim_intent",
+    "find",
+    "record_found",
+    "record_intent",
+    "record_outcome",
+    "with_more",
+]
+
+
+# more_payload(): payload fields built inside the event's transaction, because building them
+# may write artifact rows (an HTTP tool's large bodies), which must commit with the fenced
+# append or not at all.
+MorePayload = Callable[[], dict[str, Any]] | None
+
+
+def with_more(payload: dict, more_payload: MorePayload) -> dict:
+    return {**payload, **more_payload()} if more_payload is not None else payload
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """An effect whose intent this process just wrote: what its outcome's write needs (an
+    Effect row has the same attributes), without loading or building the model."""
+
+    pk: int
+    delivery_key: str
+    stage: str
+    call_id: str
+    tool: str
+    cost: Decimal = Decimal(0)
+
+
+def find(key: str) -> Effect | None:
+    """The effect holding delivery key `key`, if any: the read every replay decision starts
+    from, run once per call that is not a first attempt."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    sql = dialects.for_connection(connection)
+    with connection.cursor() as cursor:
+        values = sql.read_effect(cursor, connection, key)
+    return None if values is None else Effect.from_db(connection.alias, sql.effect_fields, values)
+
+
+def claim_intent(writer: Writer, effect_fields: dict[str, Any], *, event_payload: dict) -> Intent | None:  # fmt: skip
+    """A first attempt's intent in one write: the effect row claims its delivery key with its
+    TOOL_CALLED event, or, when the key has an effect already, nothing is written and None
+    returned (the caller reads that effect and decides: runs/replay.py). No read before it:
+    on a key nobody used, the decision is always to call."""
+    fields = {
+        **{k: v for k, v in effect_fields.items() if k != "run"},
+        "run_id": effect_fields["run"].pk,
+        "policy": str(effect_fields["policy"]),
+        "status": str(Effect.Status.INTENT),
+        "external_id": "",
+        "result": None,
+        "error": "",
+        "attempts": 1,
+        "cost": 0,
+    }
+    try:
+        event = append(
+            writer,
+            Event.Type.TOOL_CALLED,
+            stage=fields["stage"],
+            payload=event_payload,
+            idempotency_key=fields["delivery_key"],
+            effect=EffectClaim(fields),
+        )
+    except KeyTaken:
+        return None
+    return Intent(
+        event.effect_pk, fields["delivery_key"], fields["stage"], fields["call_id"], fields["tool"]
+    )
+
+
+def record_intent(
+    writer: Writer,
+    effect_fields: dict[str, Any],
+    *,
+    event_payload: dict,
+    more_payload: MorePayload = None,
+) -> Effect:
+    """Commit the effect intent (and its TOOL_CALLED event) before the external call.
+
+    An existing effect with the same delivery key is reused: its attempts go up, and the
+    caller decides from its status whether the call may happen at all."""
+    with transaction.atomic():
+        event = append(
+            writer,
+            Event.Type.TOOL_CALLED,
+            stage=effect_fields["stage"],
+            payload=with_more(event_payload, more_payload),
+            idempotency_key=effect_fields["delivery_key"],
+        )
+        effect = (
+            Effect.objects.select_for_update()
+            .filter(delivery_key=effect_fields["delivery_key"])
+            .first()
+        )
+        if effect is None:
+            effect = Effect.objects.create(**effect_fields, attempts=1, status=Effect.Status.INTENT)
+        else:
+            # Back to intent before the new attempt: if this attempt dies, nobody may read an
+            # earlier "failed" as "nothing happened".
+            Effect.objects.filter(pk=effect.pk).update(
+                attempts=F("attempts") + 1, status=Effect.Status.INTENT, error="", updated_at=Now()
+            )
+            effect.refresh_from_db()
+        effect._called_event = event  # type: ignore[attr-defined]
+        return effect
+
+
+def record_outcome(
+    writer: Writer,
+    effect: Effect | Intent,
+    *,
+    status: str,
+    external_id: str = "",
+    result: Any = None,
+    error: str = "",
+    cost: Any = 0,
+    event_type: str = Event.Type.TOOL_RESULT,
+    event_payload: dict | None = None,
+    run_status: str | None = None,
+    more_payload: MorePayload = None,
+    flush: bool = True,
+) -> Event:
+    """Write back what the call produced (or what is known of it) with its event, in one
+    write. A transaction only when more_payload may write artifact rows beside it. `flush` as
+    in append(): False only for an outcome whose loss leaves the effect in doubt, which its
+    durable intent already lets reconcile resolve."""
+    settle = EffectSettle(
+        effect.pk,
+        {
+            "status": status,
+            "external_id": external_id,
+            "result": result,
+            "error": error,
+            "cost": cost,
+        },
+    )
+    with transaction.atomic() if more_payload is not None else nullcontext():
+        return append(
+            writer,
+            event_type,
+            stage=effect.stage,
+            payload=with_more(
+                event_payload
+                or {
+                    "call": effect.call_id,
+                    "tool": effect.tool,
+                    "status": status,
+                    "external_id": external_id,
+                    "error": error,
+                },
+                more_payload,
+            ),
+            idempotency_key=effect.delivery_key,
+            status=run_status,
+            effect=settle,
+            flush=flush,
+        )
+
+
+def record_found(
+    writer: Writer, effect: Effect, answer: Reconciliation, *, more_payload: MorePayload = None
+) -> Event:
+    """The target says the effect happened and matches: confirm it with a RECONCILED event
+    (the engine on its own re-check, or an approval writing down what the plan showed)."""
+    return record_outcome(
+        writer,
+        effect,
+        status=Effect.Status.CONFIRMED,
+        external_id=answer.external_id,
+        result=answer.result,
+        cost=effect.cost,
+        event_type=Event.Type.RECONCILED,
+        event_payload={
+            "call": effect.call_id,
+            "tool": effect.tool,
+            "found": True,
+            "external_id": answer.external_id,
+            "detail": answer.detail,
+        },
+        more_payload=more_payload,
+    )

@@ -1,0 +1,225 @@
+"""The approved plan as a contract the engine keeps.
+
+An approval writes the plan's promise into the chained event that starts the resumed work
+(RESUMED for a strict resume, the branch's RUN_CREATED for an upgrade): per expected call, the
+action replay.decide() predicted, and the usage the plan priced (calls and reconcile questions
+per tool, money). While the resumed work runs, the engine decides each call with the same
+function and asks `Contract.difference()` before acting on it; at the end it compares what it
+used with what was promised. The first difference is a PLAN_DEVIATED event; a resume that did
+exactly what was approved ends with PLAN_KEPT.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from runs.ledger import artifacts
+from runs.models import Event, ReplayPolicy, Run
+from runs.planning.replay import CALLING, STOPPING, Action
+
+# Tools whose unpromised call must never happen: the engine stops before it, for a human.
+GUARDED_POLICIES = frozenset({ReplayPolicy.RECONCILE_FIRST, ReplayPolicy.NEVER})
+
+
+def _kind(action: str) -> str:
+    """Actions compared by what they do to the outside world."""
+    if action in CALLING:
+        return "call"
+    if action in STOPPING:
+        return "stop"
+    return "no call"
+
+
+@dataclass
+class Usage:
+    """What resumed work used: calls and reconcile questions per tool, and money."""
+
+    calls: dict[str, int] = field(default_factory=dict)
+    queries: dict[str, int] = field(default_factory=dict)
+    money: Decimal = Decimal(0)
+
+    def add_call(self, tool: str, cost: Decimal) -> None:
+        self.calls[tool] = self.calls.get(tool, 0) + 1
+        self.money += cost
+
+    def add_query(self, tool: str) -> None:
+        self.queries[tool] = self.queries.get(tool, 0) + 1
+
+    def add(self, other: Usage) -> None:
+        for tool, n in other.calls.items():
+            self.calls[tool] = self.calls.get(tool, 0) + n
+        for tool, n in other.queries.items():
+            self.queries[tool] = self.queries.get(tool, 0) + n
+        self.money += other.money
+
+    @property
+    def tool_calls(self) -> int:
+        return sum(self.calls.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "calls": dict(sorted(self.calls.items())),
+            "queries": dict(sorted(self.queries.items())),
+            "money": str(self.money.quantize(Decimal("0.0001"))),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Usage:
+        data = data or {}
+        return cls(
+            dict(data.get("calls", {})),
+            dict(data.get("queries", {})),
+            Decimal(data.get("money", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class Difference:
+    stage: str
+    call_id: str
+    tool: str
+    planned: str  # the plan's action, or "" for a call the plan did not list
+    actual: str
+    # The engine must not make this call: stop the run before it, for a human.
+    stop_before: bool
+
+    def describe(self) -> str:
+        planned = f"the plan said {self.planned}" if self.planned else "the plan did not list it"
+        return (
+            f"{self.tool} ({self.stage}/{self.call_id}): {planned}, the engine found {self.actual}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "call": self.call_id,
+            "tool": self.tool,
+            "planned": self.planned,
+            "actual": self.actual,
+            "stopped_before_call": self.stop_before,
+        }
+
+
+@dataclass(frozen=True)
+class Contract:
+    fingerprint: str
+    mode: str
+    # "stage/call_id" -> the plan's action for it.
+    lines: dict[str, str]
+    promised: Usage
+    # The seq of the event that carries it: the resumed work is everything after it.
+    seq: int = 0
+
+    @classmethod
+    def from_plan(cls, fingerprint: str, mode: str, effects: list[Any], cost: Any) -> Contract:
+        return cls(
+            fingerprint=fingerprint,
+            mode=mode,
+            lines={f"{e.stage}/{e.call_id}": str(e.action) for e in effects},
+            promised=Usage(dict(cost.calls), dict(cost.queries), Decimal(cost.money)),
+        )
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "mode": self.mode,
+            "lines": self.lines,
+            "promised": self.promised.to_dict(),
+        }
+
+    @classmethod
+    def from_payload(cls, data: dict[str, Any], seq: int) -> Contract:
+        return cls(
+            fingerprint=data["fingerprint"],
+            mode=data["mode"],
+            lines=dict(data["lines"]),
+            promised=Usage.from_dict(data["promised"]),
+            seq=seq,
+        )
+
+    def difference(self, stage: str, call_id: str, tool: str, policy: str, action: str) -> Difference | None:  # fmt: skip
+        """How the engine's decision for one call departs from the plan's line, if it does."""
+        planned = self.lines.get(f"{stage}/{call_id}", "")
+        if planned and _kind(planned) == _kind(action):
+            return None
+        unpromised_call = action in CALLING and (not planned or planned not in CALLING)
+        return Difference(
+            stage,
+            call_id,
+            tool,
+            planned,
+            str(action),
+            stop_before=unpromised_call and policy in GUARDED_POLICIES,
+        )
+
+    def verdict_payload(self, used: Usage) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "mode": self.mode,
+            "promised": self.promised.to_dict(),
+            "used": used.to_dict(),
+        }
+
+    def shortfall(self, used: Usage) -> str:
+        """What the finished work used that the plan did not price ("" when it matches)."""
+        problems = []
+        for what, planned, actual in (
+            ("calls", self.promised.calls, used.calls),
+            ("reconcile questions", self.promised.queries, used.queries),
+        ):
+            for tool in sorted(set(planned) | set(actual)):
+                if planned.get(tool, 0) != actual.get(tool, 0):
+                    problems.append(
+                        f"{tool}: {actual.get(tool, 0)} {what}, the plan said {planned.get(tool, 0)}"
+                    )
+        if used.money > self.promised.money:
+            problems.append(f"cost ${used.money} is above the plan's ${self.promised.money}")
+        return "; ".join(problems)
+
+
+# Events that may carry the contract of the work that follows them.
+CARRIERS = (Event.Type.RESUMED, Event.Type.RUN_CREATED)
+
+
+def active(run: Run) -> tuple[Contract | None, bool]:
+    """The contract the run's current work is bound by, and whether it was already broken.
+
+    A first execution (attempt 0 of a root run) has none and costs no query; otherwise the
+    newest carrier event decides (a strict resume's RESUMED, else a branch's RUN_CREATED)."""
+    if run.attempt == 0 and run.parent_id is None:
+        return None, False
+    carrier = (
+        Event.objects.filter(run=run, type__in=CARRIERS)
+        .order_by("-seq")
+        .values_list("seq", "payload", "payload_ref")
+        .first()
+    )
+    if carrier is None:
+        return None, False
+    seq, payload, payload_ref = carrier
+    if payload_ref:  # a long plan's promise went to an artifact with the payload
+        payload = json.loads(artifacts.read(payload_ref))
+    if "contract" not in payload:
+        return None, False
+    deviated = Event.objects.filter(run=run, seq__gt=seq, type=Event.Type.PLAN_DEVIATED).exists()
+    return Contract.from_payload(payload["contract"], seq), deviated
+
+
+def used_since(run: Run, contract: Contract) -> Usage:
+    """What the resumed work's verified stages used (each VERIFIED event records its stage's
+    usage; a stage that stopped before verifying records it in the event that stopped it)."""
+    total = Usage()
+    rows = Event.objects.filter(
+        run=run, seq__gt=contract.seq, type=Event.Type.VERIFIED
+    ).values_list("payload", "payload_ref")
+    for payload, payload_ref in rows:
+        if payload_ref:
+            payload = json.loads(artifacts.read(payload_ref))
+        total.add(Usage.from_dict(payload.get("usage")))
+    return total
+
+
+__all__ = ["Action", "Contract", "Difference", "Usage", "active", "used_since"]

@@ -1,0 +1,36 @@
+"""Plain-text rendering of a plan, for the CLI (the dashboard renders the same value)."""
+
+from __future__ import annotations
+
+from runs.planning.planner import Plan
+
+
+def plan_as_text(plan: Plan) -> str:
+    out = [f"Plan for {plan.run} ({plan.pipeline}, {plan.status})"]
+    if not plan.resumable:
+        out.append(f"  not resumable: {plan.not_resumable_reason}")
+    out.append(f"  checkpoint: {plan.checkpoint or 'none'} — {plan.checkpoint_reason}")
+    out += [f"  fallback: {f}" for f in plan.fallbacks]
+    bad = [a for a in plan.artifacts if not a.ok]
+    out.append(f"  artifacts checked: {len(plan.artifacts)}, failing: {len(bad)}")
+    out.append(f"  events after the checkpoint: {plan.tail_events}")
+    out.append(f"  skip: {', '.join(plan.stages_skipped) or '-'}")
+    out.append(f"  re-execute: {', '.join(plan.stages_reexecuted) or '-'}")
+    out.append("  effects:")
+    for e in plan.effects:
+        out.append(f"    {e.stage}/{e.call_id} [{e.policy}] {e.status} → {e.action}: {e.answer}")
+    if plan.drift:
+        out.append("  input drift:")
+        out += [f"    {d.input}: pinned {d.pinned}, now {d.current}" for d in plan.drift]
+    out.append(
+        f"  cost of this resume: {plan.cost_resume.tool_calls} calls, ${plan.cost_resume.money}"
+        f"  (a fresh retry: {plan.cost_fresh.tool_calls} calls, ${plan.cost_fresh.money})"
+    )
+    if plan.blockers:
+        out.append("  BLOCKED:")
+        out += [f"    - {b}" for b in plan.blockers]
+    up = plan.upgrade
+    out.append(f"  upgrade: {'available' if up.available else 'not available'} — {up.reason}")
+    out += [f"    warning: {w}" for w in up.warnings]
+    out.append(f"  fingerprint: {plan.fingerprint}")
+    return "\n".join(out)

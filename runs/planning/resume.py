@@ -1,0 +1,262 @@
+"""Applying an approved plan: strict resume, or upgrade inputs into a new branch.
+
+An approval names the plan's fingerprint. The plan is computed again; if anything it was
+computed from changed (a new event, another approval, a ledger edit, a new reconcile answer)
+the fingerprints differ and the approval is refused with the fresh plan. The run row lock and
+the version compare-and-set make two simultaneous approvals resume once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.models.functions import Now
+
+from runs.execution import engine
+from runs.ledger import leases
+from runs.ledger.append import Writer, append, create_run
+from runs.ledger.effects import record_found
+from runs.models import Checkpoint, Effect, Event, Run
+from runs.pipeline import registry
+from runs.planning import replay
+from runs.planning.contract import Contract
+from runs.planning.planner import Action, Plan, compute_plan
+
+STRICT = "strict"
+UPGRADE = "upgrade"
+ACTIONS = (STRICT, UPGRADE)
+
+
+class ResumeRefused(Exception):
+    """The approval changes nothing; `plan` is the fresh plan to show instead."""
+
+    def __init__(self, message: str, plan: Plan | None = None) -> None:
+        super().__init__(message)
+        self.plan = plan
+
+
+class StalePlan(ResumeRefused):
+    pass
+
+
+class AlreadyApproved(ResumeRefused):
+    """This exact plan was approved before with the same action (a double click, a re-sent
+    form or command): the same decision again, not a stale one. Nothing more is done."""
+
+
+@dataclass(frozen=True)
+class Approval:
+    run: Run
+    action: str
+    branch: Run | None = None
+
+    @property
+    def resumed(self) -> Run:
+        return self.branch or self.run
+
+
+def load_run(public_id: str) -> Run:
+    pk = Run.pk_from_public_id(public_id)
+    run = Run.objects.filter(pk=pk).first() if pk is not None else None
+    if run is None:
+        raise ResumeRefused(f"unknown run {public_id!r}")
+    return run
+
+
+def approve(run: Run, action: str, fingerprint: str, *, actor: str, batch: str = "") -> Approval:
+    """Approve `action` on the plan with `fingerprint`. Raises ResumeRefused (StalePlan,
+    AlreadyApproved) and changes nothing when the approval does not hold. `batch` names the
+    bulk approval this one is part of (runs/triage.py); PLAN_APPROVED records it."""
+    if action not in ACTIONS:
+        raise ResumeRefused(f"unknown action {action!r}: choose strict or upgrade")
+    try:
+        return _approve(run, action, fingerprint, actor=actor, batch=batch)
+    except ResumeRefused as exc:
+        # Refused because this very plan was approved a moment ago, with the same action (a
+        # double click, a re-sent form or command, a second approver just behind the first):
+        # the same decision again, which lands where the first one did. The dashboard and
+        # `manage.py resume` both say so instead of showing a refusal.
+        if _approved_before(run, action, fingerprint):
+            raise AlreadyApproved(
+                "This plan was already approved; nothing more was done.", exc.plan
+            ) from exc
+        raise
+
+
+def _approve(run: Run, action: str, fingerprint: str, *, actor: str, batch: str) -> Approval:
+    run.refresh_from_db()
+    plan = compute_plan(run)
+    _check(plan, action, fingerprint)
+    with transaction.atomic():
+        # On PostgreSQL this lock queues a second approver behind the first; on SQLite the
+        # IMMEDIATE transaction already did. Either way the second sees the bumped version.
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if locked.version != plan.run_version or not locked.is_resumable:
+            raise StalePlan(
+                f"{run.public_id} changed since this plan was computed "
+                f"(now {locked.get_status_display().lower()}, version {locked.version}); "
+                "read the fresh plan and approve again",
+                compute_plan(locked),
+            )
+        token = leases.acquire(run.pk, actor, takeover=True)
+        writer = Writer(run.pk, token, actor)
+        append(
+            writer,
+            Event.Type.PLAN_APPROVED,
+            stage=plan.next_stage,
+            payload={
+                "action": action,
+                "fingerprint": plan.fingerprint,
+                "checkpoint": plan.checkpoint,
+                "next_stage": plan.next_stage if action == STRICT else plan.upgrade.branch_stage,
+                "reexecute": plan.stages_reexecuted
+                if action == STRICT
+                else plan.upgrade.stages_rerun,
+                "by": actor,
+                **({"batch": batch} if batch else {}),
+            },
+        )
+        # Whichever way it goes on, the approved run's ledger now records what the plan's
+        # reconcile queries found (a superseded parent too: its history says what it made).
+        _record_reconciliations(writer, plan)
+        if action == STRICT:
+            approval = _strict(writer, locked, plan)
+        else:
+            approval = _upgrade(writer, locked, plan, actor)
+        leases.release(run.pk, token)
+    # The rows were read before the approval's own appends; hand back what they are now
+    # (status resuming or superseded, the stage it resumes at) to the CLI and the views.
+    approval.run.refresh_from_db()
+    if approval.branch is not None:
+        approval.branch.refresh_from_db()
+    return approval
+
+
+def _approved_before(run: Run, action: str, fingerprint: str) -> bool:
+    return Event.objects.filter(
+        run_id=run.pk,
+        type=Event.Type.PLAN_APPROVED,
+        payload__fingerprint=fingerprint,
+        payload__action=action,
+    ).exists()
+
+
+def _check(plan: Plan, action: str, fingerprint: str) -> None:
+    if not plan.resumable:
+        raise ResumeRefused(plan.not_resumable_reason, plan)
+    if not fingerprint or fingerprint != plan.fingerprint:
+        raise StalePlan(
+            "the plan changed since it was shown (or the fingerprint is not this run's); "
+            "nothing was resumed — read the fresh plan and approve again",
+            plan,
+        )
+    if plan.blockers:
+        raise ResumeRefused("the plan is blocked: " + " ".join(plan.blockers), plan)
+    if action == UPGRADE and not plan.upgrade.available:
+        raise ResumeRefused(f"no upgrade is possible: {plan.upgrade.reason}", plan)
+
+
+def _record_reconciliations(writer: Writer, plan: Plan) -> None:
+    """Write down what the reconcile queries found, now that a human approved the plan. The
+    target is asked once more and the answer goes through the same replay.decide() as the
+    plan's: if it no longer says "record it", nothing is recorded."""
+    pipeline = registry.get(plan.pipeline)
+    for line in plan.effects:
+        if line.action != Action.RECORD_FOUND:
+            continue
+        effect = Effect.objects.get(delivery_key=line.delivery_key)
+        tool = pipeline.tool(effect.tool)
+        try:
+            answer = tool.reconcile(effect)
+        except Exception as exc:
+            answer, unanswered = None, str(exc) or type(exc).__name__
+        else:
+            unanswered = ""
+        decision = replay.decide(
+            tool=tool.name,
+            call_id=effect.call_id,
+            policy=tool.policy,
+            recorded=replay.Recorded.of(effect),
+            answer=answer,
+            unanswered=unanswered,
+            verb=tool.verb,
+            target=effect.target,
+        )
+        if decision.action != Action.RECORD_FOUND:
+            # The target's answer moved between the plan and this approval: the transaction
+            # rolls back and the operator gets the fresh plan, not a half-recorded effect.
+            raise StalePlan(
+                f"{effect.tool} ({effect.call_id}): the target no longer confirms what the plan "
+                f"showed ({decision.answer}); read the fresh plan and approve again",
+                None,
+            )
+        record_found(writer, effect, answer)
+
+
+def _strict(writer: Writer, run: Run, plan: Plan) -> Approval:
+    ticket = uuid.uuid4().hex
+    append(
+        writer,
+        Event.Type.RESUMED,
+        stage=plan.next_stage,
+        payload={
+            "mode": STRICT,
+            "checkpoint": plan.checkpoint,
+            "next_stage": plan.next_stage,
+            "pinned_inputs": run.inputs,
+            # The approved plan's promise: the engine holds every call of the resumed work
+            # against it (runs/contract.py).
+            "contract": Contract.from_plan(
+                plan.fingerprint, STRICT, plan.effects, plan.cost_resume
+            ).to_payload(),
+        },
+        status=Run.Status.RESUMING,
+        deviated=False,
+        current_stage=plan.next_stage,
+        ticket=ticket,
+        queued_at=Now(),
+        attempt=run.attempt + 1,
+    )
+    transaction.on_commit(lambda: engine.dispatch(run.pk, plan.next_stage, ticket))
+    return Approval(run, STRICT)
+
+
+def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
+    upgrade = plan.upgrade
+    point = (
+        Checkpoint.objects.get(pk=upgrade.branch_checkpoint) if upgrade.branch_checkpoint else None
+    )
+    ticket = uuid.uuid4().hex
+    branch = create_run(
+        run.pipeline,
+        inputs=upgrade.inputs,
+        actor=actor,
+        first_stage=upgrade.branch_stage,
+        parent=run,
+        branch_checkpoint=point,
+        payload={
+            "branched_from": run.public_id,
+            "checkpoint": upgrade.branch_checkpoint,
+            "upgraded": {d.input: [d.pinned, d.current] for d in plan.drift},
+            "warnings": upgrade.warnings,
+            "contract": Contract.from_plan(
+                plan.fingerprint, UPGRADE, upgrade.effects, upgrade.cost
+            ).to_payload(),
+        },
+        ticket=ticket,
+    )
+    append(
+        writer,
+        Event.Type.BRANCHED,
+        payload={
+            "branch": branch.public_id,
+            "checkpoint": upgrade.branch_checkpoint,
+            "inputs": upgrade.inputs,
+            "warnings": upgrade.warnings,
+        },
+        status=Run.Status.SUPERSEDED,
+    )
+    transaction.on_commit(lambda: engine.dispatch(branch.pk, upgrade.branch_stage, ticket))
+    return Approval(run, UPGRADE, branch)

@@ -1,0 +1,515 @@
+"""Bulk triage: the runs that need a human, grouped by the shape of their stored plan, and one
+approval for a whole group or a selection of it.
+
+After an outage hundreds of runs stop at once, and most of their plans say the same thing in
+different words: different run ids, delivery keys and external ids, the same decision. A
+plan's **shape** keeps only what a human decides on:
+
+    pipeline, status, the stage a strict resume starts at (and the checkpoint's stage),
+    whether a checkpoint was passed over, the action per expected (stage, call),
+    the blockers (which call, and what kind: no answer / found but different / unknown …),
+    the input drift (pinned → current), whether an upgrade branch is offered and where
+
+and nothing run-specific (no run ids, keys, external ids, timestamps, answers' details).
+The **group fingerprint** is the sha256 of the shape's canonical JSON. It is stored with each
+run's plan (StoredPlan.shape, written by stored_plans.store), so the inbox groups runs with
+one aggregate query and never reads or computes a plan per run.
+
+An approval of a group never trusts the group: every run goes through resume.approve() with
+the fingerprint of the plan that was stored (and shown); approve() plans afresh and compares
+under the run's lock. A run whose plan moved is skipped and listed with its fresh plan, which
+is stored; the others each get their own PLAN_APPROVED, naming the batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Count, F, Min, QuerySet, Sum
+from django.db.models.functions import Now
+
+from runs.ledger import leases
+from runs.ledger.chain import canonical_json
+from runs.models import GroupApproval, Run, StoredPlan
+from runs.planning import stored_plans
+from runs.planning.planner import Plan, compute_plan
+from runs.planning.replay import STOPPING, Action
+from runs.planning.resume import (
+    ACTIONS,
+    STRICT,
+    UPGRADE,
+    AlreadyApproved,
+    Approval,
+    ResumeRefused,
+    approve,
+)
+
+FINGERPRINT_RE = re.compile(r"^[0-9a-f]{64}$")
+# Bumped when the shape's definition changes: stored shapes of an older definition then group
+# apart instead of mixing with new ones (they are recomputed when their plans are).
+SHAPE_VERSION = 1
+
+
+class GroupRefused(Exception):
+    """The batch is refused as a whole (an empty or unapprovable group): nothing was changed."""
+
+
+class BadSelection(GroupRefused):
+    """The request itself is wrong (not a fingerprint, an unknown action or run, nothing
+    selected): nothing was changed."""
+
+
+# --- The shape -------------------------------------------------------------------------------
+
+
+def shape_of(plan: dict[str, Any]) -> dict[str, Any]:
+    """The decision a stored plan (planner.Plan.to_dict()) asks for, without the run."""
+    blockers = []
+    effects = []
+    for line in plan["effects"]:
+        effects.append([line["stage"], line["call_id"], line["tool"], line["action"]])
+        if line["action"] in STOPPING:
+            # replay.decide() words a stopping answer as "<kind>: <detail>"; the detail
+            # (an error message, what the target holds) is the run's own, the kind is not.
+            kind = line["answer"].split(":", 1)[0]
+            blockers.append([line["stage"], line["call_id"], line["status"], kind])
+    upgrade = plan["upgrade"]
+    return {
+        "v": SHAPE_VERSION,
+        "pipeline": plan["pipeline"],
+        "status": plan["status"],
+        "resumable": plan["resumable"],
+        "next_stage": plan["next_stage"],
+        "checkpoint_stage": plan["checkpoint_stage"],
+        "fell_back": bool(plan["fallbacks"]),
+        "effects": effects,
+        "blockers": blockers,
+        "drift": [[d["input"], d["pinned"], d["current"]] for d in plan["drift"]],
+        "upgrade": [upgrade["available"], upgrade["branch_stage"] if upgrade["available"] else ""],
+    }
+
+
+def group_fingerprint(plan: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(shape_of(plan)).encode()).hexdigest()
+
+
+# --- Groups in the inbox ---------------------------------------------------------------------
+
+
+STATUS_WORDS = {
+    Run.Status.INTERRUPTED: "interrupted",
+    Run.Status.FAILED: "failed",
+    Run.Status.NEEDS_APPROVAL: "waiting for approval",
+}
+
+ACTION_WORDS = {
+    Action.REUSE: "reuses",
+    Action.RETRY_SAME_KEY: "retries with the same key",
+    Action.RECORD_FOUND: "records what the target has for",
+    Action.CALL: "calls",
+    Action.RERUN: "re-runs",
+    Action.SKIP: "skips (abandoned)",
+}
+
+
+@dataclass
+class Group:
+    fingerprint: str
+    shape: dict[str, Any]
+    count: int
+    # What a strict resume of every run in the group costs, from the stored plans.
+    resume_money: Decimal
+    fresh_money: Decimal
+
+    @property
+    def status(self) -> str:
+        return self.shape["status"]
+
+    @property
+    def next_stage(self) -> str:
+        return self.shape["next_stage"]
+
+    @property
+    def blocked(self) -> bool:
+        return bool(self.shape["blockers"])
+
+    @property
+    def approvable(self) -> bool:
+        return self.shape["resumable"] and not self.blocked
+
+    @property
+    def upgrade_available(self) -> bool:
+        return bool(self.shape["upgrade"][0]) and self.approvable
+
+    @property
+    def headline(self) -> str:
+        runs = f"{self.count} run{'s' if self.count != 1 else ''}"
+        status = STATUS_WORDS.get(self.status, self.status)
+        return f"{runs} {status} at {self.next_stage}"
+
+    @property
+    def summary(self) -> str:
+        """What a strict resume does to each run: "reuses render_image ×3, upload_asset ×2;
+        retries with the same key upload_asset ×1; calls publish_article"."""
+        return describe(self.shape)
+
+    @property
+    def sentence(self) -> str:
+        """One line for a notice or a terminal: headline — what it does, what it costs."""
+        if not self.approvable:
+            return f"{self.headline} — {self.summary}"
+        return (
+            f"{self.headline} — strict resume {self.summary} each, "
+            f"${self.resume_money.quantize(Decimal('0.0001'))} in total"
+        )
+
+
+def describe(shape: dict[str, Any]) -> str:
+    if not shape["resumable"]:
+        return "not resumable as it stands"
+    if shape["blockers"]:
+        calls = ", ".join(f"{stage}/{call} ({kind})" for stage, call, _, kind in shape["blockers"])
+        return f"blocked until a supervisor resolves {calls}"
+    per_action: dict[str, Counter[str]] = {}
+    for _, _, tool, action in shape["effects"]:
+        per_action.setdefault(action, Counter())[tool] += 1
+    parts = []
+    for action, words in ACTION_WORDS.items():
+        tools = per_action.get(action)
+        if tools:
+            parts.append(f"{words} " + ", ".join(f"{t} ×{n}" for t, n in sorted(tools.items())))
+    text = "; ".join(parts) or "makes no tool call"
+    if shape["drift"]:
+        changed = ", ".join(f"{name} {old} → {new}" for name, old, new in shape["drift"])
+        text += f" (inputs changed since pinned: {changed})"
+    return text
+
+
+@dataclass
+class Triage:
+    groups: list[Group]
+    # Runs that need a human but whose plan is not stored for their current version yet
+    # (the plan job has not run, or could not be queued): they join a group once it has.
+    unplanned: int = 0
+
+
+def _current(plans: QuerySet[StoredPlan]) -> QuerySet[StoredPlan]:
+    """Stored plans of runs that need a human, computed at the run's current version."""
+    return plans.filter(run__attention=0, run_version=F("run__version"))
+
+
+def groups(runs: QuerySet[Run] | None = None) -> Triage:
+    """The runs that need a human (of `runs`, else all), grouped by plan shape, largest
+    group first. Three queries whatever the number of runs: the aggregate, one stored plan
+    per group (to describe it), and the count of runs without a current plan."""
+    plans = _current(StoredPlan.objects.all())
+    needing = Run.objects.filter(attention=0)
+    if runs is not None:
+        plans = plans.filter(run__in=runs.values("pk"))
+        needing = needing.filter(pk__in=runs.values("pk"))
+    rows = list(
+        plans.values("shape")
+        .annotate(
+            count=Count("run_id"),
+            resume=Sum("resume_money"),
+            fresh=Sum("fresh_money"),
+            sample=Min("run_id"),
+        )
+        .order_by("-count", "shape")
+    )
+    samples = dict(
+        StoredPlan.objects.filter(run_id__in=[r["sample"] for r in rows]).values_list(
+            "run_id", "data"
+        )
+    )
+    found = [
+        Group(
+            fingerprint=row["shape"],
+            shape=shape_of(samples[row["sample"]]),
+            count=row["count"],
+            resume_money=row["resume"] or Decimal(0),
+            fresh_money=row["fresh"] or Decimal(0),
+        )
+        for row in rows
+    ]
+    unplanned = needing.exclude(stored_plan__run_version=F("version")).count()
+    return Triage(found, unplanned)
+
+
+@dataclass
+class Member:
+    run_pk: int
+    fingerprint: str
+    status: str
+    current_stage: str
+    resume_money: Decimal
+
+    @property
+    def public_id(self) -> str:
+        return f"run-{self.run_pk}"
+
+
+def group(fingerprint: str) -> tuple[Group, list[Member]] | None:
+    """One group with its runs (oldest first), or None when no run needing a human has a
+    plan of this shape now. Two queries."""
+    members = [
+        Member(row["run_id"], row["fingerprint"], row["run__status"], row["run__current_stage"],
+               row["resume_money"])
+        for row in _current(StoredPlan.objects.filter(shape=fingerprint))
+        .order_by("run_id")
+        .values("run_id", "fingerprint", "run__status", "run__current_stage", "resume_money")
+    ]  # fmt: skip
+    if not members:
+        return None
+    data = StoredPlan.objects.values_list("data", flat=True).get(run_id=members[0].run_pk)
+    found = Group(
+        fingerprint=fingerprint,
+        shape=shape_of(data),
+        count=len(members),
+        resume_money=sum((m.resume_money for m in members), Decimal(0)),
+        fresh_money=Decimal(0),
+    )
+    return found, members
+
+
+# --- Approving a group -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Skipped:
+    run_pk: int
+    reason: str
+    # The run's fresh plan (stored when it was computed here), when there is one.
+    plan: Plan | None = None
+
+    @property
+    def public_id(self) -> str:
+        return f"run-{self.run_pk}"
+
+    @property
+    def group(self) -> str:
+        return group_fingerprint(self.plan.to_dict()) if self.plan is not None else ""
+
+
+@dataclass
+class Batch:
+    id: str
+    group: str
+    action: str
+    approved: list[Approval] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+    def outcome(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """What was approved and what skipped, as a GroupApproval row records them and
+        templates/runs/_batch_outcome.html shows them, whether a worker or the request
+        approved the group."""
+        approved = [
+            {
+                "run": a.run.pk,
+                "resumed": a.resumed.pk,
+                "branch": a.branch is not None,
+                "stage": a.resumed.current_stage,
+            }
+            for a in self.approved
+        ]
+        skipped = [
+            {
+                "run": s.run_pk,
+                "reason": s.reason,
+                "plan": None
+                if s.plan is None
+                else {
+                    "fingerprint": s.plan.fingerprint,
+                    "next_stage": s.plan.next_stage,
+                    "calls": s.plan.cost_resume.tool_calls,
+                    "money": str(s.plan.cost_resume.money),
+                    "blocked": bool(s.plan.blockers),
+                    "group": s.group,
+                },
+            }
+            for s in self.skipped
+        ]
+        return approved, skipped
+
+
+def parse_run_ids(values: list[str]) -> list[int]:
+    """Run ids as typed ("run-12", "12") to primary keys; GroupRefused names a bad one."""
+    pks = []
+    for value in values:
+        value = value.strip()
+        pk = Run.pk_from_public_id(value if value.startswith("run-") else f"run-{value}")
+        if pk is None:
+            raise BadSelection(f"{value!r} is not a run id (e.g. run-123)")
+        pks.append(pk)
+    return pks
+
+
+def _check(
+    group_fingerprint: str, run_ids: list[int] | None, action: str
+) -> tuple[dict[int, Member], list[int]]:
+    """The group's runs by pk, and the runs to approve; GroupRefused, changing nothing, for
+    bad input or a group that cannot be approved at all. Three queries."""
+    if not FINGERPRINT_RE.match(group_fingerprint or ""):
+        raise BadSelection("a group fingerprint is 64 hexadecimal characters")
+    if action not in ACTIONS:
+        raise BadSelection(f"unknown action {action!r}: choose strict or upgrade")
+    if run_ids is not None:
+        run_ids = sorted(set(run_ids))
+        if not run_ids:
+            raise BadSelection("select at least one run")
+        missing = set(run_ids) - set(
+            Run.objects.filter(pk__in=run_ids).values_list("pk", flat=True)
+        )
+        if missing:
+            raise BadSelection(f"there is no {', '.join(f'run-{pk}' for pk in sorted(missing))}")
+    found = group(group_fingerprint)
+    if found is None:
+        raise GroupRefused(
+            "no run needing a human has a plan of this shape now (approved meanwhile, or "
+            "their plans changed): read the groups again"
+        )
+    shown, members = found
+    if not shown.shape["resumable"]:
+        raise GroupRefused("these runs are not resumable as they stand")
+    if shown.blocked:
+        raise GroupRefused(
+            "the group's plan is blocked: a supervisor resolves each run's blocker in the "
+            "ledger first"
+        )
+    if action == UPGRADE and not shown.upgrade_available:
+        raise GroupRefused("no upgrade is offered for this group: its inputs have not changed")
+    in_group = {m.run_pk: m for m in members}
+    return in_group, list(in_group) if run_ids is None else run_ids
+
+
+def approve_group(
+    group_fingerprint: str,
+    run_ids: list[int] | None = None,
+    *,
+    action: str = STRICT,
+    actor: str,
+    batch_id: str = "",
+    each: Callable[[Batch], None] | None = None,
+) -> Batch:
+    """Approve `action` for every run of the group (or the selected `run_ids` of it).
+
+    Each run is approved on its own, with the fingerprint of its stored plan: resume.approve()
+    plans afresh and compares under the run's row lock, so a run whose plan changed is
+    skipped, its fresh plan stored and returned, never approved blind. Selected runs that are
+    no longer in the group are skipped the same way. Raises GroupRefused, changing nothing,
+    for bad input or a group that cannot be approved at all. `each` is called after every
+    run (the background job records its progress with it)."""
+    in_group, wanted = _check(group_fingerprint, run_ids, action)
+    runs = Run.objects.in_bulk(wanted)
+    batch = Batch(batch_id or uuid.uuid4().hex, group_fingerprint, action)
+    for pk in wanted:
+        run = runs[pk]
+        member = in_group.get(pk)
+        if member is None:
+            batch.skipped.append(_not_in_group(run))
+        else:
+            try:
+                batch.approved.append(
+                    approve(run, action, member.fingerprint, actor=actor, batch=batch.id)
+                )
+            except AlreadyApproved:
+                batch.skipped.append(Skipped(pk, "already approved; nothing more was done"))
+            except ResumeRefused as exc:  # StalePlan included: the plan moved since it was shown
+                fresh = exc.plan if exc.plan is not None else compute_plan(run)
+                stored_plans.store(fresh)
+                batch.skipped.append(Skipped(pk, str(exc), fresh))
+            except leases.LeaseBusy:
+                batch.skipped.append(
+                    Skipped(pk, "another process took the run's lease at that moment; try again")
+                )
+        if each is not None:
+            each(batch)
+    return batch
+
+
+def _not_in_group(run: Run) -> Skipped:
+    """A selected run whose stored plan is not of the group's shape any more."""
+    if not run.is_resumable:
+        return Skipped(
+            run.pk,
+            f"it is {run.get_status_display().lower()} now: it no longer needs a human",
+        )
+    # Its plan changed since the group was shown (or was never of this shape): compute it now,
+    # asking its targets, so the operator reads what it is.
+    fresh = stored_plans.refresh(run)
+    return Skipped(run.pk, "its plan changed since the group was shown; read the fresh plan", fresh)
+
+
+# --- Approving a group in the background -----------------------------------------------------
+#
+# Approving hundreds of runs takes minutes (each approval plans afresh and asks the targets),
+# longer than a web request may take. The dashboard records the operator's decision as a
+# GroupApproval row (start_batch, in the request: the same checks as approve_group, so a bad
+# or unapprovable group is refused at once), a worker carries it out (run_batch, from the RQ
+# job jobs.approve_batch), and the batch page reads the row.
+
+# How many results the job collects between two saves of the row (its progress on the page).
+SAVE_EVERY = 10
+
+
+def start_batch(
+    group_fingerprint: str, run_ids: list[int], *, action: str, actor: str
+) -> GroupApproval:
+    """Check the approval and record it, to be carried out by run_batch(). GroupRefused,
+    recording nothing, as approve_group would refuse it now."""
+    _, wanted = _check(group_fingerprint, run_ids, action)
+    return GroupApproval.objects.create(
+        id=uuid.uuid4().hex, group=group_fingerprint, action=action, actor=actor, run_ids=wanted
+    )
+
+
+def run_batch(batch_id: str) -> GroupApproval:
+    """Carry out a recorded group approval: approve_group() over its runs, each checked
+    against its own plan under its lock, the row saved every SAVE_EVERY runs and at the end.
+
+    Run again (a retried job), it approves nothing twice: the runs it approved are resuming,
+    no longer in the group, and are skipped as such."""
+    row = GroupApproval.objects.get(pk=batch_id)
+    if row.finished:
+        return row
+    row.state = GroupApproval.State.RUNNING
+    row.approved, row.skipped = [], []
+    _save(row)
+
+    def each(batch: Batch) -> None:
+        if (len(batch.approved) + len(batch.skipped)) % SAVE_EVERY == 0:
+            _record(row, batch)
+            _save(row)
+
+    try:
+        batch = approve_group(
+            row.group, row.run_ids, action=row.action, actor=row.actor, batch_id=row.id, each=each
+        )
+    except GroupRefused as exc:
+        row.state, row.error = GroupApproval.State.REFUSED, str(exc)
+    except Exception as exc:
+        row.state, row.error = GroupApproval.State.FAILED, f"{type(exc).__name__}: {exc}"
+        _save(row)
+        raise
+    else:
+        _record(row, batch)
+        row.state = GroupApproval.State.DONE
+    _save(row)
+    return row
+
+
+def _record(row: GroupApproval, batch: Batch) -> None:
+    row.approved, row.skipped = batch.outcome()
+
+
+def _save(row: GroupApproval) -> None:
+    row.updated_at = Now()
+    row.save(update_fields=["state", "approved", "skipped", "error", "updated_at"])
+    row.refresh_from_db(fields=["updated_at"])
