@@ -73,7 +73,6 @@ def worker_env(redis_url: str | None = None) -> dict[str, str]:
         RESUMER_QUEUE_GRACE=str(settings.RESUMER_QUEUE_GRACE),
         RESUMER_QUEUE=settings.RESUMER_QUEUE,
         DEMO_SERVICE_URL=settings.DEMO_SERVICE_URL,
-        RESUMER_TESTING="1",
         PYTHONUNBUFFERED="1",
     )
     return env
