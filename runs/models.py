@@ -457,12 +457,16 @@ class StoredPlan(models.Model):
     def __str__(self) -> str:
         return f"plan of run-{self.run_id} ({self.fingerprint[:12]})"
 
-    @property
-    def is_current(self) -> bool:
-        return self.run_version == self.run.version
+
+# --- Approvals (runs/planning/resume.py, runs/planning/triage.py) ---------------------------
 
 
-# --- Group approvals (runs/triage.py) -------------------------------------------------------
+class ApprovalMode(models.TextChoices):
+    """What an operator approves of a plan. The value is what PLAN_APPROVED records as its
+    "action" and GroupApproval keeps in its `action` column."""
+
+    STRICT = "strict", "Strict resume"
+    UPGRADE = "upgrade", "Upgrade"
 
 
 class GroupApprovalState(models.TextChoices):
