@@ -103,12 +103,6 @@ def can_manage_queues(user) -> bool:
 
 
 @register.filter
-def payload_get(payload: Any, key: str) -> Any:
-    """payload.key for dict payloads, "" otherwise (a template cannot do .get with hyphens)."""
-    return payload.get(key, "") if isinstance(payload, dict) else ""
-
-
-@register.filter
 def ledger_changes(payload: Any) -> list[tuple[str, Any, Any]]:
     """A ledger edit's changed fields as (field, before, after)."""
     before = payload.get("before") if isinstance(payload, dict) else None
