@@ -79,6 +79,12 @@ class ToolRejected(Exception):
     """The target answered and refused: nothing happened there, a new attempt is safe."""
 
 
+class KeyConflict(ToolRejected):
+    """The target refused this delivery key for a different request (HTTP 409 and the like):
+    nothing happened, and the same key would get the same answer. The run stops with it, and
+    a resume of the effect waits for a human."""
+
+
 class OutcomeUnknown(Exception):
     """An external call neither confirmed nor refused (a time-out, a dropped connection): the
     engine records the effect's outcome as unknown and never guesses."""

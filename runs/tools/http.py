@@ -57,6 +57,7 @@ from urllib.parse import quote
 import httpx
 from django.conf import settings
 
+from runs import pipeline
 from runs.models import ReplayPolicy
 from runs.pipeline import KeyParts, Reconciliation, Tool, ToolRejected
 
@@ -233,9 +234,9 @@ class HttpRejected(ToolRejected, HttpToolError):
         self.status = status
 
 
-class KeyConflict(ToolRejected, HttpToolError):
-    """409: the target already holds a different request under this idempotency key. Nothing
-    happened for this request, and trying again cannot help: the run stops with this."""
+class KeyConflict(pipeline.KeyConflict, HttpToolError):
+    """409: the target already holds a different request under this idempotency key. The
+    pipeline API's KeyConflict, with the exchanges that showed it."""
 
 
 class ReconcileUnavailable(HttpToolError):
