@@ -32,38 +32,39 @@ not answer within 5 s"), which a plan shows as a blocker that can be asked again
 bound every request, so nothing hangs a page or a worker: a call takes at most
 attempts × (connect + read time-out) plus the backoff pauses.
 
-Every request and response is an Exchange, collected by `recording()` (and carried by the
-errors) so the engine can put them in the event payload: `Exchange.payload()` keeps bodies up
-to RESUMER_HTTP_INLINE_BODY_BYTES inline and stores larger ones as artifacts.
+Every request and response is an Exchange, noted in runs.ledger.exchanges (and carried by
+the errors) so the engine can put them in the event payload: `Exchange.payload()` keeps bodies
+up to RESUMER_HTTP_INLINE_BODY_BYTES inline and stores larger ones as artifacts.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import functools
 import json
 import random
-import re
 import ssl
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx
-from django.conf import settings
 
 from runs import pipeline
+from runs.ledger import exchanges
+from runs.ledger.exchanges import Exchange, ExchangeOutcome
 from runs.models import ReplayPolicy
 from runs.pipeline import KeyParts, Reconciliation, Tool, ToolRejected
 
 if TYPE_CHECKING:
     from runs.execution.engine import StageContext
-    from runs.models import Effect, Run
+    from runs.models import Effect
+
+# Moved to runs.ledger.exchanges; still here until the engine imports them from there.
+recording = exchanges.recording
+exchanges_payload = exchanges.exchanges_payload
 
 # Headers worth keeping in the record. Nothing else is recorded, so credentials
 # (Authorization, Cookie, API keys) never reach the event log.
@@ -81,120 +82,6 @@ RECORDED_HEADERS = frozenset(
 )
 RETRYING_POLICIES = frozenset({ReplayPolicy.SAFE, ReplayPolicy.IDEMPOTENT})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
-ARTIFACT_NAME_RE = re.compile(r"[^A-Za-z0-9_./-]+")
-
-
-# --- what a tool saw ---------------------------------------------------------------------
-
-
-class ExchangeOutcome(StrEnum):
-    CONFIRMED = "confirmed"  # a 2xx to a call
-    RETRIED = "retried"  # a transient failure; the same request (same key) was sent again
-    UNKNOWN = "unknown"  # a transient failure with no retry left: the outcome is unknown
-    REJECTED = "rejected"  # a 4xx: the target refused, nothing happened
-    CONFLICT = "conflict"  # a 409: the key was used for a different request
-    FOUND = "found"  # a reconcile lookup answered 200
-    NOT_FOUND = "not-found"  # a reconcile lookup answered 404
-    UNAVAILABLE = "unavailable"  # a reconcile lookup got no usable answer
-
-
-@dataclass(frozen=True)
-class Exchange:
-    """One request a tool sent and what came back (status None: no response at all)."""
-
-    tool: str
-    attempt: int
-    method: str
-    url: str
-    outcome: ExchangeOutcome
-    request_headers: dict[str, str]
-    request_body: bytes
-    status: int | None = None
-    response_headers: dict[str, str] = field(default_factory=dict)
-    response_body: bytes = b""
-    error: str = ""
-    elapsed_ms: int = 0
-
-    def payload(
-        self, *, name: str, run: Run | None = None, inline_bytes: int | None = None
-    ) -> dict[str, Any]:
-        """A JSON-able record for an event payload. A body above the inline limit (or not
-        UTF-8) is stored as the artifact `<name>/request` or `<name>/response` and
-        referenced by uri, size and sha256."""
-        limit = settings.RESUMER_HTTP_INLINE_BODY_BYTES if inline_bytes is None else inline_bytes
-        record: dict[str, Any] = {
-            "tool": self.tool,
-            "attempt": self.attempt,
-            "method": self.method,
-            "url": self.url,
-            "outcome": str(self.outcome),
-            "elapsed_ms": self.elapsed_ms,
-            "request": {
-                "headers": self.request_headers,
-                **_body(self.request_body, self.request_headers, f"{name}/request", run, limit),
-            },
-            "response": None,
-        }
-        if self.error:
-            record["error"] = self.error
-        if self.status is not None:
-            record["response"] = {
-                "status": self.status,
-                "headers": self.response_headers,
-                **_body(self.response_body, self.response_headers, f"{name}/response", run, limit),
-            }
-        return record
-
-
-def _body(
-    data: bytes, headers: Mapping[str, str], name: str, run: Run | None, limit: int
-) -> dict[str, Any]:
-    if not data:
-        return {"body": ""}
-    if len(data) <= limit:
-        try:
-            return {"body": data.decode()}
-        except UnicodeDecodeError:
-            pass
-    from runs.ledger import artifacts
-
-    stored = artifacts.store(
-        ARTIFACT_NAME_RE.sub("-", name),
-        data,
-        headers.get("content-type", "application/octet-stream"),
-        run=run,
-    )
-    return {"body_ref": stored.uri, "body_bytes": len(data), "body_sha256": stored.sha256}
-
-
-def exchanges_payload(
-    exchanges: Sequence[Exchange], *, name: str, run: Run | None = None
-) -> list[dict[str, Any]]:
-    """Every exchange as a payload record; large bodies become `<name>/<n>/request|response`
-    artifacts (name e.g. "http/run-7/publish")."""
-    return [ex.payload(name=f"{name}/{i}", run=run) for i, ex in enumerate(exchanges, start=1)]
-
-
-_recorders: contextvars.ContextVar[tuple[list[Exchange], ...]] = contextvars.ContextVar(
-    "http_exchange_recorders", default=()
-)
-
-
-@contextlib.contextmanager
-def recording() -> Iterator[list[Exchange]]:
-    """Collect every Exchange any HTTP tool makes inside the block, whether it returns or
-    raises:
-
-        with recording() as seen:
-            result = tool.call(args, key)
-        payload["exchanges"] = exchanges_payload(seen, name=...)
-    """
-    seen: list[Exchange] = []
-    token = _recorders.set((*_recorders.get(), seen))
-    try:
-        yield seen
-    finally:
-        _recorders.reset(token)
 
 
 # --- what can go wrong ---------------------------------------------------------------------
@@ -540,8 +427,7 @@ class HttpTool:
             elapsed_ms=int((time.monotonic() - started) * 1000),
         )
         seen.append(exchange)
-        for sink in _recorders.get():
-            sink.append(exchange)
+        exchanges.record(exchange)
 
 
 @functools.cache

@@ -11,19 +11,17 @@ import pytest
 
 from demo_service.process import ServiceProcess
 from runs.ledger import artifacts
+from runs.ledger.exchanges import ExchangeOutcome, exchanges_payload, recording
 from runs.models import Artifact, Effect, ReplayPolicy
 from runs.pipeline import KeyParts, Tool, ToolRejected, delivery_key
 from runs.tools.http import (
-    ExchangeOutcome,
     HttpRejected,
     KeyConflict,
     Lookup,
     ReconcileUnavailable,
     Retry,
     TargetUnavailable,
-    exchanges_payload,
     http_tool,
-    recording,
     spec_of,
 )
 
