@@ -43,7 +43,7 @@ from demo_service.process import ServiceClient
 from runs.execution import engine
 from runs.execution.hooks import CallHooks
 from runs.models import Effect, Run
-from runs.pipeline import InvalidInput, OutcomeUnknown, Pipeline, registry
+from runs.pipeline import Context, InvalidInput, OutcomeUnknown, Pipeline, registry
 from runs.tools.http import spec_of
 
 log = logging.getLogger("demo.faults")
@@ -185,7 +185,7 @@ class FaultHooks(CallHooks):
             self._faults[run.pk] = _lookup(run)
         return self._faults[run.pk]
 
-    def before_call(self, ctx: engine.StageContext, call_id: str) -> None:
+    def before_call(self, ctx: Context, call_id: str) -> None:
         faults = self.faults_of(ctx.run)
         if faults is None:
             return
@@ -200,7 +200,7 @@ class FaultHooks(CallHooks):
         if mode and ctx.run.attempt == 0:
             _network_fault(ctx, call_id, mode)
 
-    def after_call(self, ctx: engine.StageContext, call_id: str, result: Any) -> None:
+    def after_call(self, ctx: Context, call_id: str, result: Any) -> None:
         faults = self.faults_of(ctx.run)
         if faults is None or ctx.run.attempt != 0:
             return
@@ -210,7 +210,7 @@ class FaultHooks(CallHooks):
             _die(ctx, call_id, "after")
 
 
-def _network_fault(ctx: engine.StageContext, call_id: str, mode: str) -> None:
+def _network_fault(ctx: Context, call_id: str, mode: str) -> None:
     """Have the demo service fail this call's request (its intent, and so its delivery key,
     is recorded by now)."""
     effect = (
@@ -245,7 +245,7 @@ def _lookup(run: Run) -> RunFaults | None:
     return RunFaults(delay=parent.delay) if parent is not None and parent.delay else None
 
 
-def _die(ctx: engine.StageContext, call_id: str, when: str) -> None:
+def _die(ctx: Context, call_id: str, when: str) -> None:
     log.error(
         "fault injection: killing worker %s at %s/%s/%s", os.getpid(), ctx.stage, call_id, when
     )

@@ -31,6 +31,7 @@ from demo import simulators as sim
 from runs.models import ReplayPolicy
 from runs.pipeline import (
     Call,
+    Context,
     Input,
     InvalidInput,
     KeyParts,
@@ -127,7 +128,7 @@ def content_hash(title: str, body: str) -> str:
     return hashlib.sha256(f"{title}\n{body}".encode()).hexdigest()
 
 
-def _render_key(ctx, args: dict) -> KeyParts:
+def _render_key(ctx: Context, args: dict) -> KeyParts:
     return KeyParts(
         ctx.run.inputs["account"],
         "renderer",
@@ -136,7 +137,7 @@ def _render_key(ctx, args: dict) -> KeyParts:
     )
 
 
-def _upload_key(ctx, args: dict) -> KeyParts:
+def _upload_key(ctx: Context, args: dict) -> KeyParts:
     return KeyParts(
         ctx.run.inputs["account"],
         "assets",
@@ -145,7 +146,7 @@ def _upload_key(ctx, args: dict) -> KeyParts:
     )
 
 
-def _publish_key(ctx, args: dict) -> KeyParts:
+def _publish_key(ctx: Context, args: dict) -> KeyParts:
     # delivery_key = sha256(account + platform + canonical draft id + revision)
     return KeyParts(args["account"], args["platform"], args["draft_id"], args["revision"])
 
@@ -167,7 +168,7 @@ def _same_article(request: dict[str, Any], found: dict[str, Any]) -> bool:
     return found["content_hash"] == request["content_hash"] and found["title"] == request["title"]
 
 
-def _charge_key(ctx, args: dict) -> KeyParts:
+def _charge_key(ctx: Context, args: dict) -> KeyParts:
     return KeyParts(args["account"], "card", f"{ctx.root_id}/promotion", args["article"])
 
 
@@ -250,7 +251,7 @@ TOOLS = (
 # --- stages ----------------------------------------------------------------------------------
 
 
-def research(ctx) -> StageOutput:
+def research(ctx: Context) -> StageOutput:
     result = ctx.call("search", "search", topic=ctx.inputs["topic"], version=ctx.inputs["facts"])
     facts = result["facts"]
     return StageOutput(
@@ -259,7 +260,7 @@ def research(ctx) -> StageOutput:
     )
 
 
-def draft(ctx) -> StageOutput:
+def draft(ctx: Context) -> StageOutput:
     facts = json.loads(ctx.upstream_artifact("research", "facts"))
     result = ctx.call("generate", "generate_draft", topic=ctx.run.inputs["topic"], facts=facts)
     body = result["body"]
@@ -276,7 +277,7 @@ def draft(ctx) -> StageOutput:
     )
 
 
-def visual(ctx) -> StageOutput:
+def visual(ctx: Context) -> StageOutput:
     title = ctx.upstream("draft").outputs["title"]
     images, assets = {}, {}
     for slot in IMAGE_SLOTS:
@@ -293,7 +294,7 @@ def visual(ctx) -> StageOutput:
     return StageOutput(outputs={"assets": assets}, artifacts=images)
 
 
-def prefill(ctx) -> StageOutput:
+def prefill(ctx: Context) -> StageOutput:
     draft_cp = ctx.upstream("draft").outputs
     assets = ctx.upstream("visual").outputs["assets"]
     form = {
@@ -309,7 +310,7 @@ def prefill(ctx) -> StageOutput:
     )
 
 
-def publish(ctx) -> StageOutput:
+def publish(ctx: Context) -> StageOutput:
     form = ctx.upstream("prefill").outputs["form"]
     draft_cp = ctx.upstream("draft")
     body = ctx.upstream_artifact("draft", "draft").decode()

@@ -1,6 +1,6 @@
 """The pipeline API: what a user of Resumer writes to make their own agent workflow resumable.
 
-A Pipeline is an ordered list of Stages. A Stage is a function of a StageContext that returns
+A Pipeline is an ordered list of Stages. A Stage is a function of a Context that returns
 a StageOutput; it names the pipeline inputs it consumes (pinned per run), the tools it may
 call, and the verification rules its output must pass before a checkpoint is written. A Tool
 declares its replay policy and how its delivery key is built. Pipelines are registered by
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.conf import settings
 from django.utils.module_loading import import_string
@@ -22,8 +22,7 @@ from django.utils.module_loading import import_string
 from runs.models import ReplayPolicy
 
 if TYPE_CHECKING:
-    from runs.execution.engine import StageContext
-    from runs.models import Effect
+    from runs.models import Checkpoint, Effect, Run
 
 KEY_SEPARATOR = "\x1f"
 
@@ -90,6 +89,48 @@ class OutcomeUnknown(Exception):
     engine records the effect's outcome as unknown and never guesses."""
 
 
+class Context(Protocol):
+    """What a stage function, a tool's key function and a call hook may use of the context
+    the engine hands them (the engine's StageContext is the one there is). Typed here so
+    that pipeline code names the API it writes against, not the engine."""
+
+    @property
+    def run(self) -> Run: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def root_id(self) -> str:
+        """The public id of the run's root: the same across its resumes and branches, so a
+        delivery key built from it names the same delivery on every attempt."""
+        ...
+
+    @property
+    def pipeline(self) -> Pipeline: ...
+
+    @property
+    def stage(self) -> str: ...
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        """The pipeline inputs the stage consumes, pinned when the run started."""
+        ...
+
+    def upstream(self, stage: str) -> Checkpoint:
+        """The latest verified checkpoint of an earlier stage (LookupError: none)."""
+        ...
+
+    def upstream_artifact(self, stage: str, name: str) -> bytes:
+        """An artifact of an earlier stage's checkpoint, checked against its recorded hash."""
+        ...
+
+    def call(self, call_id: str, tool_name: str, **args: Any) -> Any:
+        """The only way to a tool: through the effect ledger, under the run's lease. Returns
+        the tool's result, or None for a call a supervisor abandoned."""
+        ...
+
+
 @dataclass(frozen=True)
 class Tool:
     name: str
@@ -98,7 +139,7 @@ class Tool:
     # "external_id" in it.
     call: Callable[[dict[str, Any], str], dict[str, Any]]
     # key(ctx, args) -> KeyParts; required for every policy but SAFE.
-    key: Callable[[StageContext, dict[str, Any]], KeyParts] | None = None
+    key: Callable[[Context, dict[str, Any]], KeyParts] | None = None
     # reconcile(effect) -> Reconciliation; required for RECONCILE_FIRST, optional otherwise.
     reconcile: Callable[[Effect], Reconciliation] | None = None
     cost: Decimal = Decimal(0)
@@ -148,7 +189,7 @@ class Call:
 @dataclass(frozen=True)
 class Stage:
     name: str
-    run: Callable[[StageContext], StageOutput]
+    run: Callable[[Context], StageOutput]
     consumes: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
     rules: tuple[Rule, ...] = ()

@@ -13,22 +13,21 @@ injection (`demo.faults.FaultHooks`) is such a set of hooks; the core has no fau
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-if TYPE_CHECKING:
-    from runs.execution.engine import StageContext
+from runs.pipeline import Context
 
 
 class CallHooks:
     """Does nothing. Subclass it and override either method."""
 
-    def before_call(self, ctx: StageContext, call_id: str) -> None:
+    def before_call(self, ctx: Context, call_id: str) -> None:
         pass
 
-    def after_call(self, ctx: StageContext, call_id: str, result: Any) -> None:
+    def after_call(self, ctx: Context, call_id: str, result: Any) -> None:
         pass
 
 

@@ -56,10 +56,9 @@ from runs import pipeline
 from runs.ledger import exchanges
 from runs.ledger.exchanges import Exchange, ExchangeOutcome
 from runs.models import ReplayPolicy
-from runs.pipeline import KeyParts, Reconciliation, Tool, ToolRejected
+from runs.pipeline import Context, KeyParts, Reconciliation, Tool, ToolRejected
 
 if TYPE_CHECKING:
-    from runs.execution.engine import StageContext
     from runs.models import Effect
 
 # Moved to runs.ledger.exchanges; still here until the engine imports them from there.
@@ -488,7 +487,7 @@ def http_tool(
     base_url: str | Callable[[], str] = "",
     body: Callable[[dict[str, Any], str], Any] | None = None,
     params: Callable[[dict[str, Any]], Mapping[str, Any]] | None = None,
-    key: Callable[[StageContext, dict[str, Any]], KeyParts] | None = None,
+    key: Callable[[Context, dict[str, Any]], KeyParts] | None = None,
     external_id: str | Callable[[Any], str] | None = None,
     result: Callable[[Any], dict[str, Any]] | None = None,
     reconcile: Lookup | str | None = None,
