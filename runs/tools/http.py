@@ -47,7 +47,7 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from runs.ledger.exchanges import Exchange, ExchangeOutcome, exchanges_payload, recording
+from runs.ledger.exchanges import Exchange, ExchangeOutcome
 from runs.models import ReplayPolicy
 from runs.pipeline import Context, KeyParts, Tool
 from runs.tools.http_errors import (
@@ -75,8 +75,6 @@ __all__ = [
     "http_tool",
     "spec_of",
 ]
-# Moved to runs.ledger.exchanges; still here until the engine imports them from there.
-__all__ += ["exchanges_payload", "recording"]
 
 
 def http_tool(
