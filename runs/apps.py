@@ -24,7 +24,7 @@ class RunsConfig(AppConfig):
     verbose_name = "Resumer runs"
 
     def ready(self) -> None:
-        from runs import signals
+        from runs import notify, signals
         from runs.checks import (
             chain_key_check,
             check_call_hooks,
@@ -40,4 +40,6 @@ class RunsConfig(AppConfig):
         checks.register(chain_key_check, checks.Tags.security)
         checks.register(check_secret_key, checks.Tags.security)
         checks.register(check_notifications, "resumer")
+        # The plan first: a notification that links to the run should find it being computed.
         signals.run_stopped.connect(stored_plans.on_run_stopped, dispatch_uid="resumer_plan")
+        signals.run_stopped.connect(notify.on_run_stopped, dispatch_uid="resumer_notify")

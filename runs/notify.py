@@ -3,8 +3,8 @@
 When an append moves a run into a status of NOTIFY_ON (or appends an event of a type in it),
 a human has to act. The flow, and why it is shaped this way:
 
-1. **Join** (`on_append`, the append path's one hook). After the append's transaction
-   commits, the run joins the *open* notification, or opens one. At most one notification is
+1. **Join** (`on_run_stopped`, a receiver of signals.run_stopped). After the append's
+   transaction commits, the run joins the *open* notification, or opens one. At most one notification is
    open at a time, and that is a compare-and-set in the database: a partial unique index on
    `state = 'open'` makes the second of two concurrent openers fail and join the first's
    instead; joining locks the open row (SELECT ... FOR UPDATE on PostgreSQL, the IMMEDIATE
@@ -49,7 +49,6 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import partial
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -60,6 +59,7 @@ from django.db.models import Count
 from django.db.models.functions import Now
 from django.urls import reverse
 
+from runs import enqueue
 from runs.models import Delivery, Event, Notification, NotificationRun, Run
 
 log = logging.getLogger("runs.notify")
@@ -123,16 +123,25 @@ def trigger(event_type: str, previous_status: str, status: str | None) -> str | 
     return None
 
 
-def on_append(event: Event, previous_status: str, status: str | None) -> None:
-    """The append path's hook, called inside the append's transaction. It only registers a
-    callback for after the commit (a rolled-back append tells nobody) and never raises."""
-    reason = trigger(event.type, previous_status, status)
+def on_run_stopped(
+    sender: Any,
+    run_pk: int,
+    status: str | None,
+    seq: int = 0,
+    previous_status: str = "",
+    event_type: str = "",
+    **kwargs: Any,
+) -> None:
+    """Receiver of signals.run_stopped, which the append path sends once the append's
+    transaction commits (a rolled-back append tells nobody). Never raises: the stop is
+    committed, and nothing here may undo or break it."""
+    reason = trigger(event_type, previous_status, status)
     if reason is None or not channels():
         return
-    transaction.on_commit(partial(_join_after_commit, event.run_id, event.seq, reason), robust=True)
+    _join_or_log(run_pk, seq, reason)
 
 
-def _join_after_commit(run_pk: int, seq: int, reason: str) -> None:
+def _join_or_log(run_pk: int, seq: int, reason: str) -> None:
     try:
         join(run_pk, seq, reason)
     except Exception as exc:  # the append has committed; nothing here may undo or break it
@@ -205,27 +214,12 @@ def close_due(queue: Any = None) -> list[int]:
 
 
 def _enqueue(pk: int, queue: Any = None) -> None:
-    from rq import Queue, Retry
-
-    from runs import jobs
-
-    queue = queue or jobs.queue()
-    backoff = list(settings.RESUMER_NOTIFY_BACKOFF)
-    retry = Retry(max=len(backoff), interval=backoff) if backoff else None
-    # One pipeline (MULTI/EXEC): every target's job is queued, or none is.
-    queue.enqueue_many(
-        [
-            Queue.prepare_data(
-                jobs.deliver_notification,
-                args=(pk, channel),
-                job_id=f"notify-{pk}-{channel}",
-                retry=retry,
-                timeout=JOB_TIMEOUT,
-                result_ttl=24 * 3600,
-                failure_ttl=7 * 24 * 3600,
-            )
-            for channel in channels()
-        ]
+    enqueue.enqueue_deliveries(
+        pk,
+        channels(),
+        backoff=settings.RESUMER_NOTIFY_BACKOFF,
+        timeout=JOB_TIMEOUT,
+        on=queue,
     )
 
 

@@ -2,6 +2,10 @@
 
 from django.dispatch import Signal
 
-# A run moved into a status a human resolves (interrupted, failed, needs approval), or its
-# facts changed while it waits there (a supervisor's ledger edit). Arguments: run_pk, status.
+# A run moved into a status a human resolves (interrupted, failed, needs approval), its facts
+# changed while it waits there (a supervisor's ledger edit), or its resumed work departed from
+# its approved plan. Arguments: run_pk; status (the status the event moved the run into, or
+# None when it did not move it); seq and event_type (the event's); previous_status.
+# Receivers (connected in RunsConfig.ready): stored_plans computes the plan, notify tells
+# people.
 run_stopped = Signal()

@@ -30,7 +30,7 @@ from rq import Queue
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 
-from runs import engine, jobs, notify
+from runs import engine, enqueue, notify
 from runs.dashboard import roles
 from runs.execution import sweeper
 from runs.ledger import leases
@@ -335,7 +335,7 @@ def test_with_no_target_configured_nothing_is_recorded_or_queued(
     assert notify.close_due() == []
     assert not Notification.objects.exists()
     # The stop queued its plan job; nothing was queued to deliver a notification.
-    queued = [job.func_name for job in jobs.queue().jobs]
+    queued = [job.func_name for job in enqueue.queue().jobs]
     assert not [name for name in queued if name.endswith("deliver_notification")], queued
 
 
@@ -412,7 +412,7 @@ def test_redis_refusing_the_jobs_leaves_the_notification_to_the_next_sweep(
     notification.refresh_from_db()
     assert notification.state == Notification.State.QUEUED
     # (beside the plan job the stop queued)
-    queued = [i for i in jobs.queue().job_ids if i.startswith("notify-")]
+    queued = [i for i in enqueue.queue().job_ids if i.startswith("notify-")]
     assert queued == [f"notify-{notification.pk}-webhook"]
 
 

@@ -21,7 +21,9 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
+from rq.job import Job
 
+from runs import enqueue
 from runs.ledger import leases
 from runs.ledger.append import Writer, append
 from runs.models import Event, Lease, Run
@@ -79,14 +81,10 @@ def _job_states(rows: list[dict]) -> list[JobState] | None:
     """What RQ says about each row's queued job, in one round trip (a pipeline of reads): after
     an outage a sweep asks about hundreds of queued jobs, and every worker sweeps. None if
     Redis is away."""
-    from rq.job import Job
-
-    from runs import jobs
-
     try:
         found = Job.fetch_many(
-            [jobs.job_id(row["pk"], row["ticket"]) for row in rows],
-            connection=jobs.queue().connection,
+            [enqueue.job_id(row["pk"], row["ticket"]) for row in rows],
+            connection=enqueue.queue().connection,
         )
     except Exception as exc:  # redis down: we cannot tell, so we say nothing
         log.warning("cannot ask Redis about %s queued jobs: %s", len(rows), exc)

@@ -16,7 +16,9 @@ from typing import Any
 from django.db import transaction
 from django.db.models.functions import Now
 
+from runs import enqueue
 from runs.models import Run, StoredPlan
+from runs.planning.grouping import group_fingerprint
 from runs.planning.planner import Plan, compute_plan
 from runs.planning.replay import UNSETTLED
 
@@ -32,9 +34,6 @@ def store(plan: Plan) -> StoredPlan | None:
     """Keep `plan` as the run's stored plan unless a plan of a newer run version is stored
     already (two workers computing plans of one run: the older answer never wins). Returns
     the row now stored, or None when `plan` lost."""
-    # triage builds on this module (it stores the fresh plans of the runs it skips).
-    from runs.planning.triage import group_fingerprint
-
     data = plan.to_dict()
     values = {
         "fingerprint": plan.fingerprint,
@@ -76,14 +75,14 @@ def shown(run: Run) -> tuple[Plan, StoredPlan] | None:
     return Plan.from_dict(stored.data), stored
 
 
-def on_run_stopped(sender: Any, run_pk: int, **kwargs: Any) -> None:
-    """Receiver of signals.run_stopped: a worker computes the plan (jobs.compute_plan). Not
-    here: the process that stopped the run still holds its lease, and a plan waits on its
-    targets. A queue that cannot be reached costs only the stored plan: the page then offers
-    to ask the targets again."""
-    from runs import jobs
-
+def on_run_stopped(sender: Any, run_pk: int, status: str | None, **kwargs: Any) -> None:
+    """Receiver of signals.run_stopped: a worker computes the plan of a run waiting for a
+    human (jobs.compute_plan). Not here: the process that stopped the run still holds its
+    lease, and a plan waits on its targets. A queue that cannot be reached costs only the
+    stored plan: the page then offers to ask the targets again."""
+    if status not in Run.RESUMABLE:
+        return  # resumed work that departed from its plan goes on; it has no plan to show
     try:
-        jobs.enqueue_plan(run_pk)
+        enqueue.enqueue_plan(run_pk)
     except Exception as exc:  # redis.exceptions.ConnectionError and friends
         log.warning("could not queue the plan of run-%s: %s", run_pk, exc)

@@ -11,7 +11,7 @@ from django.db.models.functions import Now
 from rq.job import Job
 from rq.utils import utcformat
 
-from runs import engine, jobs
+from runs import engine, enqueue
 from runs.execution import engine as stage_job
 from runs.execution import sweeper
 from runs.ledger import leases
@@ -43,7 +43,7 @@ def finish_in_process(run: Run) -> None:
 
 def test_a_run_whose_queued_job_was_lost_in_redis_becomes_interrupted(workers, redis_conn):
     run = start_content(enqueue=True)
-    assert jobs.job_id(run.pk, run.ticket) in jobs.queue().job_ids
+    assert enqueue.job_id(run.pk, run.ticket) in enqueue.queue().job_ids
     redis_conn.flushdb()  # Redis restarted without persistence: the job is gone
     workers.start()
     wait_for(lambda: run_status(run) == Run.Status.INTERRUPTED, what="interrupted")
@@ -157,8 +157,8 @@ def backdate_queued_at(run: Run, *, hours: float) -> None:
 def take_job(run: Run, *, ago: timedelta = timedelta(0)) -> Job:
     """What an RQ worker does when it dequeues the stage job: the job leaves the queue and
     is marked started, with the worker's clock, `ago` in the past."""
-    queue = jobs.queue()
-    job = Job.fetch(jobs.job_id(run.pk, run.ticket), connection=queue.connection)
+    queue = enqueue.queue()
+    job = Job.fetch(enqueue.job_id(run.pk, run.ticket), connection=queue.connection)
     queue.remove(job)
     with queue.connection.pipeline() as pipe:
         job.prepare_for_execution("worker:test", pipe)
@@ -178,7 +178,7 @@ def test_a_job_queued_long_ago_that_a_worker_just_took_is_left_alone(
     backdate_queued_at(run, hours=1)
     take_job(run)
     token = Lease.objects.get(run=run).token
-    assert Job.fetch(jobs.job_id(run.pk, run.ticket), connection=redis_conn).get_status() == (
+    assert Job.fetch(enqueue.job_id(run.pk, run.ticket), connection=redis_conn).get_status() == (
         "started"
     )
 

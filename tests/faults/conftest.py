@@ -29,7 +29,7 @@ def private_workers(
     transactional_db, facts, private_redis: PrivateRedis, settings, tmp_path: Path
 ) -> Iterator[Workers]:
     """Workers and this test process both on a Redis of the test's own: django_rq reads
-    RQ_QUEUES at call time, so jobs.queue() follows the override."""
+    RQ_QUEUES at call time, so enqueue.queue() follows the override."""
     settings.REDIS_URL = private_redis.url()
     settings.RQ_QUEUES = {
         name: {**config, "URL": private_redis.url()} for name, config in settings.RQ_QUEUES.items()

@@ -35,6 +35,7 @@ from django.db import connections
 from demo import faults, simulators
 from demo_service.process import ServiceClient
 from runs.dashboard import roles
+from runs import enqueue
 from runs.execution import engine, sweeper
 from runs.models import Run
 
@@ -53,7 +54,7 @@ def _no_queue() -> Iterator[None]:
     """Stages executed here must not also put their next stage on the RQ queue: this process
     runs the next stage itself. (A queued duplicate would be harmless, the ticket is consumed
     once, but it would be noise in the worker's log, or a warning without Redis.)"""
-    with mock.patch.object(engine, "dispatch", lambda *args, **kwargs: True):
+    with mock.patch.object(enqueue, "dispatch", lambda *args, **kwargs: True):
         yield
 
 
@@ -209,7 +210,7 @@ class Command(BaseCommand):
         pending = faults.start_run(
             "content", {}, actor=SEED_ACTOR, faults={"delay": 2}, enqueue=False
         )
-        queued = engine.dispatch(pending.pk, pending.current_stage, pending.ticket)
+        queued = enqueue.dispatch(pending.pk, pending.current_stage, pending.ticket)
         self._say(
             pending,
             "queued, 2 s per call: watch its timeline once the worker runs"
