@@ -7,15 +7,19 @@ through a takeover (or simply ran out of time) cannot write, whatever its own cl
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Value
 from django.db.models.functions import Now
 
 from runs.models import Lease
+
+log = logging.getLogger("runs.leases")
 
 
 class LeaseLost(Exception):
@@ -162,3 +166,33 @@ def release(run_id: int, token: int) -> bool:
 
 def holds(run_id: int, token: int) -> bool:
     return Lease.objects.filter(run_id=run_id, token=token, expires_at__gt=Now()).exists()
+
+
+class Heartbeat(threading.Thread):
+    """Renews a held lease every TTL/3 until stopped or the lease is lost; each renewal moves
+    the held lease's deadline (HeldLease), which fences the stage's external calls."""
+
+    def __init__(self, held: HeldLease) -> None:
+        super().__init__(daemon=True, name=f"heartbeat-run-{held.run_id}")
+        self.held = held
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        interval = max(self.held.ttl / 3, 0.05)
+        try:
+            while not self._stop_event.wait(interval):
+                try:
+                    renew_held(self.held)
+                except LeaseLost:
+                    return
+                except Exception as exc:  # database hiccup: try again next beat
+                    log.warning("heartbeat for run-%s failed: %s", self.held.run_id, exc)
+                    connection.close()
+        finally:
+            # The thread's own connection: Django opens one per thread, and nothing else
+            # would close it.
+            connection.close()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=5)

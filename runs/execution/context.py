@@ -1,0 +1,67 @@
+"""StageContext: what a stage function sees (pipeline.Context is its type for pipeline code).
+It reads the run's pinned inputs and its upstream checkpoints here, and calls tools through
+the durable call it inherits (durable_call.py)."""
+
+from __future__ import annotations
+
+from runs.execution.durable_call import DurableCalls
+from runs.execution.hooks import CallHooks
+from runs.ledger import artifacts, leases
+from runs.ledger.append import Writer
+from runs.ledger.checkpoints import latest_checkpoint
+from runs.models import Checkpoint, Run
+from runs.pipeline import Pipeline
+from runs.planning.contract import Contract, Usage
+
+
+class StageContext(DurableCalls):
+    """What a stage function may do: read its pinned inputs and upstream outputs, and call
+    tools through the effect ledger."""
+
+    def __init__(
+        self,
+        writer: Writer,
+        run: Run,
+        pipeline: Pipeline,
+        stage: str,
+        hooks: CallHooks | None = None,
+        *,
+        held: leases.HeldLease | None = None,
+        contract: Contract | None = None,
+        deviated: bool = False,
+    ) -> None:
+        self.writer = writer
+        # The lease as this worker knows it: fences each external call without a read.
+        self.held = held
+        self.run = run
+        self.pipeline = pipeline
+        self.stage = stage
+        self.hooks = hooks or CallHooks()
+        self._spec = pipeline.stage(stage)
+        self.inputs = {name: run.inputs.get(name) for name in self._spec.consumes}
+        # The approved plan this resumed work is bound by (None on a first execution), and
+        # whether it was already departed from.
+        self.contract = contract
+        self.deviated = deviated
+        # What this stage used: recorded in its VERIFIED event, summed against the plan.
+        self.usage = Usage()
+
+    @property
+    def run_id(self) -> str:
+        return self.run.public_id
+
+    @property
+    def root_id(self) -> str:
+        return self.run.root.public_id
+
+    def upstream(self, stage: str) -> Checkpoint:
+        checkpoint = latest_checkpoint(self.run, stage)
+        if checkpoint is None:
+            raise LookupError(f"{self.run.public_id} has no verified {stage} checkpoint")
+        return checkpoint
+
+    def upstream_artifact(self, stage: str, name: str) -> bytes:
+        for entry in self.upstream(stage).artifacts:
+            if entry["name"] == name:
+                return artifacts.read_verified(entry["uri"], entry["sha256"])
+        raise LookupError(f"the {stage} checkpoint has no artifact {name!r}")

@@ -1,0 +1,422 @@
+"""The durable tool call: how StageContext.call reaches the outside world.
+
+    decide (replay.decide_on on what the ledger holds, the target asked where the decision
+    needs it) → hold the decision against the approved plan → act on it:
+        reuse / skip / record-found: return without a call
+        call / retry-same-key: the effect's intent is written (claiming its delivery key),
+        then the call is made, fenced by the lease, then its outcome (external id) written.
+
+A call whose outcome is not known is recorded as unknown, never guessed about. SAFE calls are
+recorded too, but need no effect row: they are simply made again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+
+from runs.execution.hooks import CallHooks
+from runs.ledger import effects, leases
+from runs.ledger.append import LeaseLost, LedgerError, Writer, append
+from runs.ledger.chain import canonical_json
+from runs.ledger.effects import (
+    Intent,
+    MorePayload,
+    claim_intent,
+    record_found,
+    record_intent,
+    record_outcome,
+    with_more,
+)
+from runs.ledger.exchanges import exchanges_payload, recording
+from runs.models import Effect, Event, ReplayPolicy, Run
+from runs.pipeline import KeyConflict, Pipeline, Tool, ToolRejected
+from runs.planning import contract
+from runs.planning.contract import Contract, Usage
+from runs.planning.replay import Action, Decision, decide_on, first_action
+
+if TYPE_CHECKING:
+    from runs.pipeline import Stage
+
+
+class StageStopped(Exception):
+    """The stage cannot go on; the run's new status and its event are already written."""
+
+
+@dataclass(frozen=True, slots=True)
+class Returned:
+    """What a call returns when the decision was not to make it (a reuse, a skip, a result
+    the target was found to hold)."""
+
+    value: Any
+
+
+def request_hash(tool: str, args: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json({"tool": tool, "args": args}).encode()).hexdigest()
+
+
+class DurableCalls:
+    """The tool calls of a StageContext (which inherits them): every call goes through the
+    effect ledger, under the run's lease, held against the approved plan if one binds the
+    work."""
+
+    writer: Writer
+    held: leases.HeldLease | None
+    run: Run
+    pipeline: Pipeline
+    stage: str
+    hooks: CallHooks
+    contract: Contract | None
+    deviated: bool
+    usage: Usage
+    _spec: Stage
+
+    def call(self, call_id: str, tool_name: str, **args: Any) -> Any:
+        if tool_name not in self._spec.tools:
+            raise LedgerError(f"stage {self.stage} may not call tool {tool_name!r}")
+        tool = self.pipeline.tool(tool_name)
+        if tool.policy == ReplayPolicy.SAFE:
+            return self._call_safe(call_id, tool, args)
+        return self._call_effect(call_id, tool, args)
+
+    # SAFE calls ---------------------------------------------------------------------------
+
+    def _call_safe(self, call_id: str, tool: Tool, args: dict[str, Any]) -> Any:
+        self._keep_contract(call_id, tool, Action.RERUN)
+        # Neither of a SAFE call's events waits for the disk (append's flush): lost in a
+        # database crash, the call is simply made again, which is what SAFE means.
+        append(
+            self.writer,
+            Event.Type.TOOL_CALLED,
+            stage=self.stage,
+            payload={"call": call_id, "tool": tool.name, "policy": tool.policy, "args": args},
+            flush=False,
+        )
+        self.hooks.before_call(self, call_id)
+        started = time.monotonic()
+        self.usage.add_call(tool.name, tool.cost)
+        with recording() as seen:
+            result = tool.call(args, "")
+        self.hooks.after_call(self, call_id, result)
+        payload = {
+            "call": call_id,
+            "tool": tool.name,
+            "result": result,
+            "cost": str(tool.cost),
+            "duration_ms": _ms(started),
+        }
+        more = self._exchanges(seen, call_id)
+        # A transaction only when an HTTP tool's exchanges may write artifact rows beside the
+        # event: alone, the append is one write (one round trip on PostgreSQL).
+        with transaction.atomic() if more is not None else nullcontext():
+            append(
+                self.writer,
+                Event.Type.TOOL_RESULT,
+                stage=self.stage,
+                payload=with_more(payload, more),
+                flush=False,
+            )
+        return result
+
+    # Calls with an effect -----------------------------------------------------------------
+
+    def _call_effect(self, call_id: str, tool: Tool, args: dict[str, Any]) -> Any:
+        parts = tool.key(self, args)
+        key = parts.key
+        req_hash = request_hash(tool.name, args)
+        fields = {
+            "delivery_key": key,
+            "run": self.run,
+            "stage": self.stage,
+            "call_id": call_id,
+            "tool": tool.name,
+            "policy": tool.policy,
+            "target": parts.target,
+            "request_hash": req_hash,
+            "request": args,
+        }
+        intent_payload = {
+            "call": call_id,
+            "tool": tool.name,
+            "policy": tool.policy,
+            "target": parts.target,
+            "args": args,
+        }
+        effect = None
+        if self.contract is None and first_action(tool) == Action.CALL:
+            # No approved plan binds this work, and on a key nobody used the decision is to
+            # call: the intent claims the key in its own write, and only a taken key is read
+            # and decided on below (a retry, or a key another run used).
+            effect = claim_intent(self.writer, fields, event_payload=intent_payload)
+        if effect is None:
+            effect = self._decide_and_intend(call_id, tool, req_hash, fields, intent_payload)
+            if isinstance(effect, Returned):
+                return effect.value  # decided without a call: the recorded or found result
+        return self._make_call(call_id, tool, key, effect, args)
+
+    def _decide(
+        self, call_id: str, tool: Tool, existing: Effect | None, req_hash: str
+    ) -> tuple[Decision, Any, list]:
+        """The one decision the planner predicted with, on what the ledger holds; the target
+        is asked where the decision needs it, and that question is counted and recorded."""
+        asked: list = []
+
+        def ask(effect: Effect) -> Any:
+            self.usage.add_query(tool.name)
+            with recording() as seen:
+                try:
+                    return tool.reconcile(effect)
+                finally:
+                    asked.extend(seen)
+
+        decision, answer = decide_on(tool, call_id, existing, request_hash=req_hash, ask=ask)
+        return decision, answer, asked
+
+    def _decide_and_intend(
+        self,
+        call_id: str,
+        tool: Tool,
+        req_hash: str,
+        fields: dict[str, Any],
+        intent_payload: dict[str, Any],
+    ) -> Effect | Returned:
+        """Read the effect the key has, decide (held against the approved plan) and act: the
+        effect whose intent is now recorded when the decision calls, else what the call
+        returns without being made."""
+        key = fields["delivery_key"]
+        existing = effects.find(key)
+        decision, answer, asked = self._decide(call_id, tool, existing, req_hash)
+        self._keep_contract(call_id, tool, decision.action)
+        if decision.action == Action.REFUSE:
+            self._stop(Run.Status.FAILED, Event.Type.FAILED, decision.reason, key=key)
+        if decision.action == Action.BLOCKED:
+            self._stop(
+                Run.Status.NEEDS_APPROVAL,
+                Event.Type.NEEDS_APPROVAL,
+                decision.reason,
+                key=key,
+                more_payload=self._exchanges(asked, f"{call_id}/reconcile", "reconcile"),
+            )
+        if decision.action == Action.REUSE:
+            return self._reuse(call_id, tool, existing)
+        if decision.action == Action.SKIP:
+            return self._skip(call_id, tool, key)
+        if decision.action == Action.RECORD_FOUND:
+            record_found(
+                self.writer, existing, answer, more_payload=self._exchanges(asked, call_id)
+            )
+            return Returned(answer.result)
+        # CALL or RETRY_SAME_KEY: intent first, then the call.
+        return record_intent(
+            self.writer,
+            fields,
+            event_payload=intent_payload,
+            # What the target answered when it was asked first ("not found"), if it was.
+            more_payload=self._exchanges(asked, f"{call_id}/reconcile", "reconcile"),
+        )
+
+    def _reuse(self, call_id: str, tool: Tool, existing: Effect) -> Returned:
+        # What the ledger already holds, written down again: lost in a database crash, a
+        # later resume re-uses the same confirmed effect (no flush needed).
+        append(
+            self.writer,
+            Event.Type.TOOL_RESULT,
+            stage=self.stage,
+            idempotency_key=existing.delivery_key,
+            payload={
+                "call": call_id,
+                "tool": tool.name,
+                "reused": True,
+                "external_id": existing.external_id,
+                "cost": "0",
+            },
+            flush=False,
+        )
+        if existing.result is None:
+            # A supervisor confirmed it by hand (edits.edit_effect): the external id is all
+            # that is known, and the stage must still see it, not "no result".
+            return Returned({"external_id": existing.external_id})
+        return Returned(existing.result)
+
+    def _skip(self, call_id: str, tool: Tool, key: str) -> Returned:
+        append(
+            self.writer,
+            Event.Type.TOOL_RESULT,
+            stage=self.stage,
+            idempotency_key=key,
+            payload={
+                "call": call_id,
+                "tool": tool.name,
+                "skipped": True,
+                "reason": "a supervisor abandoned this effect",
+            },
+        )
+        return Returned(None)
+
+    def _make_call(
+        self, call_id: str, tool: Tool, key: str, effect: Effect | Intent, args: dict[str, Any]
+    ) -> Any:
+        """Make the call whose intent is recorded, fenced by the lease, and record its outcome."""
+        self.hooks.before_call(self, call_id)
+        # Fence the call itself, not only the writes around it: a worker that froze after
+        # its intent (GC pause, suspended VM, SIGSTOP) and wakes after a takeover would
+        # otherwise make the call the resumed run already made (a second card charge) and
+        # only then be refused at the write. A takeover needs the lease expired, and the
+        # held lease knows, from its last fenced acquire or renewal, until when it cannot
+        # be (leases.HeldLease): no read. The window left is this check to the call.
+        self._fence_call()
+        started = time.monotonic()
+        self.usage.add_call(tool.name, tool.cost)
+        seen: list = []
+        try:
+            with recording() as seen:
+                result = tool.call(args, key)
+            self.hooks.after_call(self, call_id, result)
+        except Exception as exc:
+            self._record_failure(call_id, tool, effect, exc, seen)
+            raise
+        # The outcome does not wait for the disk: its intent did, before the call. Lost in a
+        # database crash, the effect is back to intent, in doubt, as when a worker dies right
+        # after a call, and the resume's plan reconciles it or retries it under its key; the
+        # next flushed write (an intent, the checkpoint) takes it to the disk anyway.
+        record_outcome(
+            self.writer,
+            effect,
+            status=Effect.Status.CONFIRMED,
+            external_id=str(result["external_id"]),
+            result=result,
+            cost=tool.cost,
+            event_payload={
+                "call": call_id,
+                "tool": tool.name,
+                "status": "confirmed",
+                "external_id": str(result["external_id"]),
+                "cost": str(tool.cost),
+                "duration_ms": _ms(started),
+                "result": _summary(result),
+            },
+            more_payload=self._exchanges(seen, call_id),
+            flush=False,
+        )
+        return result
+
+    def _record_failure(
+        self, call_id: str, tool: Tool, effect: Effect | Intent, exc: Exception, seen: list
+    ) -> None:
+        """Record what a call that raised tells: a key conflict (nothing happened, and the
+        same key would get the same 409: the run stops, and a resume of it waits for a
+        human), a refusal (nothing happened: the stage fails), or else an outcome nobody can
+        tell — unknown, never guessed. Raises StageStopped where the run has stopped."""
+        more = self._exchanges(seen, call_id)
+        if isinstance(exc, ToolRejected) and not isinstance(exc, KeyConflict):
+            record_outcome(
+                self.writer, effect, status=Effect.Status.FAILED, error=str(exc), more_payload=more
+            )
+            return  # the caller raises it on: the stage fails
+        if isinstance(exc, KeyConflict):
+            status, error = Effect.Status.CONFLICT, str(exc)[:2000]
+            said = error
+        else:
+            status, error = Effect.Status.UNKNOWN, f"{type(exc).__name__}: {exc}"[:2000]
+            said = f"outcome unknown: {type(exc).__name__}: {exc}"[:2000]
+        record_outcome(
+            self.writer,
+            effect,
+            status=status,
+            error=error,
+            event_type=Event.Type.FAILED,
+            event_payload={"call": call_id, "tool": tool.name, "status": status, "error": said},
+            run_status=Run.Status.FAILED,
+            more_payload=more,
+        )
+        raise StageStopped(str(exc)) from exc
+
+    def _fence_call(self) -> None:
+        if self.held is not None:
+            self.held.check()
+        elif not leases.holds(self.writer.run_id, self.writer.token):
+            # A context built without a held lease (a test driving a stage by hand) reads it.
+            raise LeaseLost(self.writer.run_id, self.writer.token)
+
+    def _exchanges(self, seen: list, call_id: str, field: str = "exchanges") -> MorePayload:
+        """The requests and responses an HTTP tool made, as more payload for its call's event
+        (None for other tools): built inside the event's transaction, since large bodies
+        become artifact rows that must commit with the fenced append or not at all."""
+        if not seen:
+            return None
+        name = f"http/{self.run.public_id}/{self.stage}/{call_id}"
+        return lambda: {field: exchanges_payload(seen, name=name, run=self.run)}
+
+    # The approved plan ------------------------------------------------------------------
+
+    def _keep_contract(self, call_id: str, tool: Tool, action: str) -> None:
+        """Hold the decision about to be acted on against the approved plan's line. The first
+        difference is recorded (PLAN_DEVIATED); a call the plan did not promise on a tool that
+        must never be guessed about (replay.GUARDED_POLICIES) is not made: the run stops for
+        a human before it."""
+        if self.contract is None:
+            return
+        difference = self.contract.difference(self.stage, call_id, tool.name, tool.policy, action)
+        if difference is None:
+            return
+        if not self.deviated:
+            self.deviate(difference.describe(), difference=difference.to_dict())
+        if difference.stop_before:
+            self._stop(
+                Run.Status.NEEDS_APPROVAL,
+                Event.Type.NEEDS_APPROVAL,
+                f"{difference.describe()}; the approved plan did not promise this call, so it "
+                "was not made: read the fresh plan and approve again",
+            )
+
+    def deviate(self, reason: str, **details: Any) -> None:
+        """Append PLAN_DEVIATED, once per approved plan, with what was used against it."""
+        used = contract.used_since(self.run, self.contract)
+        used.add(self.usage)
+        append(
+            self.writer,
+            Event.Type.PLAN_DEVIATED,
+            stage=self.stage,
+            payload={**self.contract.verdict_payload(used), "reason": reason, **details},
+            deviated=True,
+        )
+        self.deviated = True
+
+    def _stop(
+        self,
+        status: str,
+        event_type: str,
+        reason: str,
+        *,
+        key: str = "",
+        more_payload: MorePayload = None,
+    ) -> None:
+        with transaction.atomic():
+            append(
+                self.writer,
+                event_type,
+                stage=self.stage,
+                idempotency_key=key,
+                payload=with_more({"error": reason}, more_payload),
+                status=status,
+            )
+        raise StageStopped(reason)
+
+
+def _ms(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
+
+
+def _summary(result: Any) -> Any:
+    """Keep events small: long strings in a result are cut (the effect keeps the whole)."""
+    if isinstance(result, dict):
+        return {
+            k: (v[:200] + "…" if isinstance(v, str) and len(v) > 200 else v)
+            for k, v in result.items()
+        }
+    return result
