@@ -43,13 +43,18 @@ def parse_uri(uri: str) -> tuple[str, int]:
     return match["name"], int(match["version"])
 
 
+def _digest_of(path: str) -> str:
+    """The sha256 of the blob at `path`, read in chunks (OSError when it cannot be read)."""
+    with default_storage.open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
 def _blob_holds(path: str, digest: str) -> bool:
     """Does the blob at `path` exist and still hash to `digest`?"""
     if not default_storage.exists(path):
         return False
     try:
-        with default_storage.open(path, "rb") as handle:
-            return hashlib.sha256(handle.read()).hexdigest() == digest
+        return _digest_of(path) == digest
     except OSError:
         return False
 
@@ -103,21 +108,50 @@ def _read_blob(artifact: Artifact) -> bytes:
         raise ArtifactMissing(f"{artifact.uri}: blob {artifact.blob} is gone ({exc})") from exc
 
 
+# One verification of an artifact against the manifest that records it, for the engine (a
+# stage reading its upstream), the planner (a checkpoint to build on) and the pages: the row
+# exists, it records the manifest's hash, and its blob still hashes to it.
+
+
+def _mismatch(uri: str, expected: str, artifact: Artifact, digest: str) -> str:
+    if artifact.sha256 != expected:
+        return f"{uri} is recorded with a different sha256 than the manifest"
+    if digest != expected:
+        return (
+            f"{uri} was altered: its blob hashes to {digest[:12]}…, "
+            f"the manifest says {expected[:12]}…"
+        )
+    return ""
+
+
+def check(uri: str, expected_sha256: str, artifact: Artifact | None) -> Check:
+    """The verification, on a row the caller has loaded (None: there is none), so a page
+    listing many artifacts needs no query per artifact."""
+    if artifact is None:
+        return Check(uri, False, f"{uri} is not in the artifact table")
+    try:
+        digest = _digest_of(artifact.blob)
+    except OSError as exc:
+        return Check(uri, False, f"{uri}: blob {artifact.blob} is gone ({exc})")
+    problem = _mismatch(uri, expected_sha256, artifact, digest)
+    return Check(uri, not problem, problem)
+
+
 def verify(uri: str, expected_sha256: str) -> Check:
     """Does the artifact still exist and hash to what the manifest recorded?"""
     try:
-        artifact = get(uri)
-        data = _read_blob(artifact)
+        name, version = parse_uri(uri)
     except ArtifactMissing as exc:
         return Check(uri, False, str(exc))
-    actual = hashlib.sha256(data).hexdigest()
-    if artifact.sha256 != expected_sha256:
-        return Check(uri, False, f"{uri} is recorded with a different sha256 than the manifest")
-    if actual != expected_sha256:
-        return Check(
-            uri,
-            False,
-            f"{uri} was altered: its blob hashes to {actual[:12]}…, "
-            f"the manifest says {expected_sha256[:12]}…",
-        )
-    return Check(uri, True)
+    return check(uri, expected_sha256, Artifact.objects.filter(name=name, version=version).first())
+
+
+def read_verified(uri: str, expected_sha256: str) -> bytes:
+    """The artifact's bytes, if they still are what the manifest recorded; ArtifactMissing
+    saying what is wrong otherwise."""
+    artifact = get(uri)
+    data = _read_blob(artifact)
+    problem = _mismatch(uri, expected_sha256, artifact, hashlib.sha256(data).hexdigest())
+    if problem:
+        raise ArtifactMissing(problem)
+    return data

@@ -17,11 +17,8 @@ from decimal import Decimal
 from typing import Any
 
 from runs.ledger import artifacts
-from runs.models import Event, ReplayPolicy, Run
-from runs.planning.replay import CALLING, STOPPING, Action
-
-# Tools whose unpromised call must never happen: the engine stops before it, for a human.
-GUARDED_POLICIES = frozenset({ReplayPolicy.RECONCILE_FIRST, ReplayPolicy.NEVER})
+from runs.models import Event, Run
+from runs.planning.replay import CALLING, GUARDED_POLICIES, STOPPING, Action
 
 
 def _kind(action: str) -> str:

@@ -13,143 +13,17 @@ approved plan, after checking the plan's fingerprint still matches the facts.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field
 from decimal import Decimal
-from typing import Any
 
 from runs.ledger import artifacts
 from runs.ledger.chain import canonical_json
 from runs.ledger.checkpoints import latest_checkpoint, manifest_problems
-from runs.models import Checkpoint, Effect, Event, ReplayPolicy, Run
+from runs.models import Checkpoint, Effect, Event, Run
 from runs.pipeline import Call, Pipeline, registry
-from runs.planning.replay import CALLING, Action, Recorded, asks_target, decide
+from runs.planning.plan import ArtifactLine, Cost, DriftLine, EffectLine, Plan, Upgrade
+from runs.planning.replay import CALLING, GUARDED_POLICIES, Action, decide_on, first_action
 
 __all__ = ["Action", "Plan", "compute_plan", "fresh_cost"]
-
-
-@dataclass
-class ArtifactLine:
-    stage: str
-    checkpoint: str
-    uri: str
-    ok: bool
-    reason: str = ""
-
-
-@dataclass
-class EffectLine:
-    stage: str
-    call_id: str
-    tool: str
-    policy: str
-    status: str  # the ledger's status, or "none" when no effect row exists yet
-    delivery_key: str
-    external_id: str
-    answer: str  # what the ledger or the target says
-    action: str
-    cost: str
-    # The engine asks the target once more right before this call (a RECONCILE_FIRST effect
-    # the target did not hold when the plan was computed): part of what the resume uses.
-    queries: int = 0
-
-
-@dataclass
-class Cost:
-    tool_calls: int = 0
-    money: str = "0"
-    meters: dict[str, int] = field(default_factory=dict)
-    # Per tool: the calls made, and the reconcile questions asked before a call.
-    calls: dict[str, int] = field(default_factory=dict)
-    queries: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class DriftLine:
-    input: str
-    pinned: str
-    current: str
-
-
-@dataclass
-class Upgrade:
-    available: bool
-    reason: str
-    branch_checkpoint: str | None = None
-    branch_stage: str = ""
-    stages_rerun: list[str] = field(default_factory=list)
-    inputs: dict[str, str] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    cost: Cost = field(default_factory=Cost)
-    # What the branch will do about each call of the stages it re-runs: its contract.
-    effects: list[EffectLine] = field(default_factory=list)
-
-
-@dataclass
-class Plan:
-    run: str
-    run_pk: int
-    pipeline: str
-    status: str
-    resumable: bool
-    not_resumable_reason: str
-    run_version: int
-    last_seq: int
-    checkpoint: str | None
-    checkpoint_stage: str
-    checkpoint_reason: str
-    fallbacks: list[str]
-    next_stage: str
-    tail_events: int
-    tail_summary: list[str]
-    artifacts: list[ArtifactLine]
-    stages_skipped: list[str]
-    stages_reexecuted: list[str]
-    effects: list[EffectLine]
-    blockers: list[str]
-    drift: list[DriftLine]
-    cost_resume: Cost
-    cost_fresh: Cost
-    upgrade: Upgrade
-    fingerprint: str = ""
-
-    @property
-    def blocked(self) -> bool:
-        return bool(self.blockers)
-
-    @property
-    def can_strict(self) -> bool:
-        return self.resumable and not self.blocked
-
-    @property
-    def can_upgrade(self) -> bool:
-        return self.resumable and not self.blocked and self.upgrade.available
-
-    @property
-    def reused(self) -> list[EffectLine]:
-        return [e for e in self.effects if e.action in (Action.REUSE, Action.RECORD_FOUND)]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Plan:
-        """The value back from its stored form (a stored plan is shown, never re-derived)."""
-        data = dict(data)
-        data["artifacts"] = [ArtifactLine(**a) for a in data["artifacts"]]
-        data["effects"] = [EffectLine(**e) for e in data["effects"]]
-        data["drift"] = [DriftLine(**d) for d in data["drift"]]
-        data["cost_resume"] = Cost(**data["cost_resume"])
-        data["cost_fresh"] = Cost(**data["cost_fresh"])
-        upgrade = dict(data["upgrade"])
-        upgrade["cost"] = Cost(**upgrade["cost"])
-        upgrade["effects"] = [EffectLine(**e) for e in upgrade["effects"]]
-        data["upgrade"] = Upgrade(**upgrade)
-        return cls(**data)
-
-    def fingerprint_basis(self) -> dict[str, Any]:
-        data = self.to_dict()
-        data.pop("fingerprint", None)
-        return data
 
 
 # --- Checkpoint selection ------------------------------------------------------------------
@@ -217,25 +91,9 @@ def _own_effects(run: Run, stages: list[str]) -> dict[tuple[str, str], Effect]:
 
 
 def _effect_line(stage: str, call_id: str, tool, effect: Effect | None) -> tuple[EffectLine, str]:
-    """The resume action for one expected call (replay.decide, asking the target where the
+    """The resume action for one expected call (replay.decide_on, asking the target where the
     decision needs it); returns the line and a blocker (or "")."""
-    recorded = Recorded.of(effect)
-    answer, unanswered = None, ""
-    if asks_target(tool.policy, recorded):
-        try:
-            answer = tool.reconcile(effect)
-        except Exception as exc:  # a target that is down or slow blocks; it never guesses
-            unanswered = str(exc) or type(exc).__name__
-    decision = decide(
-        tool=tool.name,
-        call_id=call_id,
-        policy=tool.policy,
-        recorded=recorded,
-        answer=answer,
-        unanswered=unanswered,
-        verb=tool.verb,
-        target=effect.target if effect else "",
-    )
+    decision, answer = decide_on(tool, call_id, effect)
     line = EffectLine(
         stage=stage,
         call_id=call_id,
@@ -249,6 +107,7 @@ def _effect_line(stage: str, call_id: str, tool, effect: Effect | None) -> tuple
         cost=str(tool.cost) if decision.calls else "0",
         # The answer was "not there": the engine asks once more before it calls.
         queries=1 if answer is not None and decision.calls else 0,
+        kind=str(decision.kind or ""),
     )
     return line, decision.reason
 
@@ -274,10 +133,9 @@ def _cost(pipeline: Pipeline, lines: list[EffectLine]) -> Cost:
 def _call_line(stage: str, call: Call, pipeline: Pipeline) -> EffectLine:
     """A call that nothing has been recorded for: it will be made."""
     tool = pipeline.tool(call.tool)
-    action = Action.RERUN if tool.policy == ReplayPolicy.SAFE else Action.CALL
     return EffectLine(
-        stage, call.call_id, tool.name, str(tool.policy), "none", "", "", "", str(action),
-        str(tool.cost),
+        stage, call.call_id, tool.name, str(tool.policy), "none", "", "", "",
+        str(first_action(tool)), str(tool.cost),
     )  # fmt: skip
 
 
@@ -335,6 +193,31 @@ def _tail(run: Run, after_seq: int) -> tuple[int, list[str]]:
     return run.last_seq - after_seq, summary
 
 
+def _not_resumable_reason(run: Run) -> str:
+    if run.is_resumable:
+        return ""
+    return f"{run.public_id} is {run.get_status_display().lower()}: " + (
+        "it is still active; wait for it to finish or be interrupted"
+        if run.is_active
+        else "there is nothing to resume"
+    )
+
+
+def _start_point(chosen: Checkpoint | None, fallbacks: list[str], pipeline: Pipeline):
+    """The stage the resume starts at, and why that checkpoint was chosen."""
+    if chosen is None:
+        return (
+            pipeline.stage_names[0],
+            "no verified checkpoint: the resume starts at the first stage",
+        )
+    if fallbacks:
+        return chosen.next_stage, "the newest checkpoint that still verifies"
+    return (
+        chosen.next_stage,
+        f"latest checkpoint whose artifacts all verify ({len(chosen.artifacts)} checked)",
+    )
+
+
 def compute_plan(run: Run) -> Plan:
     # Load the run: a caller's instance may predate the latest append, and a plan mixing its
     # stale version/last_seq with the log's fresh tail would carry a fingerprint that no
@@ -342,28 +225,10 @@ def compute_plan(run: Run) -> Plan:
     run = Run.objects.get(pk=run.pk)
     pipeline = registry.get(run.pipeline)
     resumable = run.is_resumable
-    reason = (
-        ""
-        if resumable
-        else f"{run.public_id} is {run.get_status_display().lower()}: "
-        + (
-            "it is still active; wait for it to finish or be interrupted"
-            if run.is_active
-            else "there is nothing to resume"
-        )
-    )
+    reason = _not_resumable_reason(run)
 
     chosen, artifact_lines, fallbacks = _verified_prefix(run, pipeline)
-    if chosen is None:
-        next_stage = pipeline.stage_names[0]
-        checkpoint_reason = "no verified checkpoint: the resume starts at the first stage"
-    else:
-        next_stage = chosen.next_stage
-        checkpoint_reason = (
-            f"latest checkpoint whose artifacts all verify ({len(chosen.artifacts)} checked)"
-            if not fallbacks
-            else "the newest checkpoint that still verifies"
-        )
+    next_stage, checkpoint_reason = _start_point(chosen, fallbacks, pipeline)
     after_seq = chosen.last_seq if chosen is not None and chosen.run_id == run.pk else 0
     tail_count, tail_summary = _tail(run, after_seq)
 
@@ -405,6 +270,47 @@ def compute_plan(run: Run) -> Plan:
     return plan
 
 
+def _branch_point(
+    run: Run, pipeline: Pipeline, chosen: Checkpoint | None, first_index: int
+) -> Checkpoint | None:
+    """The last verified checkpoint before the first affected stage (None: from the start)."""
+    point: Checkpoint | None = None
+    if first_index > 0 and chosen is not None:
+        for stage, cp in _candidate_checkpoints(run, pipeline):
+            if pipeline.index(stage) < first_index and pipeline.index(stage) <= pipeline.index(
+                chosen.stage
+            ):
+                point = cp
+    return point
+
+
+def _made_again(run: Run, rerun: list[str], strict_lines: list[EffectLine]) -> list[str]:
+    """Effects the parent already made in stages the branch re-runs would happen again under a
+    new key whenever the branch's request differs (new facts → new draft → new revision):
+    said for the tools that are never guessed about."""
+    warnings = []
+    # An effect the ledger never confirmed may still have happened: what this plan's reconcile
+    # query found on the target counts as made (the approval records it on this run).
+    found = {
+        (line.stage, line.call_id): line.external_id
+        for line in strict_lines
+        if line.action == Action.RECORD_FOUND
+    }
+    for (stage, call_id), effect in sorted(_own_effects(run, rerun).items()):
+        made_as = effect.external_id
+        if effect.status != Effect.Status.CONFIRMED:
+            made_as = found.get((stage, call_id), "")
+            if not made_as:
+                continue
+        if effect.policy in GUARDED_POLICIES:
+            warnings.append(
+                f"{run.public_id} already made {effect.tool} ({call_id}) as {made_as}; "
+                f"the branch re-runs {stage} with new inputs and will make it again under a new "
+                f"key (e.g. a second article for the new revision)"
+            )
+    return warnings
+
+
 def _upgrade(
     run: Run,
     pipeline: Pipeline,
@@ -419,44 +325,13 @@ def _upgrade(
     first = pipeline.first_affected(changed)
     if not first:
         return Upgrade(False, f"no stage consumes the changed input(s) {', '.join(changed)}")
-    first_index = pipeline.index(first)
-    # Branch at the last verified checkpoint before the first affected stage.
-    point: Checkpoint | None = None
-    if first_index > 0 and chosen is not None:
-        prefix = _candidate_checkpoints(run, pipeline)
-        for stage, cp in prefix:
-            if pipeline.index(stage) < first_index and pipeline.index(stage) <= pipeline.index(
-                chosen.stage
-            ):
-                point = cp
+    point = _branch_point(run, pipeline, chosen, pipeline.index(first))
     branch_stage = pipeline.next_stage(point.stage) if point else pipeline.stage_names[0]
     rerun = list(pipeline.stages_from(branch_stage))
     new_inputs = dict(run.inputs)
     for d in drift:
         new_inputs[d.input] = d.current
-    # Effects the parent already made in stages the branch re-runs would happen again under a
-    # new key whenever the branch's request differs (new facts → new draft → new revision).
-    warnings = []
-    # An effect the ledger never confirmed may still have happened: what this plan's reconcile
-    # query found on the target counts as made (the approval records it on this run).
-    found = {
-        (line.stage, line.call_id): line.external_id
-        for line in strict_lines
-        if line.action == Action.RECORD_FOUND
-    }
-    parent_effects = _own_effects(run, rerun)
-    for (stage, call_id), effect in sorted(parent_effects.items()):
-        made_as = effect.external_id
-        if effect.status != Effect.Status.CONFIRMED:
-            made_as = found.get((stage, call_id), "")
-            if not made_as:
-                continue
-        if effect.policy in (ReplayPolicy.RECONCILE_FIRST, ReplayPolicy.NEVER):
-            warnings.append(
-                f"{run.public_id} already made {effect.tool} ({call_id}) as {made_as}; "
-                f"the branch re-runs {stage} with new inputs and will make it again under a new "
-                f"key (e.g. a second article for the new revision)"
-            )
+    warnings = _made_again(run, rerun, strict_lines)
     lines = [
         _call_line(stage.name, call, pipeline)
         for stage in pipeline.stages

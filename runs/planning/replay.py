@@ -24,12 +24,13 @@ the engine's decision differs from the plan's line and the contract check sees i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from runs.models import EffectStatus, ReplayPolicy
-from runs.pipeline import Reconciliation
+from runs.pipeline import Reconciliation, Tool
 
 
 class Action(StrEnum):
@@ -44,6 +45,22 @@ class Action(StrEnum):
     BLOCKED = "blocked"  # a human must decide first
     REFUSE = "refuse"  # the delivery key was used for a different request
 
+
+class StopKind(StrEnum):
+    """Why a STOPPING decision stops, for machines (triage groups runs by it); the reason
+    beside it says the same for people, with the run's own details."""
+
+    KEY_REUSED = "key reused"  # the delivery key was used for a different request here
+    KEY_CONFLICT = "key conflict"  # the target answered 409 for this key
+    UNANSWERED = "target did not answer"
+    FOUND_DIFFERENT = "found but different"
+    OUTCOME_UNKNOWN = "outcome unknown"  # a NEVER effect in doubt
+
+
+# Tools whose call is never guessed about: a RECONCILE_FIRST or NEVER effect that may have
+# happened is made again only after the target (or a human) says it did not, and the engine
+# stops before a call of theirs that an approved plan did not promise.
+GUARDED_POLICIES = frozenset({ReplayPolicy.RECONCILE_FIRST, ReplayPolicy.NEVER})
 
 # Actions that reach the target with the tool's own call (and cost what the call costs).
 CALLING = frozenset({Action.CALL, Action.RETRY_SAME_KEY, Action.RERUN})
@@ -77,6 +94,8 @@ class Decision:
     reason: str = ""
     # RECORD_FOUND: what the target holds.
     external_id: str = ""
+    # Set for STOPPING actions: why, for machines.
+    kind: StopKind | None = None
 
     @property
     def calls(self) -> bool:
@@ -122,6 +141,7 @@ def decide(
         return Decision(
             Action.REFUSE,
             "the delivery key was used for a different request",
+            kind=StopKind.KEY_REUSED,
             reason=f"{tool} ({call_id}): its delivery key was already used for a different "
             "request; nothing was called. A supervisor must resolve it in the ledger.",
         )
@@ -137,6 +157,7 @@ def decide(
         return Decision(
             Action.BLOCKED,
             "the target holds a different request under this delivery key",
+            kind=StopKind.KEY_CONFLICT,
             reason=f"{tool} ({call_id}): the target answered 409, its delivery key was used "
             "for a different request there; nothing is called with this key again. A "
             "supervisor must resolve it in the ledger.",
@@ -153,6 +174,7 @@ def decide(
             return Decision(
                 Action.BLOCKED,
                 f"the target did not answer: {unanswered}",
+                kind=StopKind.UNANSWERED,
                 reason=f"{tool} ({call_id}): the target did not answer ({unanswered}); nothing "
                 "is called before it does. Check targets again.",
             )
@@ -169,12 +191,53 @@ def decide(
         return Decision(
             Action.BLOCKED,
             f"found but different: {answer.detail}",
+            kind=StopKind.FOUND_DIFFERENT,
             reason=f"{tool} ({call_id}): found on the target but different — {answer.detail}. "
             "A supervisor must resolve it in the ledger.",
         )
     return Decision(
         Action.BLOCKED,
         f"{status}: outcome unknown",
+        kind=StopKind.OUTCOME_UNKNOWN,
         reason=f"{tool} ({call_id}) is {policy}: its outcome is {status} and it is never "
         "re-run automatically. A supervisor must resolve it in the ledger (admin).",
     )
+
+
+def decide_on(
+    tool: Tool,
+    call_id: str,
+    effect: Any,
+    *,
+    request_hash: str = "",
+    ask: Callable[[Any], Reconciliation] | None = None,
+) -> tuple[Decision, Reconciliation | None]:
+    """decide() on what the ledger holds about `effect` (an Effect row, or None), asking the
+    target where the decision needs it: the one way the engine, the planner and an approval
+    reach a decision, so they cannot disagree on the same facts. `ask` replaces
+    tool.reconcile (the engine records the exchange and counts the question). Returns the
+    decision and the target's answer, if it was asked and answered."""
+    recorded = Recorded.of(effect)
+    answer, unanswered = None, ""
+    if asks_target(tool.policy, recorded):
+        try:
+            answer = (ask or tool.reconcile)(effect)
+        except Exception as exc:  # a target that cannot answer is never guessed about
+            unanswered = str(exc) or type(exc).__name__
+    decision = decide(
+        tool=tool.name,
+        call_id=call_id,
+        policy=tool.policy,
+        recorded=recorded,
+        request_hash=request_hash,
+        answer=answer,
+        unanswered=unanswered,
+        verb=tool.verb,
+        target=effect.target if effect is not None else "",
+    )
+    return decision, answer
+
+
+def first_action(tool: Tool) -> Action:
+    """What happens to a call nothing has been recorded for: SAFE re-runs, the others call."""
+    return decide(tool=tool.name, call_id="", policy=tool.policy, recorded=None).action

@@ -1,0 +1,137 @@
+"""The reconcile plan as a value: what the planner computes, a page shows, a stored plan
+keeps (to_dict/from_dict) and an approval compares by fingerprint."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from runs.planning.replay import Action
+
+
+@dataclass
+class ArtifactLine:
+    stage: str
+    checkpoint: str
+    uri: str
+    ok: bool
+    reason: str = ""
+
+
+@dataclass
+class EffectLine:
+    stage: str
+    call_id: str
+    tool: str
+    policy: str
+    status: str  # the ledger's status, or "none" when no effect row exists yet
+    delivery_key: str
+    external_id: str
+    answer: str  # what the ledger or the target says
+    action: str
+    cost: str
+    # The engine asks the target once more right before this call (a RECONCILE_FIRST effect
+    # the target did not hold when the plan was computed): part of what the resume uses.
+    queries: int = 0
+    # Why a stopping line stops (replay.StopKind), for machines; "" otherwise, and in plans
+    # stored before it existed.
+    kind: str = ""
+
+
+@dataclass
+class Cost:
+    tool_calls: int = 0
+    money: str = "0"
+    meters: dict[str, int] = field(default_factory=dict)
+    # Per tool: the calls made, and the reconcile questions asked before a call.
+    calls: dict[str, int] = field(default_factory=dict)
+    queries: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class DriftLine:
+    input: str
+    pinned: str
+    current: str
+
+
+@dataclass
+class Upgrade:
+    available: bool
+    reason: str
+    branch_checkpoint: str | None = None
+    branch_stage: str = ""
+    stages_rerun: list[str] = field(default_factory=list)
+    inputs: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    cost: Cost = field(default_factory=Cost)
+    # What the branch will do about each call of the stages it re-runs: its contract.
+    effects: list[EffectLine] = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    run: str
+    run_pk: int
+    pipeline: str
+    status: str
+    resumable: bool
+    not_resumable_reason: str
+    run_version: int
+    last_seq: int
+    checkpoint: str | None
+    checkpoint_stage: str
+    checkpoint_reason: str
+    fallbacks: list[str]
+    next_stage: str
+    tail_events: int
+    tail_summary: list[str]
+    artifacts: list[ArtifactLine]
+    stages_skipped: list[str]
+    stages_reexecuted: list[str]
+    effects: list[EffectLine]
+    blockers: list[str]
+    drift: list[DriftLine]
+    cost_resume: Cost
+    cost_fresh: Cost
+    upgrade: Upgrade
+    fingerprint: str = ""
+
+    @property
+    def blocked(self) -> bool:
+        return bool(self.blockers)
+
+    @property
+    def can_strict(self) -> bool:
+        return self.resumable and not self.blocked
+
+    @property
+    def can_upgrade(self) -> bool:
+        return self.resumable and not self.blocked and self.upgrade.available
+
+    @property
+    def reused(self) -> list[EffectLine]:
+        return [e for e in self.effects if e.action in (Action.REUSE, Action.RECORD_FOUND)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        """The value back from its stored form (a stored plan is shown, never re-derived)."""
+        data = dict(data)
+        data["artifacts"] = [ArtifactLine(**a) for a in data["artifacts"]]
+        data["effects"] = [EffectLine(**e) for e in data["effects"]]
+        data["drift"] = [DriftLine(**d) for d in data["drift"]]
+        data["cost_resume"] = Cost(**data["cost_resume"])
+        data["cost_fresh"] = Cost(**data["cost_fresh"])
+        upgrade = dict(data["upgrade"])
+        upgrade["cost"] = Cost(**upgrade["cost"])
+        upgrade["effects"] = [EffectLine(**e) for e in upgrade["effects"]]
+        data["upgrade"] = Upgrade(**upgrade)
+        return cls(**data)
+
+    def fingerprint_basis(self) -> dict[str, Any]:
+        data = self.to_dict()
+        data.pop("fingerprint", None)
+        return data
