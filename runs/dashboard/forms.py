@@ -6,7 +6,8 @@ from typing import Any
 
 from django import forms
 
-from runs.dashboard import queries, stats
+from runs.dashboard import stats
+from runs.dashboard.queries.inbox import InboxFilters, stage_choices
 from runs.dashboard.stops import ReasonKind
 from runs.ledger.edits import EDITABLE_EFFECT_FIELDS, MAX_EDIT_REASON_CHARS
 from runs.models import Effect, Run
@@ -44,7 +45,7 @@ class InboxFilterForm(forms.Form):
         anything = [("", "Any")]
         self.fields["status"].choices = anything + list(Run.Status.choices)
         self.fields["pipeline"].choices = anything + [(p, p) for p in registry.names()]
-        self.fields["stage"].choices = anything + [(s, s) for s in queries.stage_choices()]
+        self.fields["stage"].choices = anything + [(s, s) for s in stage_choices()]
 
     def clean_q(self) -> int | None:
         value = self.cleaned_data["q"].strip()
@@ -55,9 +56,9 @@ class InboxFilterForm(forms.Form):
             raise forms.ValidationError("Search by run id, for example run-123.")
         return pk
 
-    def filters(self) -> queries.InboxFilters:
+    def filters(self) -> InboxFilters:
         data = self.cleaned_data
-        return queries.InboxFilters(
+        return InboxFilters(
             status=data.get("status") or "",
             pipeline=data.get("pipeline") or "",
             stage=data.get("stage") or "",
@@ -132,11 +133,11 @@ GROUP_SCOPES = [("all", "Every run shown"), ("selected", "The ticked runs")]
 
 
 class GroupApproveForm(forms.Form):
-    """The approval of a group of runs (runs/triage.py): the group fingerprint that was read,
-    and either every run the page showed (`shown`, one comma-separated field whatever the
-    group's size) or the ticked ones. A run that left the group since the page was shown is
-    not a form error: approve_group skips it and lists its fresh plan. A run that joined the
-    group since is not approved: nobody saw it."""
+    """The approval of a group of runs (runs/planning/triage.py): the group fingerprint that
+    was read, and either every run the page showed (`shown`, one comma-separated field
+    whatever the group's size) or the ticked ones. A run that left the group since the page
+    was shown is not a form error: approve_group skips it and lists its fresh plan. A run that
+    joined the group since is not approved: nobody saw it."""
 
     action = forms.ChoiceField(choices=[(STRICT, "Strict resume"), (UPGRADE, "Upgrade")])
     fingerprint = forms.RegexField(regex=r"^[0-9a-f]{64}$", max_length=64)

@@ -26,7 +26,7 @@ from enum import StrEnum
 from django.db import connection
 
 from runs.models import Effect, Event, ReplayPolicy, Run
-from runs.pipeline import Pipeline
+from runs.pipeline import Pipeline, UnknownPipeline, registry
 
 # How many recent runs the page may look at; the form offers exactly these.
 WINDOWS = (10, 25, 50, 100, 250, 500)
@@ -307,6 +307,13 @@ def savings_rows(pipeline: Pipeline, window: int) -> list[tuple]:
 
 
 # --- The figures -----------------------------------------------------------------------------
+
+
+def get_pipeline(name: str) -> Pipeline | None:
+    try:
+        return registry.get(name)
+    except UnknownPipeline:
+        return None
 
 
 def pipeline_stats(pipeline: Pipeline, window: int = DEFAULT_WINDOW) -> PipelineStats:

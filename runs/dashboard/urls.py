@@ -44,7 +44,7 @@ class PipelineNameConverter:
 
 
 class FingerprintConverter:
-    # A group fingerprint (runs/triage.py): anything else is a plain 404.
+    # A group fingerprint (runs/planning/grouping.py): anything else is a plain 404.
     regex = r"[0-9a-f]{64}"
 
     def to_python(self, value: str) -> str:

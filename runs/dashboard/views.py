@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
+from typing import TypeVar
 
 from django.conf import settings
 from django.contrib import messages
@@ -21,16 +22,20 @@ from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from runs import jobs
-from runs.dashboard import charts, queries, roles, stats
+from runs.dashboard import charts, roles, stats
 from runs.dashboard.forms import ApproveForm, GroupApproveForm, InboxFilterForm, PipelineWindowForm
+from runs.dashboard.queries.artifacts import artifact_view, get_artifact
+from runs.dashboard.queries.inbox import inbox_groups, inbox_page
+from runs.dashboard.queries.run_page import get_run, run_page, timeline_update
+from runs.enqueue import enqueue_batch
 from runs.ledger import artifacts as artifact_store
-from runs.models import Artifact, GroupApproval, StoredPlan
-from runs.planning import stored_plans, triage
+from runs.models import GroupApproval, Run, StoredPlan
+from runs.planning import grouping, stored_plans, triage
 from runs.planning.planner import Plan, compute_plan
 from runs.planning.resume import AlreadyApproved, ResumeRefused, approve
 
 View = Callable[..., HttpResponse]
+T = TypeVar("T")
 
 
 def role_required(check: Callable[..., bool]) -> Callable[[View], View]:
@@ -69,6 +74,17 @@ def _after(request: HttpRequest) -> int | None:
     return int(value) if value.isascii() and value.isdigit() and len(value) <= 12 else None
 
 
+def _found(value: T | None, missing: str) -> T:
+    """The page's object, or 404: the queries say "nothing" with None."""
+    if value is None:
+        raise Http404(missing)
+    return value
+
+
+def _run(pk: int) -> Run:
+    return _found(get_run(pk), f"There is no run-{pk}.")
+
+
 # --- Inbox -----------------------------------------------------------------------------------
 
 
@@ -78,8 +94,8 @@ def inbox(request: HttpRequest) -> HttpResponse:
     form = InboxFilterForm(request.GET)
     page = triaged = None
     if form.is_valid():
-        page = queries.inbox_page(form.filters(), form.cleaned_data["after"])
-        triaged = queries.inbox_groups(form.filters())
+        page = inbox_page(form.filters(), form.cleaned_data["after"])
+        triaged = inbox_groups(form.filters())
     context = {"form": form, "page": page, "triage": triaged}
     # htmx swaps just the results (and the groups, out of band) when a filter changes; a
     # history restore wants the page.
@@ -96,7 +112,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
 @require_GET
 @viewer_required
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    page = queries.run_page(queries.get_run(pk), _after(request))
+    page = run_page(_run(pk), _after(request))
     return render(request, "runs/run_detail.html", {"page": page, "run": page.run})
 
 
@@ -105,7 +121,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
 def run_timeline(request: HttpRequest, pk: int) -> HttpResponse:
     """The polled partial: the timeline page, with the run's header (and, once the run
     stopped, its checkpoints, artifacts and effects) swapped in out of band."""
-    update = queries.timeline_update(queries.get_run(pk), _after(request))
+    update = timeline_update(_run(pk), _after(request))
     context = {
         "run": update.run,
         "timeline": update.timeline,
@@ -120,7 +136,7 @@ def run_timeline(request: HttpRequest, pk: int) -> HttpResponse:
 @viewer_required
 def plan(request: HttpRequest, pk: int) -> HttpResponse:
     """The stored plan: a GET never asks a target anything (see runs/stored_plans.py)."""
-    run = queries.get_run(pk)
+    run = _run(pk)
     shown = stored_plans.shown(run)
     if shown is None:
         return _render_plan(request, run, None)
@@ -131,7 +147,7 @@ def plan(request: HttpRequest, pk: int) -> HttpResponse:
 @operator_required
 def check_targets(request: HttpRequest, pk: int) -> HttpResponse:
     """ "Check targets again": compute the plan now, asking each target, and store it."""
-    run = queries.get_run(pk)
+    run = _run(pk)
     stored_plans.refresh(run)
     messages.info(request, "The plan was computed again with the targets' answers of now.")
     return redirect("runs:plan", pk=run.pk)
@@ -160,7 +176,7 @@ def _render_plan(
 @require_POST
 @operator_required
 def approve_plan(request: HttpRequest, pk: int) -> HttpResponse:
-    run = queries.get_run(pk)
+    run = _run(pk)
     form = ApproveForm(request.POST)
     if not form.is_valid():
         shown = stored_plans.shown(run)
@@ -202,7 +218,7 @@ def _render_group(
     refusal: str = "",
     status: int = 200,
 ) -> HttpResponse:
-    found = triage.group(fingerprint)
+    found = grouping.group(fingerprint)
     if found is None and status == 200:
         raise Http404("No run that needs a human has a plan of this shape now.")
     group, members = found if found is not None else (None, [])
@@ -269,7 +285,7 @@ def _approve_group_in_background(
         status = 400 if isinstance(exc, triage.BadSelection) else 409
         return _render_group(request, fingerprint, form=form, refusal=str(exc), status=status)
     try:
-        jobs.enqueue_batch(row.pk, row.total)
+        enqueue_batch(row.pk, row.total)
     except Exception as exc:  # Redis away: nothing was approved; say so
         row.state, row.error = GroupApproval.State.FAILED, f"the job could not be queued: {exc}"
         row.save(update_fields=["state", "error"])
@@ -295,7 +311,7 @@ def batch_detail(request: HttpRequest, batch_id: str) -> HttpResponse:
 @viewer_required
 def pipeline_detail(request: HttpRequest, name: str) -> HttpResponse:
     """Where checkpoints pay: each stage's figures over the pipeline's last N runs."""
-    pipeline = queries.get_pipeline(name)
+    pipeline = _found(stats.get_pipeline(name), f"There is no pipeline {name!r}.")
     form = PipelineWindowForm(request.GET)
     context = {
         "pipeline": pipeline,
@@ -316,7 +332,7 @@ def pipeline_detail(request: HttpRequest, name: str) -> HttpResponse:
 @require_GET
 @viewer_required
 def artifact_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    view = queries.artifact_view(queries.get_artifact(pk))
+    view = artifact_view(_found(get_artifact(pk), f"There is no artifact {pk}."))
     return render(request, "runs/artifact.html", {"view": view, "artifact": view.artifact})
 
 
@@ -328,7 +344,7 @@ INLINE_IMAGE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp", "ima
 @require_GET
 @viewer_required
 def artifact_raw(request: HttpRequest, pk: int) -> HttpResponse:
-    artifact: Artifact = queries.get_artifact(pk)
+    artifact = _found(get_artifact(pk), f"There is no artifact {pk}.")
     try:
         data = artifact_store.read(artifact.uri)
     except artifact_store.ArtifactMissing as exc:

@@ -20,7 +20,8 @@ from demo import faults
 from demo.management.commands.seed_demo import run_inline
 from demo.models import SimCall
 from demo.simulators import publish_facts
-from runs.dashboard import queries, roles
+from runs.dashboard import roles
+from runs.dashboard.queries import inbox
 from runs.dashboard.stops import ReasonKind
 from runs.execution import sweeper
 from runs.ledger import edits
@@ -276,10 +277,10 @@ def test_a_reason_filter_pages_by_keyset_and_visits_every_run_once(facts):
         .order_by("attention", "-updated_at", "-id")
         .values_list("pk", flat=True)
     )
-    filters = queries.InboxFilters(reason=ReasonKind.INTERRUPTED)
+    filters = inbox.InboxFilters(reason=ReasonKind.INTERRUPTED)
     seen, after = [], None
     while True:
-        page = queries.inbox_page(filters, after, size=2)
+        page = inbox.inbox_page(filters, after, size=2)
         seen += [r.pk for r in page.runs]
         if page.next_after is None:
             break

@@ -19,7 +19,8 @@ from django.test.utils import CaptureQueriesContext
 from demo import faults, simulators
 from demo.management.commands.seed_demo import run_inline
 from demo_service.process import ServiceClient
-from runs.dashboard import queries, roles
+from runs.dashboard import roles
+from runs.dashboard.queries import artifacts, inbox
 from runs.execution import sweeper
 from runs.ledger import edits, leases
 from runs.ledger.append import Writer, append
@@ -218,10 +219,10 @@ def test_inbox_keyset_paging_visits_every_run_once(facts):
     expected = list(
         Run.objects.order_by("attention", "-updated_at", "-id").values_list("pk", flat=True)
     )
-    for filters in (queries.InboxFilters(), queries.InboxFilters(status=Run.Status.PENDING)):
+    for filters in (inbox.InboxFilters(), inbox.InboxFilters(status=Run.Status.PENDING)):
         seen, after = [], None
         while True:
-            page = queries.inbox_page(filters, after, size=3)
+            page = inbox.inbox_page(filters, after, size=3)
             seen += [r.pk for r in page.runs]
             if page.next_after is None:
                 break
@@ -231,7 +232,7 @@ def test_inbox_keyset_paging_visits_every_run_once(facts):
 
 
 def test_inbox_next_page_link_uses_the_keyset_cursor(viewer, facts):
-    for _ in range(queries.INBOX_PAGE_SIZE + 2):
+    for _ in range(inbox.INBOX_PAGE_SIZE + 2):
         started()
     first = viewer.get("/runs/").content.decode()
     match = re.search(r'href="\?after=(\d+)" rel="next"', first)
@@ -239,7 +240,7 @@ def test_inbox_next_page_link_uses_the_keyset_cursor(viewer, facts):
     second = viewer.get(f"/runs/?after={match.group(1)}").content.decode()
     first_ids = set(re.findall(r">(run-\d+)</a></th>", first))
     second_ids = set(re.findall(r">(run-\d+)</a></th>", second))
-    assert len(first_ids) == queries.INBOX_PAGE_SIZE
+    assert len(first_ids) == inbox.INBOX_PAGE_SIZE
     assert len(second_ids) == 2
     assert not first_ids & second_ids
     assert 'rel="next"' not in second
@@ -555,13 +556,15 @@ def test_an_old_ledger_edit_stored_without_a_summary_still_shows_who_what_and_wh
 def test_artifacts_are_served_safely(viewer, facts):
     run = executed()
     svg = next(
-        a for a in queries.artifact_rows(list(run.checkpoints.all())) if a.name == "image-cover"
+        a for a in artifacts.artifact_rows(list(run.checkpoints.all())) if a.name == "image-cover"
     )
     response = viewer.get(f"/runs/artifacts/{svg.artifact.pk}/raw/")
     assert response["Content-Type"] == "image/svg+xml"
     assert response["Content-Security-Policy"].startswith("sandbox")
     assert response["X-Content-Type-Options"] == "nosniff"
-    draft = next(a for a in queries.artifact_rows(list(run.checkpoints.all())) if a.name == "draft")
+    draft = next(
+        a for a in artifacts.artifact_rows(list(run.checkpoints.all())) if a.name == "draft"
+    )
     raw = viewer.get(f"/runs/artifacts/{draft.artifact.pk}/raw/")
     assert raw["Content-Type"] == "text/plain; charset=utf-8"
     page = viewer.get(f"/runs/artifacts/{draft.artifact.pk}/").content.decode()
@@ -573,7 +576,7 @@ def test_artifacts_are_served_safely(viewer, facts):
 
 
 def _draft(run: Run):
-    rows = queries.artifact_rows(list(run.checkpoints.all()))
+    rows = artifacts.artifact_rows(list(run.checkpoints.all()))
     return next(row.artifact for row in rows if row.name == "draft")
 
 
@@ -662,7 +665,9 @@ def test_agent_output_is_rendered_as_text(viewer, facts):
         assert 'hx-trigger="load"' not in html, path
     html = viewer.get(url(run)).content.decode()
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html
-    draft = next(a for a in queries.artifact_rows(list(run.checkpoints.all())) if a.name == "draft")
+    draft = next(
+        a for a in artifacts.artifact_rows(list(run.checkpoints.all())) if a.name == "draft"
+    )
     page = viewer.get(f"/runs/artifacts/{draft.artifact.pk}/").content.decode()
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)" in page
 

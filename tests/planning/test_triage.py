@@ -18,8 +18,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from demo.simulators import publish_facts
-from runs import jobs
-from runs.dashboard import queries
+from runs import enqueue
+from runs.dashboard.queries import inbox
 from runs.ledger.chain import canonical_json
 from runs.ledger.edits import edit_effect
 from runs.models import Effect, Event, GroupApproval, Run, StoredPlan
@@ -134,7 +134,7 @@ def test_runs_without_a_current_plan_are_counted_not_grouped(facts):
 def test_grouping_reads_a_constant_number_of_queries(facts):
     def counted() -> int:
         with CaptureQueriesContext(connection) as ctx:
-            queries.inbox_groups(queries.InboxFilters())
+            inbox.inbox_groups(inbox.InboxFilters())
         return len(ctx.captured_queries)
 
     interrupted_with_plan()
@@ -645,7 +645,7 @@ def test_a_large_group_approval_is_queued_and_its_page_says_it_is_being_approved
         "user:operator",
     )
     assert row.run_ids == [run.pk for run in runs]
-    assert jobs.queue().job_ids == [f"batch-{row.pk}"]
+    assert enqueue.queue().job_ids == [f"batch-{row.pk}"]
     assert [ledger_state(run) for run in runs] == before
 
     page = client_as("viewer").get(f"/runs/batches/{row.pk}/")
@@ -713,7 +713,7 @@ def test_viewer_forged_large_group_approval_is_403_and_records_nothing(
 
     assert response.status_code == 403
     assert not GroupApproval.objects.exists()
-    assert jobs.queue().job_ids == []
+    assert enqueue.queue().job_ids == []
     assert ledger_state(run) == before
 
 
@@ -732,7 +732,7 @@ def test_a_large_group_that_cannot_be_approved_is_refused_in_the_request(
     assert response.status_code == 409
     assert "no run needing a human has a plan of this shape now" in response.content.decode()
     assert not GroupApproval.objects.exists()
-    assert jobs.queue().job_ids == []
+    assert enqueue.queue().job_ids == []
 
 
 def test_an_unknown_batch_is_404(facts):

@@ -1,0 +1,283 @@
+"""One run's page: its progress, the timeline of its events, what it verified, stored and
+did outside, its stored plan, and the verdict on the plan it was resumed with."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from runs.dashboard.queries.artifacts import ArtifactRow, artifact_rows
+from runs.ledger import artifacts as artifact_store
+from runs.ledger.payload_summary import summarize
+from runs.models import Checkpoint, Effect, Event, Run, StoredPlan
+from runs.pipeline import UnknownPipeline, registry
+from runs.planning import stored_plans
+from runs.planning.contract import Usage
+from runs.planning.planner import Plan
+
+TIMELINE_PAGE_SIZE = 100
+
+
+def get_run(pk: int) -> Run | None:
+    return Run.objects.select_related("lease", "parent", "branch_checkpoint").filter(pk=pk).first()
+
+
+@dataclass
+class Step:
+    stage: str
+    # verified | running | stopped | pending
+    state: str
+
+
+@dataclass
+class Progress:
+    steps: list[Step]
+    verified: int
+
+    @property
+    def total(self) -> int:
+        return len(self.steps)
+
+
+def progress(run: Run, checkpoint_stages: set[str] | None = None) -> Progress:
+    """The pipeline's stages with what this run has verified, and where it is now."""
+    try:
+        stage_names = registry.get(run.pipeline).stage_names
+    except UnknownPipeline:
+        stage_names = ()
+    if checkpoint_stages is None:
+        checkpoint_stages = set(
+            Checkpoint.objects.filter(run=run).values_list("stage", flat=True).distinct()
+        )
+    done = set(checkpoint_stages)
+    point = run.branch_checkpoint
+    if point is not None and point.stage in stage_names:
+        # A branch inherits every stage up to its branch point.
+        done |= set(stage_names[: stage_names.index(point.stage) + 1])
+    if run.status == Run.Status.SUCCEEDED:
+        done = set(stage_names)
+    steps = []
+    for name in stage_names:
+        if name in done and not (name == run.current_stage and run.is_active):
+            state = "verified"
+        elif name == run.current_stage and run.is_active:
+            state = "running"
+        elif name == run.current_stage and run.is_resumable:
+            state = "stopped"
+        else:
+            state = "pending"
+        steps.append(Step(name, state))
+    return Progress(steps, sum(1 for s in steps if s.state == "verified"))
+
+
+@dataclass
+class TimelinePage:
+    run: Run
+    events: list[Event]
+    # None means "the latest events" (the live view); a number is a fixed page of seq > after.
+    after: int | None
+    older_after: int | None
+    newer_after: int | None
+    # Events up to this seq are settled history: they end at the checkpoint a resume would
+    # build on (`settled_checkpoint`), so the page shows them collapsed. 0 = nothing settled.
+    settled_until: int = 0
+    settled_checkpoint: str = ""
+
+    @property
+    def settled(self) -> list[Event]:
+        return [e for e in self.events if e.seq <= self.settled_until]
+
+    @property
+    def unsettled(self) -> list[Event]:
+        return [e for e in self.events if e.seq > self.settled_until]
+
+    @property
+    def live(self) -> bool:
+        """Poll while the run can still append events to what this page shows."""
+        return self.run.is_active and self.newer_after is None
+
+
+def timeline(run: Run, after: int | None, size: int = TIMELINE_PAGE_SIZE) -> TimelinePage:
+    """One page of the event log by seq (the (run, seq) unique index), oldest first.
+
+    Seqs are contiguous (the append path assigns last_seq + 1), so the previous page simply
+    starts `size` earlier."""
+    start = max(run.last_seq - size, 0) if after is None else max(after, 0)
+    rows = list(
+        Event.objects.filter(run=run, seq__gt=start)
+        .defer("hash", "prev_hash", "token")
+        .order_by("seq")[: size + 1]
+    )
+    newer = rows[size - 1].seq if len(rows) > size else None
+    for event in rows:
+        event.shown = shown_payload(event)
+    return TimelinePage(
+        run=run,
+        events=rows[:size],
+        after=after,
+        older_after=max(start - size, 0) if start > 0 else None,
+        newer_after=newer,
+    )
+
+
+def shown_payload(event: Event) -> dict[str, Any]:
+    """What the event's timeline row reads of its payload, however the payload is stored:
+    inline, or as an artifact with a summary beside the reference."""
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    if not event.payload_ref:
+        return payload
+    if "summary" in payload:
+        return payload["summary"]
+    if event.type == Event.Type.LEDGER_EDITED:
+        # Stored before events kept a summary: who changed what, and why, must still show,
+        # so it is read from the artifact. Edits are rare; a page holds few of them.
+        try:
+            stored = json.loads(artifact_store.read(event.payload_ref))
+        except (artifact_store.ArtifactMissing, ValueError):
+            return {}
+        return summarize(stored) if isinstance(stored, dict) else {}
+    return {}
+
+
+@dataclass
+class RunFacts:
+    checkpoints: list[Checkpoint]
+    artifacts: list[ArtifactRow]
+    effects: list[Effect]
+
+    @property
+    def checkpoint_stages(self) -> set[str]:
+        return {cp.stage for cp in self.checkpoints}
+
+
+def run_facts(run: Run) -> RunFacts:
+    """What the run has verified, stored and done outside: one query per kind."""
+    checkpoints = list(Checkpoint.objects.filter(run=run).order_by("last_seq"))
+    return RunFacts(
+        checkpoints=checkpoints,
+        artifacts=artifact_rows(checkpoints),
+        effects=list(Effect.objects.filter(run=run).order_by("id")),
+    )
+
+
+@dataclass
+class RunPage:
+    run: Run
+    progress: Progress
+    timeline: TimelinePage
+    facts: RunFacts
+    branches: list[Run]
+    # The stored plan of a run a human can resume (pages never compute one: a plan asks
+    # targets reconcile questions), with its row: when it was computed, and whether the run
+    # moved since.
+    plan: Plan | None = None
+    stored_plan: StoredPlan | None = None
+    # The verdict on the latest approved plan (PLAN_KEPT / PLAN_DEVIATED), if the resumed
+    # work reached one.
+    verdict: Verdict | None = None
+
+
+def resume_point(plan: Plan | None) -> tuple[str, int]:
+    """The checkpoint a resume would build on and the seq of the event that sealed it, when
+    that checkpoint is the run's own ("", 0 otherwise): the history up to it is settled.
+    The plan's tail is every event after that seq (seq has no gaps)."""
+    if plan is None or not plan.checkpoint:
+        return "", 0
+    seq = plan.last_seq - plan.tail_events
+    return (plan.checkpoint, seq) if seq > 0 else ("", 0)
+
+
+def run_page(run: Run, after: int | None) -> RunPage:
+    facts = run_facts(run)
+    shown = _shown_plan(run)
+    page = timeline(run, after)
+    page.settled_checkpoint, page.settled_until = resume_point(shown.get("plan"))
+    return RunPage(
+        run=run,
+        progress=progress(run, facts.checkpoint_stages),
+        timeline=page,
+        facts=facts,
+        branches=list(
+            run.branches.only(
+                "id", "status", "current_stage", "created_at", "branch_checkpoint"
+            ).order_by("id")
+        ),
+        **shown,
+        verdict=verdict(run),
+    )
+
+
+def _shown_plan(run: Run) -> dict[str, Any]:
+    shown = stored_plans.shown(run) if run.is_resumable else None
+    if shown is None:
+        return {}
+    return {"plan": shown[0], "stored_plan": shown[1]}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kept: bool
+    seq: int
+    fingerprint: str
+    mode: str
+    promised: Usage
+    used: Usage
+    reason: str
+
+    @property
+    def summary(self) -> str:
+        used = self.used
+        calls = f"{used.tool_calls} call{'s' if used.tool_calls != 1 else ''}"
+        if self.kept:
+            return f"Plan kept: {calls}, ${used.money.quantize(Decimal('0.0001'))}, as approved"
+        promised = self.promised
+        return (
+            f"Plan deviated: {self.reason or 'the resumed work departed from the plan'} "
+            f"(approved: {promised.tool_calls} calls, "
+            f"${promised.money.quantize(Decimal('0.0001'))}; so far: {calls}, "
+            f"${used.money.quantize(Decimal('0.0001'))})"
+        )
+
+
+def verdict(run: Run) -> Verdict | None:
+    """The newest verdict event of the run: one indexed read from the end of its log."""
+    if run.attempt == 0 and run.parent_id is None:
+        return None  # never approved: no plan to keep
+    row = (
+        Event.objects.filter(run=run, type__in=(Event.Type.PLAN_KEPT, Event.Type.PLAN_DEVIATED))
+        .order_by("-seq")
+        .values_list("seq", "type", "payload")
+        .first()
+    )
+    if row is None:
+        return None
+    seq, type_, payload = row
+    return Verdict(
+        kept=type_ == Event.Type.PLAN_KEPT,
+        seq=seq,
+        fingerprint=payload.get("fingerprint", ""),
+        mode=payload.get("mode", ""),
+        promised=Usage.from_dict(payload.get("promised")),
+        used=Usage.from_dict(payload.get("used")),
+        reason=payload.get("reason", ""),
+    )
+
+
+@dataclass
+class TimelineUpdate:
+    """What one poll of the timeline sends: the page of events and the header; once the run
+    stops being live, also its facts, so the whole page agrees without a reload."""
+
+    run: Run
+    timeline: TimelinePage
+    progress: Progress
+    facts: RunFacts | None
+
+
+def timeline_update(run: Run, after: int | None) -> TimelineUpdate:
+    page = timeline(run, after)
+    facts = None if page.live else run_facts(run)
+    stages = facts.checkpoint_stages if facts is not None else None
+    return TimelineUpdate(run, page, progress(run, stages), facts)
