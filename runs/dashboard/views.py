@@ -27,7 +27,6 @@ from runs.dashboard.forms import ApproveForm, GroupApproveForm, InboxFilterForm,
 from runs.dashboard.queries.artifacts import artifact_view, get_artifact
 from runs.dashboard.queries.inbox import inbox_groups, inbox_page
 from runs.dashboard.queries.run_page import get_run, run_page, timeline_update
-from runs.enqueue import enqueue_batch
 from runs.ledger import artifacts as artifact_store
 from runs.models import GroupApproval, Run, StoredPlan
 from runs.planning import grouping, stored_plans, triage
@@ -240,6 +239,11 @@ def group_detail(request: HttpRequest, fingerprint: str) -> HttpResponse:
     return _render_group(request, fingerprint)
 
 
+# A refused group approval that is not a conflict with what the runs became: a request that
+# is wrong, or a queue that is down (try again later).
+_GROUP_REFUSAL_STATUS = {triage.BadSelection: 400, triage.NotQueued: 503}
+
+
 @require_POST
 @operator_required
 def approve_group(request: HttpRequest, fingerprint: str) -> HttpResponse:
@@ -250,14 +254,17 @@ def approve_group(request: HttpRequest, fingerprint: str) -> HttpResponse:
         form.add_error("fingerprint", "The form names another group than this page's.")
         return _render_group(request, fingerprint, form=form, status=400)
     actor = f"user:{request.user.get_username()}"
-    run_ids, action = form.run_ids(), form.cleaned_data["action"]
-    if len(run_ids) > settings.RESUMER_GROUP_INLINE:
-        return _approve_group_in_background(request, fingerprint, form, run_ids, action, actor)
     try:
-        batch = triage.approve_group(fingerprint, run_ids, action=action, actor=actor)
+        outcome = triage.approve_or_queue(
+            fingerprint, form.run_ids(), mode=form.cleaned_data["action"], actor=actor
+        )
     except triage.GroupRefused as exc:
-        status = 400 if isinstance(exc, triage.BadSelection) else 409
+        status = _GROUP_REFUSAL_STATUS.get(type(exc), 409)
         return _render_group(request, fingerprint, form=form, refusal=str(exc), status=status)
+    if outcome.queued is not None:
+        # A worker approves it; the batch page follows the row.
+        return redirect("runs:batch", batch_id=outcome.queued.pk)
+    batch = outcome.batch
     # Nothing approved (every run moved, or was approved by someone else): a conflict, with
     # each run's fresh plan listed, like a single refused approval.
     approved, skipped = batch.outcome()
@@ -267,30 +274,6 @@ def approve_group(request: HttpRequest, fingerprint: str) -> HttpResponse:
         {"batch": batch, "approved": approved, "skipped": skipped},
         status=200 if batch.approved else 409,
     )
-
-
-def _approve_group_in_background(
-    request: HttpRequest,
-    fingerprint: str,
-    form: GroupApproveForm,
-    run_ids: list[int],
-    action: str,
-    actor: str,
-) -> HttpResponse:
-    """A large group: checked and recorded now, approved by a worker; the batch page follows
-    it. Approving hundreds of runs takes longer than a web request may."""
-    try:
-        row = triage.start_batch(fingerprint, run_ids, action=action, actor=actor)
-    except triage.GroupRefused as exc:
-        status = 400 if isinstance(exc, triage.BadSelection) else 409
-        return _render_group(request, fingerprint, form=form, refusal=str(exc), status=status)
-    try:
-        enqueue_batch(row.pk, row.total)
-    except Exception as exc:  # Redis away: nothing was approved; say so
-        row.state, row.error = GroupApproval.State.FAILED, f"the job could not be queued: {exc}"
-        row.save(update_fields=["state", "error"])
-        return _render_group(request, fingerprint, form=form, refusal=row.error, status=503)
-    return redirect("runs:batch", batch_id=row.pk)
 
 
 @require_GET

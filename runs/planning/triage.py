@@ -6,6 +6,9 @@ An approval of a group never trusts the group: every run goes through resume.app
 the fingerprint of the plan that was stored (and shown); approve() plans afresh and compares
 under the run's lock. A run whose plan moved is skipped and listed with its fresh plan, which
 is stored; the others each get their own PLAN_APPROVED, naming the batch.
+
+A group larger than RESUMER_GROUP_INLINE is not approved in the request: it is recorded as a
+GroupApproval row and carried out by a worker; this module owns that row's states.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db.models.functions import Now
 
+from runs.enqueue import enqueue_batch
 from runs.ledger import leases
 from runs.models import GroupApproval, Run
 from runs.planning import stored_plans
@@ -48,9 +53,12 @@ __all__ = [
     "Group",
     "GroupRefused",
     "Member",
+    "GroupOutcome",
+    "NotQueued",
     "Skipped",
     "Triage",
     "approve_group",
+    "approve_or_queue",
     "group",
     "group_fingerprint",
     "groups",
@@ -68,6 +76,11 @@ class GroupRefused(Exception):
 class BadSelection(GroupRefused):
     """The request itself is wrong (not a fingerprint, an unknown action or run, nothing
     selected): nothing was changed."""
+
+
+class NotQueued(GroupRefused):
+    """A large group's approval was recorded but its job could not be queued: nothing was
+    approved, and the GroupApproval row says FAILED, with why."""
 
 
 # --- Approving a group -----------------------------------------------------------------------
@@ -241,13 +254,43 @@ def _not_in_group(run: Run) -> Skipped:
 # --- Approving a group in the background -----------------------------------------------------
 #
 # Approving hundreds of runs takes minutes (each approval plans afresh and asks the targets),
-# longer than a web request may take. The dashboard records the operator's decision as a
-# GroupApproval row (start_batch, in the request: the same checks as approve_group, so a bad
-# or unapprovable group is refused at once), a worker carries it out (run_batch, from the RQ
-# job jobs.approve_batch), and the batch page reads the row.
+# longer than a web request may take. A large group's approval is recorded as a GroupApproval
+# row (start_batch, in the request: the same checks as approve_group, so a bad or
+# unapprovable group is refused at once), a worker carries it out (run_batch, from the RQ job
+# jobs.approve_batch), and the batch page reads the row.
 
 # How many results the job collects between two saves of the row (its progress on the page).
 SAVE_EVERY = 10
+
+
+@dataclass(frozen=True)
+class GroupOutcome:
+    """What an operator's approval of a group came to: approved in the request (`batch`), or
+    recorded for a worker (`queued`, the row the batch page follows)."""
+
+    batch: Batch | None = None
+    queued: GroupApproval | None = None
+
+
+def approve_or_queue(
+    group_fingerprint: str, run_ids: list[int], *, mode: str, actor: str
+) -> GroupOutcome:
+    """The dashboard's approval of a group: up to RESUMER_GROUP_INLINE runs are approved now
+    (approve_group), more are recorded now and approved by a worker (start_batch, then its
+    job). Raises GroupRefused, changing nothing, as those refuse; NotQueued when the job could
+    not be queued (the row then says FAILED)."""
+    if len(run_ids) <= settings.RESUMER_GROUP_INLINE:
+        return GroupOutcome(
+            batch=approve_group(group_fingerprint, run_ids, action=mode, actor=actor)
+        )
+    row = start_batch(group_fingerprint, run_ids, action=mode, actor=actor)
+    try:
+        enqueue_batch(row.pk, row.total)
+    except Exception as exc:  # Redis away: nothing was approved, and the row says why
+        row.state, row.error = GroupApproval.State.FAILED, f"the job could not be queued: {exc}"
+        _save(row)
+        raise NotQueued(row.error) from exc
+    return GroupOutcome(queued=row)
 
 
 def start_batch(

@@ -735,6 +735,29 @@ def test_a_large_group_that_cannot_be_approved_is_refused_in_the_request(
     assert enqueue.queue().job_ids == []
 
 
+def test_a_large_group_whose_job_cannot_be_queued_is_503_and_its_batch_says_failed(
+    facts, settings, monkeypatch
+):
+    settings.RESUMER_GROUP_INLINE = 0
+    run = interrupted_with_plan()
+    group = group_of(run)
+    before = ledger_state(run)
+
+    def redis_away(batch_id: str, runs: int) -> None:
+        raise ConnectionError("Redis is away")
+
+    monkeypatch.setattr(triage, "enqueue_batch", redis_away)
+    response = approve_all_shown(group, [run])
+
+    # Nothing was approved, and the recorded batch says why it never ran.
+    assert response.status_code == 503
+    assert "the job could not be queued: Redis is away" in response.content.decode()
+    row = GroupApproval.objects.get()
+    assert (row.state, row.run_ids) == (GroupApproval.State.FAILED, [run.pk])
+    assert approvals(run) == []
+    assert ledger_state(run) == before
+
+
 def test_an_unknown_batch_is_404(facts):
     assert client_as("viewer").get(f"/runs/batches/{'0' * 32}/").status_code == 404
     assert client_as("viewer").get("/runs/batches/xyz/").status_code == 404
