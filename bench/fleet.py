@@ -346,10 +346,9 @@ def child_drill(workers: int, runs: int, outage: float, var_dir: Path) -> None:
     from django.db.models import Max
     from django.utils import timezone
 
-    from runs import jobs
-    from runs.models import Effect, Event, GroupApproval, Run
+    from runs import enqueue
+    from runs.models import ApprovalMode, Effect, Event, GroupApproval, Run
     from runs.planning import triage
-    from runs.planning.resume import STRICT
 
     ttl = float(settings.RESUMER_LEASE_TTL)
     interval = float(settings.RESUMER_SWEEP_INTERVAL)
@@ -424,10 +423,10 @@ def child_drill(workers: int, runs: int, outage: float, var_dir: Path) -> None:
                 row = triage.start_batch(
                     group.fingerprint,
                     [m.run_pk for m in members],
-                    action=STRICT,
+                    action=ApprovalMode.STRICT,
                     actor="user:bench-operator",
                 )
-                jobs.enqueue_batch(row.pk, row.total)
+                enqueue.enqueue_batch(row.pk, row.total)
                 _wait(
                     lambda row=row: GroupApproval.objects.get(pk=row.pk).finished,
                     timeout=600,

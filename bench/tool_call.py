@@ -103,7 +103,7 @@ def child(db: str, n_lo: int, n_hi: int, rounds: int, profile: str = "") -> None
     from runs.ledger import sql as dialects
     from runs.ledger.append import Writer, append, create_run
     from runs.ledger.chain import canonical_json
-    from runs.models import Effect, Event, ReplayPolicy, Run
+    from runs.models import ApprovalMode, Effect, Event, ReplayPolicy, Run
     from runs.pipeline import (
         Call,
         Input,
@@ -202,7 +202,7 @@ def child(db: str, n_lo: int, n_hi: int, rounds: int, profile: str = "") -> None
         assert outcome == engine.Outcome.STOPPED, outcome
         plan = compute_plan(run)
         assert plan.resumable and not plan.blockers, plan.blockers
-        resume.approve(run, resume.STRICT, plan.fingerprint, actor="bench")
+        resume.approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="bench")
         run.refresh_from_db()
         with probe():
             t0 = time.perf_counter()

@@ -13,10 +13,10 @@ import pytest
 from django.core import checks
 
 from runs import engine
-from runs.models import Checkpoint, Effect, Event, Run
+from runs.models import ApprovalMode, Checkpoint, Effect, Event, Run
 from runs.pipeline import registry
 from runs.planning.planner import Action, compute_plan
-from runs.planning.resume import STRICT, approve
+from runs.planning.resume import approve
 from tests.support.state import event_of, new_account, wait_settled
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -90,7 +90,7 @@ def test_the_example_agent_resumes_a_publish_whose_answer_was_lost_without_publi
         "publish": Action.RECORD_FOUND,
         "boost": Action.CALL,
     }
-    approve(run, STRICT, plan.fingerprint, actor="user:operator")
+    approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:operator")
     workers.start("resume", burst=True, env=announcer).wait(timeout=120)
 
     assert wait_settled(run.pk) == Run.Status.SUCCEEDED

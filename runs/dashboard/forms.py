@@ -10,9 +10,8 @@ from runs.dashboard import stats
 from runs.dashboard.queries.inbox import InboxFilters, stage_choices
 from runs.dashboard.stops import ReasonKind
 from runs.ledger.edits import EDITABLE_EFFECT_FIELDS, MAX_EDIT_REASON_CHARS
-from runs.models import Effect, Run
+from runs.models import ApprovalMode, Effect, Run
 from runs.pipeline import registry
-from runs.planning.resume import STRICT, UPGRADE
 
 
 class InboxFilterForm(forms.Form):
@@ -90,7 +89,8 @@ class PipelineWindowForm(forms.Form):
 
 
 class ApproveForm(forms.Form):
-    action = forms.ChoiceField(choices=[(STRICT, "Strict resume"), (UPGRADE, "Upgrade")])
+    # Posted as "action", the name PLAN_APPROVED records the mode under.
+    action = forms.TypedChoiceField(choices=ApprovalMode.choices, coerce=ApprovalMode)
     fingerprint = forms.RegexField(regex=r"^[0-9a-f]{64}$", max_length=64)
     # The confirmation step that works without JavaScript: the operator ticks it after
     # reading what the button will do.
@@ -139,7 +139,7 @@ class GroupApproveForm(forms.Form):
     was shown is not a form error: approve_group skips it and lists its fresh plan. A run that
     joined the group since is not approved: nobody saw it."""
 
-    action = forms.ChoiceField(choices=[(STRICT, "Strict resume"), (UPGRADE, "Upgrade")])
+    action = forms.TypedChoiceField(choices=ApprovalMode.choices, coerce=ApprovalMode)
     fingerprint = forms.RegexField(regex=r"^[0-9a-f]{64}$", max_length=64)
     scope = forms.ChoiceField(choices=GROUP_SCOPES)
     shown = RunIdsField(required=False, widget=forms.HiddenInput)

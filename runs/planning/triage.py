@@ -23,7 +23,7 @@ from django.db.models.functions import Now
 
 from runs.enqueue import enqueue_batch
 from runs.ledger import leases
-from runs.models import GroupApproval, Run
+from runs.models import ApprovalMode, GroupApproval, Run
 from runs.planning import stored_plans
 from runs.planning.grouping import (
     FINGERPRINT_RE,
@@ -36,15 +36,7 @@ from runs.planning.grouping import (
     shape_of,
 )
 from runs.planning.planner import Plan, compute_plan
-from runs.planning.resume import (
-    ACTIONS,
-    STRICT,
-    UPGRADE,
-    AlreadyApproved,
-    Approval,
-    ResumeRefused,
-    approve,
-)
+from runs.planning.resume import AlreadyApproved, Approval, ResumeRefused, approve
 
 # The groups are read through this module as well (the CLI, the dashboard, the tests).
 __all__ = [
@@ -106,7 +98,7 @@ class Skipped:
 class Batch:
     id: str
     group: str
-    action: str
+    mode: ApprovalMode
     approved: list[Approval] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
 
@@ -162,8 +154,8 @@ def _check(
     bad input or a group that cannot be approved at all. Three queries."""
     if not FINGERPRINT_RE.match(group_fingerprint or ""):
         raise BadSelection("a group fingerprint is 64 hexadecimal characters")
-    if action not in ACTIONS:
-        raise BadSelection(f"unknown action {action!r}: choose strict or upgrade")
+    if action not in ApprovalMode.values:
+        raise BadSelection(f"unknown action {action!r}: choose {' or '.join(ApprovalMode.values)}")
     if run_ids is not None:
         run_ids = sorted(set(run_ids))
         if not run_ids:
@@ -187,7 +179,7 @@ def _check(
             "the group's plan is blocked: a supervisor resolves each run's blocker in the "
             "ledger first"
         )
-    if action == UPGRADE and not shown.upgrade_available:
+    if action == ApprovalMode.UPGRADE and not shown.upgrade_available:
         raise GroupRefused("no upgrade is offered for this group: its inputs have not changed")
     in_group = {m.run_pk: m for m in members}
     return in_group, list(in_group) if run_ids is None else run_ids
@@ -197,7 +189,7 @@ def approve_group(
     group_fingerprint: str,
     run_ids: list[int] | None = None,
     *,
-    action: str = STRICT,
+    action: str = ApprovalMode.STRICT,
     actor: str,
     batch_id: str = "",
     each: Callable[[Batch], None] | None = None,
@@ -212,7 +204,7 @@ def approve_group(
     run (the background job records its progress with it)."""
     in_group, wanted = _check(group_fingerprint, run_ids, action)
     runs = Run.objects.in_bulk(wanted)
-    batch = Batch(batch_id or uuid.uuid4().hex, group_fingerprint, action)
+    batch = Batch(batch_id or uuid.uuid4().hex, group_fingerprint, ApprovalMode(action))
     for pk in wanted:
         run = runs[pk]
         member = in_group.get(pk)
@@ -273,7 +265,7 @@ class GroupOutcome:
 
 
 def approve_or_queue(
-    group_fingerprint: str, run_ids: list[int], *, mode: str, actor: str
+    group_fingerprint: str, run_ids: list[int], *, mode: ApprovalMode, actor: str
 ) -> GroupOutcome:
     """The dashboard's approval of a group: up to RESUMER_GROUP_INLINE runs are approved now
     (approve_group), more are recorded now and approved by a worker (start_batch, then its

@@ -25,9 +25,9 @@ from runs.dashboard.queries import inbox
 from runs.dashboard.stops import ReasonKind
 from runs.execution import sweeper
 from runs.ledger import edits
-from runs.models import Effect, Run, StoredPlan
+from runs.models import ApprovalMode, Effect, Run, StoredPlan
 from runs.planning import stored_plans
-from runs.planning.resume import STRICT, approve
+from runs.planning.resume import approve
 from tests.support.plans import (
     TOPIC,
     effect,
@@ -76,7 +76,9 @@ def deviated(options: dict, flip: str) -> Run:
     behind the ledger's back before the resumed work reached it: the engine finds another
     action than the plan's and records PLAN_DEVIATED."""
     run = stopped_in_process(options)
-    approve(run, STRICT, StoredPlan.objects.get(run=run).fingerprint, actor="user:operator")
+    approve(
+        run, ApprovalMode.STRICT, StoredPlan.objects.get(run=run).fingerprint, actor="user:operator"
+    )
     Effect.objects.filter(run=run, call_id=flip).update(status=Effect.Status.FAILED)
     return run_inline(run.pk)
 
@@ -173,7 +175,9 @@ def test_a_stopped_run_whose_plan_is_not_computed_yet_says_no_plan_yet(viewer):
 
 def test_a_plan_of_an_earlier_stop_is_not_shown_for_the_next_one(viewer):
     run = stopped_in_process(COVER_UNKNOWN)
-    approve(run, STRICT, StoredPlan.objects.get(run=run).fingerprint, actor="user:operator")
+    approve(
+        run, ApprovalMode.STRICT, StoredPlan.objects.get(run=run).fingerprint, actor="user:operator"
+    )
     # The resumed work stops again (its worker vanished while the stage was queued); the
     # stored plan is still the first stop's.
     run.refresh_from_db()

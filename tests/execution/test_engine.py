@@ -17,7 +17,7 @@ from runs import engine
 from runs.execution.hooks import CallHooks
 from runs.ledger import artifacts, leases
 from runs.ledger.chain import verify_chain
-from runs.models import Checkpoint, Effect, Event, ReplayPolicy, Run
+from runs.models import ApprovalMode, Checkpoint, Effect, Event, ReplayPolicy, Run
 from runs.pipeline import (
     Input,
     InvalidInput,
@@ -31,7 +31,7 @@ from runs.pipeline import (
     UnknownPipeline,
 )
 from runs.planning.planner import Action, compute_plan
-from runs.planning.resume import STRICT, approve
+from runs.planning.resume import approve
 from tests.support.pipelines import registered
 from tests.support.processes import wait_for
 from tests.support.state import run_status
@@ -183,7 +183,7 @@ def test_rerunning_a_stage_whose_effects_are_confirmed_calls_no_renderer_or_asse
     assert {e.action for e in plan.effects if e.stage == "visual"} == {Action.REUSE}
     asked = demo_service.marks()["meter"]
 
-    approve(run, STRICT, plan.fingerprint, actor="user:operator")
+    approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:operator")
     workers.start(burst=True).wait(timeout=120)
 
     assert run_status(run) == Run.Status.SUCCEEDED

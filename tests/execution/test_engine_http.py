@@ -163,7 +163,8 @@ def test_a_key_the_target_holds_for_another_request_fails_the_run_and_blocks_its
 def test_the_lookup_the_engine_makes_before_a_publish_is_recorded_with_the_publish(
     transactional_db, facts, redis_conn, demo_service
 ):
-    from runs.planning.resume import STRICT, approve
+    from runs.models import ApprovalMode
+    from runs.planning.resume import approve
     from tests.support.plans import run_in_process
 
     # The publish's answer was lost, and the article is gone from the platform since: the
@@ -171,7 +172,7 @@ def test_the_lookup_the_engine_makes_before_a_publish_is_recorded_with_the_publi
     run = run_in_process({"timeout": "publish/publish/after"})
     [article] = demo_service.articles()
     demo_service.delete_article(article["id"])
-    approve(run, STRICT, compute_plan(run).fingerprint, actor="user:operator")
+    approve(run, ApprovalMode.STRICT, compute_plan(run).fingerprint, actor="user:operator")
 
     run.refresh_from_db()
     engine.execute(run.pk, run.current_stage, run.ticket, holder="test:in-process")

@@ -16,11 +16,11 @@ import time
 from rq.job import Job
 
 from demo import faults
-from runs import jobs
+from runs import enqueue
 from runs.ledger.chain import verify_chain
-from runs.models import Event, Lease, Run
+from runs.models import ApprovalMode, Event, Lease, Run
 from runs.planning.planner import compute_plan
-from runs.planning.resume import STRICT, approve
+from runs.planning.resume import approve
 from tests.support.processes import wait_for
 from tests.support.state import run_status
 
@@ -57,7 +57,7 @@ def test_a_frozen_worker_woken_after_a_takeover_writes_nothing_and_images_bill_o
     assert started.payload["worker"].endswith(f":{zombie.pid}")
     zombie_token = called.token
     # The job the zombie is executing, to learn how it ends once woken.
-    [job_id] = jobs.queue().started_job_registry.get_job_ids()
+    [job_id] = enqueue.queue().started_job_registry.get_job_ids()
 
     freeze_between_heartbeats(zombie.pid, run)
     written_before_wake = Event.objects.filter(run=run, token=zombie_token).count()
@@ -69,7 +69,7 @@ def test_a_frozen_worker_woken_after_a_takeover_writes_nothing_and_images_bill_o
 
     run.refresh_from_db()
     plan = compute_plan(run)
-    approve(run, STRICT, plan.fingerprint, actor="user:operator")
+    approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:operator")
     os.kill(zombie.pid, signal.SIGCONT)
 
     wait_for(lambda: run_status(run) == Run.Status.SUCCEEDED, timeout=120, what="succeeded")

@@ -524,9 +524,9 @@ def resume_and_check(
     """The second half of every fault case, crash or network: a supervisor resolves what
     blocks the stopped run's plan in the ledger, an operator approves the strict resume, fresh
     workers carry it out, and every invariant is checked on what it did to the world."""
-    from runs.models import Run
+    from runs.models import ApprovalMode, Run
     from runs.planning.planner import compute_plan
-    from runs.planning.resume import STRICT, approve
+    from runs.planning.resume import approve
 
     if plan.blockers:
         result.supervisor = "; ".join(resolve_never_effects(plan)) or "nothing to resolve"
@@ -536,7 +536,7 @@ def resume_and_check(
             result.error = "the plan stays blocked: " + " ".join(plan.blockers)
             return
 
-    approve(run, STRICT, plan.fingerprint, actor="user:fault-matrix")
+    approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:fault-matrix")
     approved = Marks.now()  # what the resumed work does to the world is above these
     workers.start("resume")
     status = wait_settled(run.pk, timeout=120)

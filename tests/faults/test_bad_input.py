@@ -22,15 +22,15 @@ from django.test import Client
 from demo import faults
 from demo.models import RunFaults
 from demo.simulators import publish_facts
-from runs import engine, jobs
+from runs import engine, enqueue
 from runs.dashboard import roles
 from runs.ledger import artifacts, leases
 from runs.ledger.append import LedgerError, Writer, append
 from runs.ledger.edits import edit_effect
-from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run
+from runs.models import ApprovalMode, Artifact, Checkpoint, Effect, Event, Lease, Run
 from runs.pipeline import InvalidInput, UnknownPipeline
 from runs.planning.planner import compute_plan
-from runs.planning.resume import STRICT, UPGRADE, ResumeRefused, StalePlan, approve, load_run
+from runs.planning.resume import ResumeRefused, StalePlan, approve, load_run
 from tests.faults.matrix import chain_problems
 from tests.support.state import new_account
 
@@ -88,7 +88,7 @@ def snapshot() -> dict:
         "checkpoints": Checkpoint.objects.count(),
         "artifacts": Artifact.objects.count(),
         "leases": list(Lease.objects.order_by("run_id").values_list("run_id", "token")),
-        "queued": jobs.queue().count,
+        "queued": enqueue.queue().count,
         "faults": RunFaults.objects.count(),
     }
 
@@ -175,7 +175,7 @@ def test_approving_an_unknown_run_in_the_dashboard_is_a_404(operator_client, fai
     fingerprint = compute_plan(failed_run).fingerprint
     response = operator_client.post(
         "/runs/run-999999/approve/",
-        {"action": STRICT, "fingerprint": fingerprint, "confirm": "on"},
+        {"action": ApprovalMode.STRICT, "fingerprint": fingerprint, "confirm": "on"},
     )
     assert response.status_code == 404
     assert snapshot() == before
@@ -190,13 +190,13 @@ FP = "<fingerprint>"  # replaced by the run's real fingerprint
     "body",
     [
         {},
-        {"action": STRICT},
+        {"action": ApprovalMode.STRICT},
         {"fingerprint": FP, "confirm": "on"},
         {"action": "bogus", "fingerprint": FP, "confirm": "on"},
-        {"action": STRICT, "fingerprint": FP},  # not confirmed
-        {"action": STRICT, "fingerprint": "not-hex", "confirm": "on"},
-        {"action": STRICT, "fingerprint": FP + "00", "confirm": "on"},
-        {"action": STRICT, "fingerprint": FP.upper(), "confirm": "on"},
+        {"action": ApprovalMode.STRICT, "fingerprint": FP},  # not confirmed
+        {"action": ApprovalMode.STRICT, "fingerprint": "not-hex", "confirm": "on"},
+        {"action": ApprovalMode.STRICT, "fingerprint": FP + "00", "confirm": "on"},
+        {"action": ApprovalMode.STRICT, "fingerprint": FP.upper(), "confirm": "on"},
         {"action": "strict\x00", "fingerprint": FP, "confirm": "on"},
     ],
     ids=[
@@ -253,7 +253,12 @@ def test_an_oversized_approval_body_is_a_4xx_and_changes_nothing(operator_client
     fingerprint = compute_plan(failed_run).fingerprint
     response = operator_client.post(
         f"/runs/{failed_run.public_id}/approve/",
-        {"action": STRICT, "fingerprint": fingerprint, "confirm": "on", "pad": "x" * 3_000_000},
+        {
+            "action": ApprovalMode.STRICT,
+            "fingerprint": fingerprint,
+            "confirm": "on",
+            "pad": "x" * 3_000_000,
+        },
     )
     assert 400 <= response.status_code < 500
     assert snapshot() == before
@@ -270,7 +275,7 @@ def test_an_oversized_approval_body_is_a_4xx_and_changes_nothing(operator_client
 def test_a_forged_fingerprint_is_refused_and_changes_nothing(fingerprint, failed_run):
     before = snapshot()
     with pytest.raises(StalePlan) as refused:
-        approve(failed_run, STRICT, fingerprint, actor="user:operator")
+        approve(failed_run, ApprovalMode.STRICT, fingerprint, actor="user:operator")
     assert refused.value.plan.fingerprint == compute_plan(failed_run).fingerprint
     assert snapshot() == before
 
@@ -279,7 +284,9 @@ def test_another_runs_fingerprint_is_refused_and_changes_nothing(failed_run):
     other = start_inline(UPLOAD_TIMEOUT)
     before = snapshot()
     with pytest.raises(StalePlan):
-        approve(failed_run, STRICT, compute_plan(other).fingerprint, actor="user:operator")
+        approve(
+            failed_run, ApprovalMode.STRICT, compute_plan(other).fingerprint, actor="user:operator"
+        )
     assert snapshot() == before
 
 
@@ -294,7 +301,7 @@ def test_a_fingerprint_gone_stale_by_a_ledger_edit_is_refused(failed_run):
     )
     before = snapshot()
     with pytest.raises(StalePlan):
-        approve(failed_run, STRICT, stale, actor="user:operator")
+        approve(failed_run, ApprovalMode.STRICT, stale, actor="user:operator")
     assert snapshot() == before
 
 
@@ -302,7 +309,7 @@ def test_a_fingerprint_gone_stale_by_new_input_versions_is_refused(failed_run):
     stale = compute_plan(failed_run).fingerprint
     publish_facts(failed_run.inputs["topic"])  # facts v4 appears: the plan now offers drift
     before = snapshot()
-    for action in (STRICT, UPGRADE):
+    for action in (ApprovalMode.STRICT, ApprovalMode.UPGRADE):
         with pytest.raises(StalePlan):
             approve(failed_run, action, stale, actor="user:operator")
     assert snapshot() == before
@@ -316,7 +323,7 @@ def test_a_stale_fingerprint_in_the_dashboard_is_a_409_and_changes_nothing(
     before = snapshot()
     response = operator_client.post(
         f"/runs/{failed_run.public_id}/approve/",
-        {"action": STRICT, "fingerprint": stale, "confirm": "on"},
+        {"action": ApprovalMode.STRICT, "fingerprint": stale, "confirm": "on"},
     )
     assert response.status_code == 409
     assert snapshot() == before
@@ -325,7 +332,12 @@ def test_a_stale_fingerprint_in_the_dashboard_is_a_409_and_changes_nothing(
 def test_an_upgrade_without_new_inputs_is_refused(failed_run):
     before = snapshot()
     with pytest.raises(ResumeRefused, match="no upgrade"):
-        approve(failed_run, UPGRADE, compute_plan(failed_run).fingerprint, actor="user:operator")
+        approve(
+            failed_run,
+            ApprovalMode.UPGRADE,
+            compute_plan(failed_run).fingerprint,
+            actor="user:operator",
+        )
     assert snapshot() == before
 
 
@@ -334,7 +346,7 @@ def test_approving_a_blocked_plan_is_refused(blocked_run):
     assert plan.blockers
     before = snapshot()
     with pytest.raises(ResumeRefused, match="blocked"):
-        approve(blocked_run, STRICT, plan.fingerprint, actor="user:operator")
+        approve(blocked_run, ApprovalMode.STRICT, plan.fingerprint, actor="user:operator")
     assert snapshot() == before
 
 
@@ -430,7 +442,9 @@ def test_a_run_resumed_past_a_damaged_artifact_rebuilds_it(damage, draft_blob, f
         draft_blob.write_bytes(b"not the draft")
     else:
         draft_blob.unlink()
-    approve(failed_run, STRICT, compute_plan(failed_run).fingerprint, actor="user:operator")
+    approve(
+        failed_run, ApprovalMode.STRICT, compute_plan(failed_run).fingerprint, actor="user:operator"
+    )
     run = drive(failed_run)
     assert run.status == Run.Status.SUCCEEDED
     final = Checkpoint.objects.filter(run=run, stage="draft").order_by("-last_seq").first()

@@ -15,11 +15,11 @@ from django.db import connection
 from rq.job import Job, JobStatus
 
 from demo import faults
-from runs import jobs
+from runs import enqueue
 from runs.execution import sweeper
-from runs.models import Checkpoint, Effect, Event, Lease, Run
+from runs.models import ApprovalMode, Checkpoint, Effect, Event, Lease, Run
 from runs.planning.planner import Action, compute_plan
-from runs.planning.resume import STRICT, ResumeRefused, approve
+from runs.planning.resume import ResumeRefused, approve
 from tests.faults import matrix
 from tests.faults.matrix import Marks, once_problems
 from tests.support.processes import PrivateRedis, wait_for
@@ -48,7 +48,7 @@ def approve_fresh_plan(run: Run) -> None:
         matrix.resolve_never_effects(plan)
         run.refresh_from_db()
         plan = compute_plan(run)
-    approve(run, STRICT, plan.fingerprint, actor="user:operator")
+    approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:operator")
 
 
 def verified_stages(run: Run) -> list[str]:
@@ -292,7 +292,7 @@ def test_a_timed_out_call_is_recorded_unknown_and_never_guessed(point, action, w
     assert {e.call_id: e.action for e in plan.effects}[call] == action
     if action == Action.BLOCKED:
         with pytest.raises(ResumeRefused):
-            approve(run, STRICT, plan.fingerprint, actor="user:operator")
+            approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:operator")
     approve_fresh_plan(run)
     wait_settled(run.pk)
     assert once_problems(run, marks) == []
@@ -334,7 +334,7 @@ def test_rq_reporting_a_finished_job_abandoned_leaves_the_run_finished(workers):
     run.refresh_from_db()
     head = (run.status, run.last_seq, run.version)
 
-    queue = jobs.queue()
+    queue = enqueue.queue()
 
     def finished_publish():
         # RQ moves the job to its finished registry just after the stage's commit.

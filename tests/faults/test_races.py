@@ -14,15 +14,17 @@ from rq.job import Job, JobStatus
 
 from demo import faults
 from demo.simulators import publish_facts
-from runs import engine, jobs
+from runs import engine, enqueue
 from runs.execution import sweeper
 from runs.ledger import leases
-from runs.models import Event, Run
+from runs.models import ApprovalMode, Event, Run
 from runs.planning.planner import compute_plan
-from runs.planning.resume import STRICT, UPGRADE, AlreadyApproved, ResumeRefused, StalePlan, approve
+from runs.planning.resume import AlreadyApproved, ResumeRefused, StalePlan, approve
 from tests.faults.matrix import Marks, once_problems
 from tests.support.processes import Workers, wait_for
 from tests.support.state import event_of, new_account, wait_settled
+
+STRICT, UPGRADE = ApprovalMode.STRICT, ApprovalMode.UPGRADE
 
 pytestmark = [pytest.mark.faults, pytest.mark.workers]
 
@@ -173,8 +175,8 @@ def test_a_stage_job_delivered_to_two_workers_executes_each_effect_once(workers)
 
     # RQ delivers the visual job a second time (same job id, a second queue entry), and two
     # workers take one delivery each.
-    jobs.enqueue_stage(run.pk, "visual", run.ticket)
-    assert jobs.queue().count == 2
+    enqueue.enqueue_stage(run.pk, "visual", run.ticket)
+    assert enqueue.queue().count == 2
     workers.start("a")
     workers.start("b")
     assert wait_settled(run.pk) == Run.Status.SUCCEEDED
@@ -192,8 +194,8 @@ def test_a_stage_job_finding_the_lease_held_for_a_moment_still_runs_its_stage(wo
     # stage's worker between its commit and its release, a duplicate delivery finding
     # nothing to do, a sweeper checking the run. The job that owns the ticket arrives now.
     token = leases.acquire(run.pk, "test:a duplicate delivery")
-    jobs.enqueue_stage(run.pk, run.current_stage, run.ticket)
-    job = Job.fetch(jobs.job_id(run.pk, run.ticket), connection=jobs.queue().connection)
+    enqueue.enqueue_stage(run.pk, run.current_stage, run.ticket)
+    job = Job.fetch(enqueue.job_id(run.pk, run.ticket), connection=enqueue.queue().connection)
     workers.start()
     wait_for(
         lambda: (

@@ -15,12 +15,12 @@ import pytest
 from demo import faults
 from demo import simulators as sim
 from runs import engine
-from runs.models import Effect, Event, Run
+from runs.models import ApprovalMode, Effect, Event, Run
 from runs.pipeline import Reconciliation
 from runs.planning import contract, replay
 from runs.planning.planner import compute_plan
 from runs.planning.replay import Action, Recorded
-from runs.planning.resume import STRICT, StalePlan, approve
+from runs.planning.resume import StalePlan, approve
 from tests.support.plans import effect, event_types, ledger_state
 from tests.support.processes import Workers, wait_for
 from tests.support.state import run_status
@@ -85,7 +85,7 @@ def test_an_article_that_lands_after_the_approval_deviates_the_plan_and_is_not_p
     line = next(e for e in plan.effects if e.call_id == "publish")
     assert (line.action, line.queries) == (Action.CALL, 1)
 
-    approve(run, STRICT, plan.fingerprint, actor="user:operator")
+    approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:operator")
     land_late(run)
     mark = top_meter()
     workers.start()
@@ -109,7 +109,7 @@ def test_a_different_article_after_the_approval_stops_the_run_before_any_publish
 ):
     run = interrupted_without_workers(workers, "publish/publish/before")
     plan = compute_plan(run)
-    approve(run, STRICT, plan.fingerprint, actor="user:operator")
+    approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:operator")
     land_late(run, title="Someone else's title")
     mark = top_meter()
     workers.start()
@@ -130,7 +130,7 @@ def test_an_unpromised_call_on_a_reconcile_first_tool_is_not_made(in_process_run
     run = in_process_run
     plan = compute_plan(run)
     assert next(e for e in plan.effects if e.call_id == "publish").action == Action.REUSE
-    approve(run, STRICT, plan.fingerprint, actor="user:operator")
+    approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:operator")
     Effect.objects.filter(run=run, call_id="publish").update(status=Effect.Status.FAILED)
     mark = top_meter()
 
@@ -173,7 +173,7 @@ def test_a_pinned_input_that_drifted_after_the_plan_refuses_the_approval_before_
     before = ledger_state(run)
 
     with pytest.raises(StalePlan):
-        approve(run, STRICT, plan.fingerprint, actor="user:operator")
+        approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:operator")
 
     assert ledger_state(run) == before
 
@@ -181,7 +181,7 @@ def test_a_pinned_input_that_drifted_after_the_plan_refuses_the_approval_before_
 def test_a_resume_that_does_what_was_approved_ends_with_plan_kept(in_process_run):
     run = in_process_run
     plan = compute_plan(run)
-    approve(run, STRICT, plan.fingerprint, actor="user:operator")
+    approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:operator")
     run.refresh_from_db()
     engine.execute(run.pk, run.current_stage, run.ticket, holder="test:in-process")
 

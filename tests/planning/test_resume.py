@@ -13,12 +13,12 @@ from django.db import connection
 from rq.job import Job
 
 from demo.simulators import publish_facts
-from runs import jobs
+from runs import enqueue
 from runs.ledger import artifacts
 from runs.ledger.edits import edit_effect
-from runs.models import Checkpoint, Effect, Event, Run
+from runs.models import ApprovalMode, Checkpoint, Effect, Event, Run
 from runs.planning.planner import compute_plan
-from runs.planning.resume import STRICT, UPGRADE, ResumeRefused, StalePlan, approve, load_run
+from runs.planning.resume import ResumeRefused, StalePlan, approve, load_run
 from tests.support.plans import (
     TOPIC,
     checkpoint,
@@ -31,6 +31,8 @@ from tests.support.plans import (
     tampered,
     wait_succeeded,
 )
+
+STRICT, UPGRADE = ApprovalMode.STRICT, ApprovalMode.UPGRADE
 
 
 @pytest.fixture
@@ -191,7 +193,7 @@ def test_strict_approval_is_an_event_with_the_user_and_the_fingerprint(in_proces
     # The approval's answer describes the run as it now is.
     assert approval.resumed.status == Run.Status.RESUMING
     # The next stage's job is in Redis, under the run's new ticket.
-    assert Job.exists(jobs.job_id(run.pk, run.ticket), connection=redis_conn)
+    assert Job.exists(enqueue.job_id(run.pk, run.ticket), connection=redis_conn)
 
 
 # --- refusals: a clear message, nothing changed ------------------------------------------------

@@ -9,9 +9,9 @@ import pytest
 
 from demo.simulators import publish_facts
 from runs.ledger.edits import edit_effect
-from runs.models import Checkpoint, Effect, Event, Run
+from runs.models import ApprovalMode, Checkpoint, Effect, Event, Run
 from runs.planning.planner import compute_plan
-from runs.planning.resume import STRICT, UPGRADE, ResumeRefused, approve
+from runs.planning.resume import ResumeRefused, approve
 from tests.support.plans import (
     TOPIC,
     checkpoint,
@@ -63,7 +63,7 @@ def test_strict_resume_after_drift_keeps_facts_v3_in_every_later_stage(workers):
     plan = compute_plan(run)
     assert [(d.pinned, d.current) for d in plan.drift] == [("v3", "v4")]
 
-    approve(run, STRICT, plan.fingerprint, actor="user:operator")
+    approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:operator")
     wait_succeeded(run)
 
     resumed = Event.objects.get(run=run, type=Event.Type.RESUMED)
@@ -88,7 +88,7 @@ def test_upgrade_branch_reruns_research_onward_with_facts_v4_and_supersedes_the_
     publish_facts(TOPIC)
     plan = compute_plan(run)
 
-    approval = approve(run, UPGRADE, plan.fingerprint, actor="user:operator")
+    approval = approve(run, ApprovalMode.UPGRADE, plan.fingerprint, actor="user:operator")
     branch = wait_succeeded(approval.branch)
 
     run.refresh_from_db()
@@ -141,7 +141,7 @@ def test_upgrade_approval_records_what_reconcile_found_before_branching(in_proce
     [article] = demo_service.articles()
     publish_facts(TOPIC)
 
-    approve(run, UPGRADE, compute_plan(run).fingerprint, actor="user:operator")
+    approve(run, ApprovalMode.UPGRADE, compute_plan(run).fingerprint, actor="user:operator")
 
     # The superseded parent's ledger says what happened: the article it made is confirmed.
     found = effect(run, "publish")
@@ -167,7 +167,9 @@ def test_upgrade_after_a_publish_makes_the_second_article_its_warning_announced(
     plan = compute_plan(run)
     assert any(first["id"] in w for w in plan.upgrade.warnings)
 
-    branch = wait_succeeded(approve(run, UPGRADE, plan.fingerprint, actor="user:operator").branch)
+    branch = wait_succeeded(
+        approve(run, ApprovalMode.UPGRADE, plan.fingerprint, actor="user:operator").branch
+    )
 
     articles = demo_service.articles()
     assert articles[0]["id"] == first["id"] and len(articles) == 2
@@ -182,7 +184,7 @@ def test_upgrade_without_drift_is_refused(in_process):
     before = ledger_state(run)
 
     with pytest.raises(ResumeRefused, match="no upgrade is possible"):
-        approve(run, UPGRADE, plan.fingerprint, actor="user:operator")
+        approve(run, ApprovalMode.UPGRADE, plan.fingerprint, actor="user:operator")
 
     assert not plan.upgrade.available
     assert ledger_state(run) == before

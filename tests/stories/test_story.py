@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from runs.execution.sweeper import SWEEPER
-from runs.models import Checkpoint, Effect, Event, Run
+from runs.models import ApprovalMode, Checkpoint, Effect, Event, Run
 from runs.planning.planner import Action, compute_plan
-from runs.planning.resume import STRICT, approve
+from runs.planning.resume import approve
 from tests.support.processes import wait_for
 from tests.support.state import run_status
 
@@ -34,7 +34,7 @@ def test_strict_resume_of_the_story_renders_body_images_once_and_publishes_once(
     assert actions["upload-cover"] == Action.RETRY_SAME_KEY
     assert plan.cost_resume.tool_calls < plan.cost_fresh.tool_calls
 
-    approve(run, STRICT, plan.fingerprint, actor="user:operator")
+    approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:operator")
     wait_for(lambda: run_status(run) == Run.Status.SUCCEEDED, what="succeeded")
 
     assert len(demo_service.renders()) == 3

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs.models import ApprovalMode
 from runs.planning import triage
-from runs.planning.resume import STRICT, UPGRADE, AlreadyApproved, ResumeRefused, approve, load_run
+from runs.planning.resume import AlreadyApproved, ResumeRefused, approve, load_run
 
 
 class Command(BaseCommand):
@@ -23,8 +24,12 @@ class Command(BaseCommand):
             help="with --group: only these runs of it, comma-separated (e.g. run-3,run-7)",
         )
         mode = parser.add_mutually_exclusive_group(required=True)
-        mode.add_argument("--strict", action="store_const", const=STRICT, dest="action")
-        mode.add_argument("--upgrade", action="store_const", const=UPGRADE, dest="action")
+        mode.add_argument(
+            "--strict", action="store_const", const=ApprovalMode.STRICT, dest="action"
+        )
+        mode.add_argument(
+            "--upgrade", action="store_const", const=ApprovalMode.UPGRADE, dest="action"
+        )
         parser.add_argument(
             "--fingerprint",
             help="the fingerprint printed by `manage.py plan` (with --group: the group's, "
