@@ -30,7 +30,7 @@ from runs.dashboard.queries.run_page import get_run, run_page, timeline_update
 from runs.ledger import artifacts as artifact_store
 from runs.models import GroupApproval, Run, StoredPlan
 from runs.planning import grouping, stored_plans, triage
-from runs.planning.planner import Plan, compute_plan
+from runs.planning.planner import Plan
 from runs.planning.resume import AlreadyApproved, ResumeRefused, approve
 
 View = Callable[..., HttpResponse]
@@ -189,12 +189,8 @@ def approve_plan(request: HttpRequest, pk: int) -> HttpResponse:
         # The same decision again (a double click): it lands where the first one did.
         messages.info(request, str(exc))
         return redirect("runs:run", pk=run.pk)
-    except ResumeRefused as exc:  # StalePlan included
-        # The refusal comes with the fresh plan (or the target's answer moved under it): that
-        # is now the run's stored plan.
-        fresh = exc.plan if exc.plan is not None else compute_plan(run)
-        stored = stored_plans.store(fresh)
-        return _render_plan(request, run, fresh, stored=stored, refusal=str(exc), status=409)
+    except ResumeRefused as exc:  # StalePlan included: it comes with the fresh plan, stored
+        return _render_plan(request, run, exc.plan, stored=exc.stored, refusal=str(exc), status=409)
     if approval.branch is not None:
         messages.success(
             request,

@@ -14,27 +14,25 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models.functions import Now
 
-from runs.execution import engine
+from runs import enqueue
 from runs.ledger import leases
 from runs.ledger.append import Writer, append, create_run
 from runs.ledger.effects import record_found
-from runs.models import Checkpoint, Effect, Event, Run
+from runs.models import ApprovalMode, Checkpoint, Effect, Event, Run, StoredPlan
 from runs.pipeline import registry
-from runs.planning import replay
+from runs.planning import replay, stored_plans
 from runs.planning.contract import Contract
 from runs.planning.planner import Action, Plan, compute_plan
 
-STRICT = "strict"
-UPGRADE = "upgrade"
-ACTIONS = (STRICT, UPGRADE)
-
 
 class ResumeRefused(Exception):
-    """The approval changes nothing; `plan` is the fresh plan to show instead."""
+    """The approval changes nothing; `plan` is the fresh plan to show instead. approve()
+    stores it as the run's plan, `stored` its row."""
 
     def __init__(self, message: str, plan: Plan | None = None) -> None:
         super().__init__(message)
         self.plan = plan
+        self.stored: StoredPlan | None = None
 
 
 class StalePlan(ResumeRefused):
@@ -65,23 +63,30 @@ def load_run(public_id: str) -> Run:
     return run
 
 
-def approve(run: Run, action: str, fingerprint: str, *, actor: str, batch: str = "") -> Approval:
-    """Approve `action` on the plan with `fingerprint`. Raises ResumeRefused (StalePlan,
-    AlreadyApproved) and changes nothing when the approval does not hold. `batch` names the
-    bulk approval this one is part of (runs/triage.py); PLAN_APPROVED records it."""
-    if action not in ACTIONS:
-        raise ResumeRefused(f"unknown action {action!r}: choose strict or upgrade")
+def approve(run: Run, mode: str, fingerprint: str, *, actor: str, batch: str = "") -> Approval:
+    """Approve `mode` (an ApprovalMode) on the plan with `fingerprint`. Raises ResumeRefused
+    (StalePlan, AlreadyApproved) and changes nothing in the run when the approval does not
+    hold; the refusal's fresh plan is then the run's stored plan. `batch` names the bulk
+    approval this one is part of (runs/planning/triage.py); PLAN_APPROVED records it."""
+    if mode not in ApprovalMode.values:
+        raise ResumeRefused(f"unknown action {mode!r}: choose {' or '.join(ApprovalMode.values)}")
     try:
-        return _approve(run, action, fingerprint, actor=actor, batch=batch)
+        return _approve(run, mode, fingerprint, actor=actor, batch=batch)
     except ResumeRefused as exc:
-        # Refused because this very plan was approved a moment ago, with the same action (a
+        # Refused because this very plan was approved a moment ago, with the same mode (a
         # double click, a re-sent form or command, a second approver just behind the first):
         # the same decision again, which lands where the first one did. The dashboard and
         # `manage.py resume` both say so instead of showing a refusal.
-        if _approved_before(run, action, fingerprint):
+        if _approved_before(run, mode, fingerprint):
             raise AlreadyApproved(
                 "This plan was already approved; nothing more was done.", exc.plan
             ) from exc
+        # Whoever refused it shows the fresh plan next (the dashboard, a group's skipped run,
+        # the CLI's hint), and a page must show the same: it becomes the stored plan. Without
+        # one (the target's answer moved under the approval), it is computed again.
+        if exc.plan is None:
+            exc.plan = compute_plan(run)
+        exc.stored = stored_plans.store(exc.plan)
         raise
 
 
@@ -110,9 +115,11 @@ def _approve(run: Run, action: str, fingerprint: str, *, actor: str, batch: str)
                 "action": action,
                 "fingerprint": plan.fingerprint,
                 "checkpoint": plan.checkpoint,
-                "next_stage": plan.next_stage if action == STRICT else plan.upgrade.branch_stage,
+                "next_stage": plan.next_stage
+                if action == ApprovalMode.STRICT
+                else plan.upgrade.branch_stage,
                 "reexecute": plan.stages_reexecuted
-                if action == STRICT
+                if action == ApprovalMode.STRICT
                 else plan.upgrade.stages_rerun,
                 "by": actor,
                 **({"batch": batch} if batch else {}),
@@ -121,7 +128,7 @@ def _approve(run: Run, action: str, fingerprint: str, *, actor: str, batch: str)
         # Whichever way it goes on, the approved run's ledger now records what the plan's
         # reconcile queries found (a superseded parent too: its history says what it made).
         _record_reconciliations(writer, plan)
-        if action == STRICT:
+        if action == ApprovalMode.STRICT:
             approval = _strict(writer, locked, plan)
         else:
             approval = _upgrade(writer, locked, plan, actor)
@@ -154,13 +161,13 @@ def _check(plan: Plan, action: str, fingerprint: str) -> None:
         )
     if plan.blockers:
         raise ResumeRefused("the plan is blocked: " + " ".join(plan.blockers), plan)
-    if action == UPGRADE and not plan.upgrade.available:
+    if action == ApprovalMode.UPGRADE and not plan.upgrade.available:
         raise ResumeRefused(f"no upgrade is possible: {plan.upgrade.reason}", plan)
 
 
 def _record_reconciliations(writer: Writer, plan: Plan) -> None:
     """Write down what the reconcile queries found, now that a human approved the plan. The
-    target is asked once more and the answer goes through the same replay.decide() as the
+    target is asked once more and the answer goes through the same replay.decide_on() as the
     plan's: if it no longer says "record it", nothing is recorded."""
     pipeline = registry.get(plan.pipeline)
     for line in plan.effects:
@@ -168,22 +175,7 @@ def _record_reconciliations(writer: Writer, plan: Plan) -> None:
             continue
         effect = Effect.objects.get(delivery_key=line.delivery_key)
         tool = pipeline.tool(effect.tool)
-        try:
-            answer = tool.reconcile(effect)
-        except Exception as exc:
-            answer, unanswered = None, str(exc) or type(exc).__name__
-        else:
-            unanswered = ""
-        decision = replay.decide(
-            tool=tool.name,
-            call_id=effect.call_id,
-            policy=tool.policy,
-            recorded=replay.Recorded.of(effect),
-            answer=answer,
-            unanswered=unanswered,
-            verb=tool.verb,
-            target=effect.target,
-        )
+        decision, answer = replay.decide_on(tool, effect.call_id, effect)
         if decision.action != Action.RECORD_FOUND:
             # The target's answer moved between the plan and this approval: the transaction
             # rolls back and the operator gets the fresh plan, not a half-recorded effect.
@@ -202,14 +194,14 @@ def _strict(writer: Writer, run: Run, plan: Plan) -> Approval:
         Event.Type.RESUMED,
         stage=plan.next_stage,
         payload={
-            "mode": STRICT,
+            "mode": ApprovalMode.STRICT,
             "checkpoint": plan.checkpoint,
             "next_stage": plan.next_stage,
             "pinned_inputs": run.inputs,
             # The approved plan's promise: the engine holds every call of the resumed work
             # against it (runs/contract.py).
             "contract": Contract.from_plan(
-                plan.fingerprint, STRICT, plan.effects, plan.cost_resume
+                plan.fingerprint, ApprovalMode.STRICT, plan.effects, plan.cost_resume
             ).to_payload(),
         },
         status=Run.Status.RESUMING,
@@ -219,8 +211,8 @@ def _strict(writer: Writer, run: Run, plan: Plan) -> Approval:
         queued_at=Now(),
         attempt=run.attempt + 1,
     )
-    transaction.on_commit(lambda: engine.dispatch(run.pk, plan.next_stage, ticket))
-    return Approval(run, STRICT)
+    transaction.on_commit(lambda: enqueue.dispatch(run.pk, plan.next_stage, ticket))
+    return Approval(run, ApprovalMode.STRICT)
 
 
 def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
@@ -242,7 +234,7 @@ def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
             "upgraded": {d.input: [d.pinned, d.current] for d in plan.drift},
             "warnings": upgrade.warnings,
             "contract": Contract.from_plan(
-                plan.fingerprint, UPGRADE, upgrade.effects, upgrade.cost
+                plan.fingerprint, ApprovalMode.UPGRADE, upgrade.effects, upgrade.cost
             ).to_payload(),
         },
         ticket=ticket,
@@ -258,5 +250,5 @@ def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
         },
         status=Run.Status.SUPERSEDED,
     )
-    transaction.on_commit(lambda: engine.dispatch(branch.pk, upgrade.branch_stage, ticket))
-    return Approval(run, UPGRADE, branch)
+    transaction.on_commit(lambda: enqueue.dispatch(branch.pk, upgrade.branch_stage, ticket))
+    return Approval(run, ApprovalMode.UPGRADE, branch)

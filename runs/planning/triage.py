@@ -5,7 +5,7 @@ runs/planning/grouping.py's; they are read through this module too.
 An approval of a group never trusts the group: every run goes through resume.approve() with
 the fingerprint of the plan that was stored (and shown); approve() plans afresh and compares
 under the run's lock. A run whose plan moved is skipped and listed with its fresh plan, which
-is stored; the others each get their own PLAN_APPROVED, naming the batch.
+approve() stored; the others each get their own PLAN_APPROVED, naming the batch.
 
 A group larger than RESUMER_GROUP_INLINE is not approved in the request: it is recorded as a
 GroupApproval row and carried out by a worker; this module owns that row's states.
@@ -35,7 +35,7 @@ from runs.planning.grouping import (
     groups,
     shape_of,
 )
-from runs.planning.planner import Plan, compute_plan
+from runs.planning.planner import Plan
 from runs.planning.resume import AlreadyApproved, Approval, ResumeRefused, approve
 
 # The groups are read through this module as well (the CLI, the dashboard, the tests).
@@ -82,7 +82,7 @@ class NotQueued(GroupRefused):
 class Skipped:
     run_pk: int
     reason: str
-    # The run's fresh plan (stored when it was computed here), when there is one.
+    # The run's fresh plan (stored when it was computed), when there is one.
     plan: Plan | None = None
 
     @property
@@ -218,9 +218,7 @@ def approve_group(
             except AlreadyApproved:
                 batch.skipped.append(Skipped(pk, "already approved; nothing more was done"))
             except ResumeRefused as exc:  # StalePlan included: the plan moved since it was shown
-                fresh = exc.plan if exc.plan is not None else compute_plan(run)
-                stored_plans.store(fresh)
-                batch.skipped.append(Skipped(pk, str(exc), fresh))
+                batch.skipped.append(Skipped(pk, str(exc), exc.plan))
             except leases.LeaseBusy:
                 batch.skipped.append(
                     Skipped(pk, "another process took the run's lease at that moment; try again")
