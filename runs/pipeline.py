@@ -14,15 +14,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from runs.models import ReplayPolicy
-
-if TYPE_CHECKING:
-    from runs.models import Checkpoint, Effect, Run
+from runs.models import Checkpoint, Effect, ReplayPolicy, Run
 
 KEY_SEPARATOR = "\x1f"
 

@@ -12,18 +12,17 @@ recorded too, but need no effect row: they are simply made again.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import transaction
 
 from runs.execution.hooks import CallHooks
 from runs.ledger import effects, leases
 from runs.ledger.append import LeaseLost, LedgerError, Writer, append
-from runs.ledger.chain import canonical_json
+from runs.ledger.chain import digest
 from runs.ledger.effects import (
     Intent,
     MorePayload,
@@ -35,13 +34,10 @@ from runs.ledger.effects import (
 )
 from runs.ledger.exchanges import exchanges_payload, recording
 from runs.models import Effect, Event, ReplayPolicy, Run
-from runs.pipeline import KeyConflict, Pipeline, Tool, ToolRejected
+from runs.pipeline import KeyConflict, Pipeline, Stage, Tool, ToolRejected
 from runs.planning import contract
 from runs.planning.contract import Contract, Usage
 from runs.planning.replay import Action, Decision, decide_on, first_action
-
-if TYPE_CHECKING:
-    from runs.pipeline import Stage
 
 
 class StageStopped(Exception):
@@ -57,7 +53,7 @@ class Returned:
 
 
 def request_hash(tool: str, args: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_json({"tool": tool, "args": args}).encode()).hexdigest()
+    return digest({"tool": tool, "args": args})
 
 
 class DurableCalls:

@@ -12,11 +12,10 @@ approved plan, after checking the plan's fingerprint still matches the facts.
 
 from __future__ import annotations
 
-import hashlib
 from decimal import Decimal
 
 from runs.ledger import artifacts
-from runs.ledger.chain import canonical_json
+from runs.ledger.chain import digest
 from runs.ledger.checkpoints import latest_checkpoint, manifest_problems
 from runs.models import Checkpoint, Effect, Event, Run
 from runs.pipeline import Call, Pipeline, registry
@@ -266,7 +265,7 @@ def compute_plan(run: Run) -> Plan:
         cost_fresh=fresh_cost(pipeline),
         upgrade=upgrade,
     )
-    plan.fingerprint = hashlib.sha256(canonical_json(plan.fingerprint_basis()).encode()).hexdigest()
+    plan.fingerprint = digest(plan.fingerprint_basis())
     return plan
 
 
