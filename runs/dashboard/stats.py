@@ -43,7 +43,9 @@ CENT = Decimal("0.0001")
 ZERO = Decimal("0.0000")  # money is shown to four places, like the plan's costs
 
 
-class Verdict(StrEnum):
+class CheckpointVerdict(StrEnum):
+    """Whether a checkpoint at a stage is worth its artifacts and checks."""
+
     PAYS = "checkpoint pays"
     OPTIONAL = "checkpoint optional"
 
@@ -73,7 +75,7 @@ class StageStats:
     declared_cost: Decimal = ZERO  # what the stage's declared calls cost, once
     tools: list[str] = field(default_factory=list)  # the tools the stage may call
     outside_tools: list[str] = field(default_factory=list)  # "upload_asset (IDEMPOTENT)"
-    verdict: Verdict = Verdict.OPTIONAL
+    verdict: CheckpointVerdict = CheckpointVerdict.OPTIONAL
     reasons: list[str] = field(default_factory=list)
 
     @property
@@ -375,7 +377,7 @@ def _duration(ms: int) -> str:
     return f"{ms} ms" if ms < 1000 else f"{ms / 1000:.1f} s"
 
 
-def classify(s: StageStats) -> tuple[Verdict, list[str]]:
+def classify(s: StageStats) -> tuple[CheckpointVerdict, list[str]]:
     """ "checkpoint pays" when the stage is costly, long, or changes the outside world (any
     tool that is not SAFE); "checkpoint optional" otherwise. Returns the verdict and why."""
     measured = "per attempt" if s.attempts else "declared, per execution"
@@ -388,13 +390,13 @@ def classify(s: StageStats) -> tuple[Verdict, list[str]]:
     if s.p95_ms is not None and s.p95_ms >= LONG_FROM_MS:
         pays.append(f"long: p95 {_duration(s.p95_ms)} ≥ {_duration(LONG_FROM_MS)}")
     if pays:
-        return Verdict.PAYS, pays
+        return CheckpointVerdict.PAYS, pays
     duration = (
         f"short: p95 {_duration(s.p95_ms)} < {_duration(LONG_FROM_MS)}"
         if s.p95_ms is not None
         else "duration not measured yet"
     )
-    return Verdict.OPTIONAL, [
+    return CheckpointVerdict.OPTIONAL, [
         f"cheap: ${cost} {measured} < ${COSTLY_FROM}",
         duration,
         "side-effect free: SAFE tools only" if s.tools else "side-effect free: calls no tool",

@@ -191,11 +191,11 @@ def test_where_a_checkpoint_pays_follows_the_thresholds(facts):
     for figures in (content(), (executed(), content())[1]):
         verdicts = {s.stage: s.verdict for s in figures.stages}
         assert verdicts == {
-            "research": stats.Verdict.OPTIONAL,  # $0.01, SAFE search, fast
-            "draft": stats.Verdict.PAYS,  # $0.05 of LLM: at the cost threshold
-            "visual": stats.Verdict.PAYS,  # uploads and renders outside
-            "prefill": stats.Verdict.OPTIONAL,  # no tool at all
-            "publish": stats.Verdict.PAYS,  # publishes and charges a card
+            "research": stats.CheckpointVerdict.OPTIONAL,  # $0.01, SAFE search, fast
+            "draft": stats.CheckpointVerdict.PAYS,  # $0.05 of LLM: at the cost threshold
+            "visual": stats.CheckpointVerdict.PAYS,  # uploads and renders outside
+            "prefill": stats.CheckpointVerdict.OPTIONAL,  # no tool at all
+            "publish": stats.CheckpointVerdict.PAYS,  # publishes and charges a card
         }
     reasons = {s.stage: " ".join(s.reasons) for s in content().stages}
     assert "changes the outside world: publish_article (RECONCILE_FIRST)" in reasons["publish"]
@@ -207,7 +207,7 @@ def test_a_long_stage_pays_whatever_it_costs(facts):
     synthetic_attempts("prefill", [1, 2, 30])  # p95 = 30 s
     prefill = by_stage(content())["prefill"]
     assert prefill.p95_ms >= stats.LONG_FROM_MS
-    assert prefill.verdict == stats.Verdict.PAYS
+    assert prefill.verdict == stats.CheckpointVerdict.PAYS
     assert prefill.reasons == ["long: p95 30.0 s ≥ 10.0 s"]
 
 

@@ -176,7 +176,7 @@ class RunPage:
     stored_plan: StoredPlan | None = None
     # The verdict on the latest approved plan (PLAN_KEPT / PLAN_DEVIATED), if the resumed
     # work reached one.
-    verdict: Verdict | None = None
+    verdict: PlanVerdict | None = None
 
 
 def resume_point(plan: Plan | None) -> tuple[str, int]:
@@ -217,7 +217,10 @@ def _shown_plan(run: Run) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class PlanVerdict:
+    """Whether the resumed work kept the plan it was approved with (PLAN_KEPT or
+    PLAN_DEVIATED)."""
+
     kept: bool
     seq: int
     fingerprint: str
@@ -241,7 +244,7 @@ class Verdict:
         )
 
 
-def verdict(run: Run) -> Verdict | None:
+def verdict(run: Run) -> PlanVerdict | None:
     """The newest verdict event of the run: one indexed read from the end of its log."""
     if run.attempt == 0 and run.parent_id is None:
         return None  # never approved: no plan to keep
@@ -254,7 +257,7 @@ def verdict(run: Run) -> Verdict | None:
     if row is None:
         return None
     seq, type_, payload = row
-    return Verdict(
+    return PlanVerdict(
         kept=type_ == Event.Type.PLAN_KEPT,
         seq=seq,
         fingerprint=payload.get("fingerprint", ""),
