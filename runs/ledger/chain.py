@@ -34,6 +34,7 @@ __all__ = [
     "ANCHORS_NOT_CHECKED",
     "ChainReport",
     "canonical_json",
+    "digest",
     "encoded_event_hash",
     "event_hash",
     "hashed_content",
@@ -66,6 +67,12 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str
 
 def canonical_json(value: Any) -> str:
     return _CANONICAL.encode(value)
+
+
+def digest(value: Any) -> str:
+    """The sha256 (hex) of a value's canonical JSON: the one way a JSON value is fingerprinted
+    (a checkpoint's manifest, a plan, a tool call's request)."""
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
 
 
 def event_hash(prev_hash: str, content: dict[str, Any]) -> str:
@@ -124,7 +131,7 @@ def hashed_content(event: Event) -> dict[str, Any]:
 
 
 def manifest_hash(manifest: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(manifest).encode()).hexdigest()
+    return digest(manifest)
 
 
 def manifest_ok(checkpoint: Checkpoint, verified: Event | None) -> str:
