@@ -1,0 +1,221 @@
+"""What an append writes, worked out before any SQL runs.
+
+A writer's request is checked and encoded once (`new_event`), whichever path writes it; the
+run's head it goes on is a `Head`; `refusal` is what the ledger refuses to append to that run;
+`event_row` chains the event to the head (its hash) as the row the insert writes, and
+`head_moves` is what the append moves on the run. append.py runs them; sql/ writes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db.models.functions import Now
+
+from runs import ids
+from runs.ledger import artifacts as artifact_store
+from runs.ledger.chain import canonical_json, encoded_event_hash, head_anchor
+from runs.ledger.payload_summary import summarize
+from runs.ledger.sql import EventRow, Moves
+from runs.models import Event, Run
+from runs.pipeline import registry
+
+__all__ = [
+    "Head",
+    "LedgerError",
+    "NewEvent",
+    "event_row",
+    "head_moves",
+    "new_event",
+    "refusal",
+]
+
+# Run fields the append path may set beside status; everything else about a run is fixed.
+MOVABLE_RUN_FIELDS = frozenset({"current_stage", "ticket", "queued_at", "attempt", "deviated"})
+# Choices' .values builds a new list on every access; the append path checks these each time.
+EVENT_TYPES = frozenset(Event.Type.values)
+RUN_STATUSES = frozenset(Run.Status.values)
+
+
+class LedgerError(ValueError):
+    """A write the ledger refuses: unknown type or stage, illegal transition, bad payload."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """What a writer asks to append, checked and encoded once, whichever path writes it."""
+
+    actor: str
+    token: int | None  # None only for RUN_CREATED
+    type: str
+    stage: str
+    payload: dict[str, Any]
+    encoded: bytes  # canonical JSON of payload, already checked against the hard limit
+    artifacts: list[str]
+    idempotency_key: str
+    inputs: dict[str, Any]
+    status: str | None  # the run's new status, or None to leave it
+    run_fields: Mapping[str, Any]  # MOVABLE_RUN_FIELDS to set: a value or Now()
+
+
+@dataclass(frozen=True)
+class Head:
+    """What the append path reads of the run, under its lock."""
+
+    pk: int
+    pipeline: str
+    status: str
+    last_seq: int
+    head_hash: str
+    deviated: bool = False
+    # Known heads only: the seq of this writer's last write that is certainly committed (one
+    # that was its own transaction), which the run's head can never be behind
+    # (append._went_back). A write inside a caller's transaction may still roll back, so it
+    # does not move this.
+    committed_seq: int = 0
+
+    @property
+    def public_id(self) -> str:
+        return ids.run_id(self.pk)
+
+
+def new_event(
+    actor: str,
+    token: int | None,
+    type: str,
+    *,
+    stage: str,
+    payload: dict[str, Any] | None,
+    artifacts: Sequence[str],
+    idempotency_key: str,
+    inputs: dict[str, Any] | None,
+    status: str | None,
+    run_fields: Mapping[str, Any],
+) -> NewEvent:
+    """append()'s request, checked as far as it can be without the run, and encoded; raises
+    LedgerError for an unknown type, status or run field, or an oversized payload."""
+    if type not in EVENT_TYPES:
+        raise LedgerError(f"unknown event type {type!r}")
+    if status is not None and status not in RUN_STATUSES:
+        raise LedgerError(f"unknown run status {status!r}")
+    unknown = set(run_fields) - MOVABLE_RUN_FIELDS
+    if unknown:
+        raise LedgerError(f"run fields {sorted(unknown)} are not set through events")
+    payload, encoded = _encode_payload(payload)
+    return NewEvent(
+        actor=actor,
+        token=token,
+        type=type,
+        stage=stage,
+        payload=payload,
+        encoded=encoded,
+        artifacts=list(artifacts),
+        idempotency_key=idempotency_key,
+        inputs=inputs or {},
+        status=status,
+        run_fields=run_fields,
+    )
+
+
+def refusal(run: Head, new: NewEvent) -> LedgerError | None:
+    """What the ledger refuses to append to this run, before anything is written."""
+    if new.stage and new.stage not in registry.get(run.pipeline).stage_names:
+        return LedgerError(f"unknown stage {new.stage!r} for pipeline {run.pipeline!r}")
+    if new.status is not None and new.status != run.status and run.status in Run.TERMINAL:
+        return LedgerError(f"{run.public_id} is {run.status}; its status no longer moves")
+    for name, value in new.run_fields.items():
+        if hasattr(value, "resolve_expression") and not isinstance(value, Now):
+            return LedgerError(f"run field {name} takes a value or Now(), not {value!r}")
+    return None
+
+
+def event_row(run: Head, new: NewEvent) -> tuple[EventRow, dict[str, Any]]:
+    """The row that appends `new` to `run`'s head, and the payload as the event holds it
+    (the payload itself, or what stands for the artifact a large one went to)."""
+    seq = run.last_seq + 1
+    body, payload_ref, payload_json = _place_payload(run.pk, seq, new.payload, new.encoded)
+    # JSON columns get the canonical text the hash is computed over (the database parses it;
+    # PostgreSQL casts the literal to jsonb), instead of a second, differently spaced
+    # encoding; the hash reuses the same text (chain.encoded_event_hash).
+    inputs_json = canonical_json(new.inputs) if new.inputs else "{}"
+    artifacts_json = canonical_json(new.artifacts) if new.artifacts else "[]"
+    event_hash = encoded_event_hash(
+        run.head_hash,
+        run=run.pk,
+        seq=seq,
+        stage=new.stage,
+        type=new.type,
+        inputs=inputs_json,
+        payload=payload_json,
+        payload_ref=payload_ref,
+        artifacts=artifacts_json,
+        idempotency_key=new.idempotency_key,
+        actor=new.actor,
+        token=new.token,
+    )
+    row = EventRow(
+        run_id=run.pk,
+        seq=seq,
+        stage=new.stage,
+        type=new.type,
+        inputs=inputs_json,
+        payload=payload_json,
+        payload_ref=payload_ref,
+        artifacts=artifacts_json,
+        idempotency_key=new.idempotency_key,
+        actor=new.actor,
+        token=new.token,
+        prev_hash=run.head_hash,
+        hash=event_hash,
+    )
+    return row, body
+
+
+def head_moves(connection, run: Head, new: NewEvent, row: EventRow) -> Moves:
+    """What the append moves on the run: its head, to `row`, and whatever `new` sets."""
+    # The anchor is computed here, in Python, and moves with the head in the same statement.
+    moves: Moves = {
+        "last_seq": row.seq,
+        "head_hash": row.hash,
+        "head_anchor": head_anchor(run.pk, row.seq, row.hash),
+    }
+    if new.status is not None:
+        moves["status"] = new.status
+    if new.status is not None or "deviated" in new.run_fields:
+        # A run whose resumed work departed from its plan stays with those that need a human.
+        deviated = bool(new.run_fields.get("deviated", run.deviated))
+        moves["attention"] = Run.attention_for(new.status or run.status, deviated)
+    for name, value in new.run_fields.items():
+        field = Run._meta.get_field(name)
+        moves[field.column] = (
+            value if isinstance(value, Now) else field.get_db_prep_save(value, connection)
+        )
+    return moves
+
+
+def _encode_payload(payload: dict[str, Any] | None) -> tuple[dict[str, Any], bytes]:
+    """The payload and its canonical encoding; refuses one above the hard limit."""
+    payload = payload or {}
+    encoded = canonical_json(payload).encode()
+    if len(encoded) > settings.RESUMER_MAX_PAYLOAD_BYTES:
+        raise LedgerError(
+            f"payload of {len(encoded)} bytes exceeds the limit of "
+            f"{settings.RESUMER_MAX_PAYLOAD_BYTES} bytes"
+        )
+    return payload, encoded
+
+
+def _place_payload(
+    run_id: int, seq: int, payload: dict[str, Any], encoded: bytes
+) -> tuple[dict[str, Any], str, str]:
+    """Small payloads stay inline; large ones go to an artifact the event references, with
+    a short summary inline for the timeline (runs/ledger/payload_summary.py).
+    Returns the event's payload, its payload_ref and the payload's JSON text."""
+    if len(encoded) <= settings.RESUMER_INLINE_PAYLOAD_BYTES:
+        return payload, "", encoded.decode()
+    stored = artifact_store.store(f"payload/run-{run_id}/{seq}", encoded, "application/json")
+    body = {"stored_as": stored.uri, "bytes": len(encoded), "summary": summarize(payload)}
+    return body, stored.uri, canonical_json(body)

@@ -1,0 +1,377 @@
+"""The interface every vendor's ledger SQL implements, and what the vendors share.
+
+`AppendSQL` writes an event and moves the run's head in two statements, and an effect row in
+a third; a vendor that can do better overrides `write_event`/`write`, and one that can fence,
+check the head, insert and update at once sets `guarded` and implements `write_guarded`.
+Every statement is built once per connection's vendor (in `__init__`, or on the first use of
+a shape of head move), never per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
+
+from django.db.models.functions import Now
+from django.db.models.sql import Query
+
+from runs.ledger.chain import canonical_json
+from runs.models import Effect, Event, Lease, Run
+
+__all__ = [
+    "EFFECT_COLUMNS",
+    "EVENT_COLUMNS",
+    "HEAD_COLUMNS",
+    "JSON_COLUMNS",
+    "SETTLE_COLUMNS",
+    "AppendSQL",
+    "EffectClaim",
+    "EffectSettle",
+    "EffectWrite",
+    "EventRow",
+    "KeyTaken",
+    "Moves",
+    "Written",
+]
+
+
+class EventRow(NamedTuple):
+    """An event row as every insert writes it: its fields are the insert's columns, in
+    order. The JSON columns hold the canonical text the event's hash covers."""
+
+    run_id: int
+    seq: int
+    stage: str
+    type: str
+    inputs: str
+    payload: str
+    payload_ref: str
+    artifacts: str
+    idempotency_key: str
+    actor: str
+    token: int | None
+    prev_hash: str
+    hash: str
+
+
+EVENT_COLUMNS: tuple[str, ...] = EventRow._fields
+
+# Head moves: run column -> value, or Now() for the database clock.
+Moves = dict[str, Any]
+# What a write returns: the event's id and created_at (as the database returned it, None when
+# it cannot), and the effect's id (None without an effect).
+Written = tuple[int, Any, int | None]
+
+# A new effect row (its intent), in this order; created_at and updated_at are the database's.
+EFFECT_COLUMNS = (
+    "delivery_key",
+    "run_id",
+    "stage",
+    "call_id",
+    "tool",
+    "policy",
+    "target",
+    "request_hash",
+    "request",
+    "status",
+    "external_id",
+    "result",
+    "error",
+    "attempts",
+    "cost",
+)
+# What an outcome sets on an effect row, in this order.
+SETTLE_COLUMNS = ("status", "external_id", "result", "error", "cost")
+JSON_COLUMNS = frozenset({"inputs", "payload", "artifacts", "request", "result"})
+# What every append moves; an append that moves only these leaves the run's updated_at.
+HEAD_COLUMNS = frozenset({"last_seq", "head_hash", "head_anchor"})
+
+
+@dataclass(frozen=True, slots=True)
+class EffectClaim:
+    """An effect's intent, claiming its delivery key: written with its event, or neither is
+    (the key is taken: the caller reads the existing effect and decides what to do)."""
+
+    fields: dict[str, Any]  # EFFECT_COLUMNS by name, Python values
+
+
+@dataclass(frozen=True, slots=True)
+class EffectSettle:
+    """An effect's outcome, written with its event."""
+
+    pk: int
+    fields: dict[str, Any]  # SETTLE_COLUMNS by name, Python values
+
+
+EffectWrite = EffectClaim | EffectSettle
+
+
+class KeyTaken(Exception):
+    """The claimed delivery key has an effect already: nothing was written."""
+
+
+def guard(row: EventRow) -> tuple[int, int | None, int, str]:
+    """The fence's parameters for a guarded write of `row`, in the order `AppendSQL.fence`
+    and the head check after it take them: the run, the writer's token, and the head the row
+    chains to (the seq before it, the hash it links to). The row says all four."""
+    return row.run_id, row.token, row.seq - 1, row.prev_hash
+
+
+class AppendSQL:
+    """The append path's statements on one vendor (see the module's docstring)."""
+
+    vendor: ClassVar[str] = ""
+    # Whether write_guarded() exists: the append of a writer that knows the head, without a
+    # locked read first.
+    guarded: ClassVar[bool] = False
+
+    def __init__(self, connection) -> None:
+        qn = self.qn = connection.ops.quote_name
+        # The head update's SET list per shape of moves, and its UPDATE per SET list (sets()).
+        self._set_lists: dict[tuple[tuple[str, bool], ...], str] = {}
+        self._updates: dict[str, str] = {}
+        # Django's own Now() for this backend, so every clock comparison agrees with the lease
+        # writes in leases.py (STATEMENT_TIMESTAMP() on PostgreSQL, STRFTIME on SQLite).
+        self.now, _ = Query(Run).get_compiler(connection=connection).compile(Now())
+        self.run_table, self.event_table, self.effect_table = (
+            qn(model._meta.db_table) for model in (Run, Event, Effect)
+        )
+        self.returning = connection.features.can_return_columns_from_insert
+        self._build_fence(connection)
+        self._build_event_insert()
+        self._build_effect_writes()
+        self._build_effect_read(connection)
+
+    def _build_fence(self, connection) -> None:
+        qn = self.qn
+        lease_t = qn(Lease._meta.db_table)
+        self.lock_of = " FOR UPDATE OF r, l" if connection.features.has_select_for_update_of else ""
+        self.fence = (
+            f"FROM {self.run_table} r INNER JOIN {lease_t} l "
+            f"ON (l.{qn(Lease._meta.pk.column)} = r.{qn('id')}) "
+            f"WHERE r.{qn('id')} = %s AND l.{qn('token')} = %s "
+            f"AND l.{qn('expires_at')} > {self.now}"
+        )
+        self.lock = (
+            f"SELECT r.{qn('pipeline')}, r.{qn('status')}, r.{qn('last_seq')}, "
+            f"r.{qn('head_hash')}, r.{qn('deviated')} {self.fence}{self.lock_of}"
+        )
+
+    def _build_event_insert(self) -> None:
+        qn = self.qn
+        self.columns = ", ".join(qn(c) for c in EVENT_COLUMNS)
+        self.returned = f" RETURNING {qn('id')}, {qn('created_at')}" if self.returning else ""
+        self.insert = (
+            f"INSERT INTO {self.event_table} ({self.columns}) "
+            f"VALUES ({', '.join(['%s'] * len(EVENT_COLUMNS))}){self.returned}"
+        )
+
+    def _build_effect_writes(self) -> None:
+        qn = self.qn
+        self.claim = (
+            f"INSERT INTO {self.effect_table} ({', '.join(qn(c) for c in EFFECT_COLUMNS)}) "
+            f"VALUES ({', '.join(self.placeholder(c) for c in EFFECT_COLUMNS)}) "
+            f"ON CONFLICT ({qn('delivery_key')}) DO NOTHING RETURNING {qn('id')}"
+        )
+        self.settle_set = ", ".join(
+            [f"{qn(c)} = {self.placeholder(c)}" for c in SETTLE_COLUMNS]
+            + [f"{qn('updated_at')} = {self.now}"]
+        )
+        self.settle = f"UPDATE {self.effect_table} SET {self.settle_set} WHERE {qn('id')} = %s"
+
+    def _build_effect_read(self, connection) -> None:
+        # The effect a key has, read on every call that is not a first attempt (a memoized
+        # re-use on resume among them): its columns in model order, each through the
+        # converters the ORM would apply, computed once here. Compiling a queryset (or even
+        # a raw() one) for it was half of a re-use.
+        qn = self.qn
+        fields = Effect._meta.concrete_fields
+        self.effect_fields = tuple(field.attname for field in fields)
+        self.find_effect = (
+            f"SELECT {', '.join(qn(field.column) for field in fields)} FROM {self.effect_table} "
+            f"WHERE {qn('delivery_key')} = %s"
+        )
+        read = [(i, *_converters(field, connection)) for i, field in enumerate(fields)]
+        self.effect_converters = [(i, column, fns) for i, column, fns in read if fns]
+        self.created_at_column, self.created_at_converters = _converters(
+            Event._meta.get_field("created_at"), connection
+        )
+
+    # --- statements ---------------------------------------------------------------------
+
+    def execute(self, cursor, sql: str, params: Sequence[Any] | None = None) -> Any:
+        """Execute one of the append path's statements on Django's `cursor`; returns the
+        cursor its rows are read from."""
+        cursor.execute(sql, params)
+        return cursor
+
+    def first_row(self, cursor, sql: str, params: Sequence[Any]) -> tuple | None:
+        """Execute a statement that returns rows; its first row, or None when none came."""
+        return self.execute(cursor, sql, params).fetchone()
+
+    def placeholder(self, column: str) -> str:
+        """A parameter for `column`; JSON columns take canonical JSON text."""
+        return "%s"
+
+    def effect_params(self, fields: dict[str, Any], columns: Sequence[str]) -> list:
+        """The effect's values in `columns` order. JSON goes as canonical text; the rest are
+        plain str, int and Decimal values both drivers bind as they are (Django registers the
+        Decimal adapter on SQLite): no per-field preparation on the hottest path."""
+        return [
+            canonical_json(fields[c]) if c in JSON_COLUMNS and fields[c] is not None else fields[c]
+            for c in columns
+        ]
+
+    def write_effect(self, cursor, effect: EffectWrite) -> int | None:
+        """The effect statement on its own, in the caller's transaction: the claimed row's id
+        (None when the key is taken, having written nothing), or the settled row's."""
+        if isinstance(effect, EffectClaim):
+            row = self.first_row(
+                cursor, self.claim, self.effect_params(effect.fields, EFFECT_COLUMNS)
+            )
+            return row[0] if row else None
+        self.execute(
+            cursor, self.settle, [*self.effect_params(effect.fields, SETTLE_COLUMNS), effect.pk]
+        )
+        return effect.pk
+
+    def sets(self, moves: Moves) -> tuple[str, list[Any]]:
+        """The SET list of the head update and its parameters. Every append also bumps the
+        run's version (approvals compare-and-set on it); one that moves more than the head
+        (status, stage, ticket...) stamps updated_at. The SQL is built once per shape of
+        moves (which columns, which of them take the clock)."""
+        shape = tuple((column, isinstance(value, Now)) for column, value in moves.items())
+        set_list = self._set_lists.get(shape)
+        if set_list is None:
+            qn = self.qn
+            sets = [f"{qn('version')} = {qn('version')} + 1"]
+            # updated_at says when the run's state last changed, and orders the inbox
+            # (run_inbox_idx, run_status_idx). Stamped on every event, it rewrote both
+            # indexes on every tool call (on SQLite two more pages in each commit, on
+            # PostgreSQL no HOT update and seven index entries), and a busy run's row moved
+            # under the operator reading the inbox.
+            if any(column not in HEAD_COLUMNS for column, _ in shape):
+                sets.append(f"{qn('updated_at')} = {self.now}")
+            sets += [f"{qn(column)} = {self.now if clock else '%s'}" for column, clock in shape]
+            set_list = self._set_lists[shape] = ", ".join(sets)
+        return set_list, [value for value in moves.values() if not isinstance(value, Now)]
+
+    def update(self, set_list: str) -> str:
+        return f"UPDATE {self.run_table} SET {set_list} WHERE {self.qn('id')} = %s"
+
+    # --- what the append path calls -----------------------------------------------------
+
+    def read_head(self, cursor, run_id: int, token: int) -> tuple[str, str, int, str, bool] | None:
+        """Fence and lock in one statement: the run's (pipeline, status, last_seq, head_hash,
+        deviated) if `token` still holds an unexpired lease on it, else None."""
+        return self.first_row(cursor, self.lock, [run_id, token])
+
+    def move_head(self, cursor, moves: Moves, run_id: int) -> None:
+        """The run's head update, its own statement (the vendors that can fold it into the
+        insert do)."""
+        set_list, params = self.sets(moves)
+        sql = self._updates.get(set_list)
+        if sql is None:
+            sql = self._updates[set_list] = self.update(set_list)
+        self.execute(cursor, sql, [*params, run_id])
+
+    def write_event(self, cursor, row: EventRow, moves: Moves) -> tuple[int, Any]:
+        """Insert the event row and move its run's head; its id and created_at as the
+        database returned them (None when it cannot return it)."""
+        if self.returning:
+            pk, created_at = self.first_row(cursor, self.insert, row)
+        else:
+            pk, created_at = self.execute(cursor, self.insert, row).lastrowid, None
+        self.move_head(cursor, moves, row.run_id)
+        return pk, created_at
+
+    def write(
+        self, cursor, row: EventRow, moves: Moves, effect: EffectWrite | None = None
+    ) -> Written | None:
+        """Write the event (write_event) and `effect`; the caller holds the run's lock. None,
+        having written nothing, when an EffectClaim's key is taken."""
+        effect_pk = None
+        if isinstance(effect, EffectClaim):
+            # The claim first: a taken key must leave no event behind.
+            effect_pk = self.write_effect(cursor, effect)
+            if effect_pk is None:
+                return None
+        pk, created_at = self.write_event(cursor, row, moves)
+        if isinstance(effect, EffectSettle):
+            effect_pk = self.write_effect(cursor, effect)
+        return pk, created_at, effect_pk
+
+    def write_guarded(
+        self,
+        cursor,
+        row: EventRow,
+        moves: Moves,
+        *,
+        effect: EffectWrite | None = None,
+        flush: bool = True,
+    ) -> Written | None:
+        """write() for a writer that knows the head and holds no lock: fence (the row's token
+        and its expiry) and check that the head is still the one the row chains to (guard())
+        in the first statement; None, having written nothing, when anything moved or a
+        claimed key is taken (the caller then takes the locked path, which tells the two
+        apart). Only vendors with `guarded` have it. `flush` as in write_alone(), which alone
+        passes False: inside a caller's transaction, the caller's commit decides."""
+        raise NotImplementedError(f"{self.vendor} has no guarded append")
+
+    def write_alone(
+        self,
+        cursor,
+        row: EventRow,
+        moves: Moves,
+        *,
+        effect: EffectWrite | None = None,
+        flush: bool = True,
+    ) -> Written | None:
+        """write_guarded() as its own transaction, for a caller in autocommit (no atomic()
+        open): Django's transaction bookkeeping costs more than the append's own work. This
+        base is for a vendor whose guarded write is one statement: in autocommit that
+        statement is its own transaction, one round trip instead of BEGIN, it and COMMIT.
+
+        `flush=False`: the commit may return before it reaches the disk (append() says which
+        writes may). A vendor whose every commit already returns before the disk flush
+        ignores it."""
+        return self.write_guarded(cursor, row, moves, effect=effect, flush=flush)
+
+    def read_effect(self, cursor, connection, key: str) -> list[Any] | None:
+        """The values of the effect holding `key`, in `effect_fields` order and converted as
+        a query would (for Effect.from_db), or None."""
+        row = self.first_row(cursor, self.find_effect, [key])
+        if row is None:
+            return None
+        values = list(row)
+        for i, column, converters in self.effect_converters:
+            values[i] = _convert(values[i], column, converters, connection)
+        return values
+
+    def created_at(self, value: Any, connection, pk: int) -> Any:
+        """The returned created_at run through the converters the ORM would apply (SQLite
+        returns text); read back when the insert could not return it."""
+        if value is None:
+            return Event.objects.values_list("created_at", flat=True).get(pk=pk)
+        return _convert(value, self.created_at_column, self.created_at_converters, connection)
+
+    # --- maintenance --------------------------------------------------------------------
+
+    def set_maintenance(self, connection, on: bool) -> None:
+        """Lift (on) or restore (off) the append-only triggers for this connection only."""
+        raise NotImplementedError
+
+
+def _converters(field, connection) -> tuple[Any, list]:
+    """A model field's column expression and the converters a query applies to its values
+    on this connection (the backend's, then the field's own)."""
+    column = field.get_col(field.model._meta.db_table)
+    return column, connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+
+
+def _convert(value: Any, column, converters: list, connection) -> Any:
+    """A value read from the database through `_converters`' list, as a query applies it."""
+    for converter in converters:
+        value = converter(value, column, connection)
+    return value

@@ -1,0 +1,159 @@
+"""The ledger's SQL on PostgreSQL, where each statement is a round trip: the event insert,
+the head update and the effect's row are one statement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runs.ledger.sql.base import (
+    EFFECT_COLUMNS,
+    EVENT_COLUMNS,
+    JSON_COLUMNS,
+    SETTLE_COLUMNS,
+    AppendSQL,
+    EffectClaim,
+    EffectSettle,
+    EffectWrite,
+    EventRow,
+    Moves,
+    Written,
+    guard,
+)
+
+__all__ = ["PostgreSQLAppend"]
+
+# A write that need not reach the disk before it returns (flush=False) turns off
+# synchronous_commit for its own transaction, the statement, and no other: set_config with
+# is_local, evaluated in the head CTE, where it runs only once the fence held. PostgreSQL
+# writes WAL in order, so the next flushed commit (an intent, a checkpoint) carries it to the
+# disk too: a database crash can lose only a tail of such writes, never one from before a
+# flushed write, and leaves the database as if they had rolled back.
+DEFER_FLUSH = ", set_config('synchronous_commit', 'off', true)"
+
+
+class PostgreSQLAppend(AppendSQL):
+    """PostgreSQL: the fence locks the run row (serialising appends to the run) *and* the
+    lease row, so a takeover that commits while a write waits for the lock is re-checked
+    against the lease's newest version. Insert, head update and the effect's row are one
+    statement; the guarded one also locks and fences, so it runs in autocommit."""
+
+    vendor = "postgresql"
+    guarded = True
+
+    def placeholder(self, column: str) -> str:
+        # In INSERT ... SELECT an untyped literal is text, which has no assignment cast to
+        # jsonb.
+        return "%s::jsonb" if column in JSON_COLUMNS else "%s"
+
+    def __init__(self, connection) -> None:
+        super().__init__(connection)
+        qn = self.qn
+        self.pk, self.created = qn("id"), qn("created_at")
+        self.event_values = ", ".join(self.placeholder(c) for c in EVENT_COLUMNS)
+        self.effect_columns = ", ".join(qn(c) for c in EFFECT_COLUMNS)
+        self.effect_values = ", ".join(self.placeholder(c) for c in EFFECT_COLUMNS)
+        self.heads = {flush: self.head(flush) for flush in (True, False)}
+        self.builders = {
+            type(None): self.event_statement,
+            EffectClaim: self.claim_statement,
+            EffectSettle: self.settle_statement,
+        }
+        # The statements by (kind of effect, flush, SET list) and by SET list: a bounded set
+        # (sets() has one SET list per shape of head move), each built on its first use.
+        self._guarded: dict[tuple[type, bool, str], str] = {}
+        self._unguarded: dict[str, str] = {}
+
+    # --- the statements -----------------------------------------------------------------
+    # h is the run's row, locked and fenced, if its head is still the one the event chains
+    # to. Every other part writes only when h (and, for a claim, the claimed row x) has a
+    # row, so a stale head or a taken key writes nothing at all.
+
+    def head(self, flush: bool) -> str:
+        qn = self.qn
+        return (
+            f"h AS (SELECT r.{self.pk}{'' if flush else DEFER_FLUSH} {self.fence} "
+            f"AND r.{qn('last_seq')} = %s AND r.{qn('head_hash')} = %s{self.lock_of})"
+        )
+
+    def event_statement(self, head: str, sets: str) -> str:
+        pk = self.pk
+        return (
+            f"WITH {head}, "
+            f"e AS (INSERT INTO {self.event_table} ({self.columns}) "
+            f"SELECT {self.event_values} FROM h{self.returned}), "
+            f"u AS (UPDATE {self.run_table} SET {sets} WHERE {pk} = (SELECT {pk} FROM h)) "
+            f"SELECT {pk}, {self.created}, NULL FROM e"
+        )
+
+    def claim_statement(self, head: str, sets: str) -> str:
+        pk = self.pk
+        return (
+            f"WITH {head}, "
+            f"x AS (INSERT INTO {self.effect_table} ({self.effect_columns}) "
+            f"SELECT {self.effect_values} FROM h "
+            f"ON CONFLICT ({self.qn('delivery_key')}) DO NOTHING RETURNING {pk}), "
+            f"e AS (INSERT INTO {self.event_table} ({self.columns}) "
+            f"SELECT {self.event_values} FROM x{self.returned}), "
+            f"u AS (UPDATE {self.run_table} SET {sets} WHERE {pk} = (SELECT {pk} FROM h) "
+            f"AND EXISTS (SELECT 1 FROM x)) "
+            f"SELECT e.{pk}, e.{self.created}, x.{pk} FROM e, x"
+        )
+
+    def settle_statement(self, head: str, sets: str) -> str:
+        pk = self.pk
+        return (
+            f"WITH {head}, "
+            f"e AS (INSERT INTO {self.event_table} ({self.columns}) "
+            f"SELECT {self.event_values} FROM h{self.returned}), "
+            f"u AS (UPDATE {self.run_table} SET {sets} WHERE {pk} = (SELECT {pk} FROM h)), "
+            f"x AS (UPDATE {self.effect_table} SET {self.settle_set} WHERE {pk} = %s "
+            f"AND EXISTS (SELECT 1 FROM h) RETURNING {pk}) "
+            f"SELECT e.{pk}, e.{self.created}, (SELECT {pk} FROM x) FROM e"
+        )
+
+    def insert_and_update(self, sets: str) -> str:
+        return (
+            f"WITH e AS ({self.insert}), u AS ({self.update(sets)}) "
+            f"SELECT {self.pk}, {self.created} FROM e"
+        )
+
+    # --- what the append path calls -----------------------------------------------------
+
+    def write_event(self, cursor, row: EventRow, moves: Moves) -> tuple[int, Any]:
+        set_list, params = self.sets(moves)
+        sql = self._unguarded.get(set_list)
+        if sql is None:
+            sql = self._unguarded[set_list] = self.insert_and_update(set_list)
+        return self.first_row(cursor, sql, [*row, *params, row.run_id])
+
+    def write_guarded(
+        self,
+        cursor,
+        row: EventRow,
+        moves: Moves,
+        *,
+        effect: EffectWrite | None = None,
+        flush: bool = True,
+    ) -> Written | None:
+        set_list, params = self.sets(moves)
+        key = (type(effect), flush, set_list)
+        sql = self._guarded.get(key)
+        if sql is None:
+            sql = self._guarded[key] = self.builders[key[0]](self.heads[flush], set_list)
+        if isinstance(effect, EffectClaim):
+            claim = self.effect_params(effect.fields, EFFECT_COLUMNS)
+            values = [*guard(row), *claim, *row, *params]
+        elif isinstance(effect, EffectSettle):
+            settle = self.effect_params(effect.fields, SETTLE_COLUMNS)
+            values = [*guard(row), *row, *params, *settle, effect.pk]
+        else:
+            values = [*guard(row), *row, *params]
+        return self.first_row(cursor, sql, values)
+
+    def set_maintenance(self, connection, on: bool) -> None:
+        # A session setting the trigger function reads (migration 0002); other sessions
+        # keep theirs.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('resumer.maintenance', %s, false)", ["on" if on else "off"]
+            )

@@ -1,0 +1,130 @@
+"""The ledger's SQL on SQLite."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from django.db.backends.utils import CursorDebugWrapper
+
+from runs.ledger.sql.base import (
+    EFFECT_COLUMNS,
+    EVENT_COLUMNS,
+    AppendSQL,
+    EffectClaim,
+    EffectSettle,
+    EffectWrite,
+    EventRow,
+    Moves,
+    Written,
+    guard,
+)
+
+__all__ = ["SQLiteAppend"]
+
+
+class SQLiteAppend(AppendSQL):
+    """SQLite: the IMMEDIATE transaction already holds the database's write lock, so nothing
+    can move between statements: the guarded append checks the fence and the head in its
+    first write (an INSERT ... SELECT ... WHERE EXISTS) instead of a read before it."""
+
+    vendor = "sqlite"
+    guarded = True
+
+    def __init__(self, connection) -> None:
+        super().__init__(connection)
+        # Each of the append path's statements as the driver takes it (? for %s), rewritten
+        # once: a bounded set, one per statement and shape of head move (sets()).
+        self._qmark: dict[str, str] = {}
+        qn = self.qn
+        head_is = (
+            f"WHERE EXISTS (SELECT 1 {self.fence} AND r.{qn('last_seq')} = %s "
+            f"AND r.{qn('head_hash')} = %s)"
+        )
+        self.guarded_event = (
+            f"INSERT INTO {self.event_table} ({self.columns}) "
+            f"SELECT {', '.join(['%s'] * len(EVENT_COLUMNS))} {head_is}{self.returned}"
+        )
+        self.guarded_claim = (
+            f"INSERT INTO {self.effect_table} ({', '.join(qn(c) for c in EFFECT_COLUMNS)}) "
+            f"SELECT {', '.join(['%s'] * len(EFFECT_COLUMNS))} {head_is} "
+            f"ON CONFLICT ({qn('delivery_key')}) DO NOTHING RETURNING {qn('id')}"
+        )
+
+    def execute(self, cursor, sql: str, params: Sequence[Any] | None = None) -> Any:
+        # Django's SQLite cursor rewrites every statement's %s to ? with a regular expression
+        # on each execution, under three layers of wrappers: on these long statements that
+        # was a sixth of a tool call's time (bench/tool_call.py --profile). The append path's
+        # statements are a fixed set, so each is rewritten once (by Django's own
+        # convert_query) and executed on the driver's cursor, its errors still translated
+        # as Django's are. A connection someone observes (execute_wrapper, DEBUG's query log,
+        # assertNumQueries) takes Django's path, so it sees every statement there is. Django
+        # hands out a debug cursor exactly when queries are logged as it is made; asking
+        # queries_logged instead reads the settings again on every statement.
+        db = cursor.db
+        if db.execute_wrappers or isinstance(cursor, CursorDebugWrapper):
+            return super().execute(cursor, sql, params)
+        db.validate_no_broken_transaction()
+        driver = cursor.cursor
+        with db.wrap_database_errors:
+            if params is None:
+                sqlite3.Cursor.execute(driver, sql)
+            else:
+                qmark = self._qmark.get(sql)
+                if qmark is None:
+                    qmark = self._qmark[sql] = driver.convert_query(sql)
+                sqlite3.Cursor.execute(driver, qmark, params)
+        return driver
+
+    def write_guarded(
+        self,
+        cursor,
+        row: EventRow,
+        moves: Moves,
+        *,
+        effect: EffectWrite | None = None,
+        flush: bool = True,
+    ) -> Written | None:
+        fence = guard(row)
+        if isinstance(effect, EffectClaim):
+            params = self.effect_params(effect.fields, EFFECT_COLUMNS)
+            claimed = self.first_row(cursor, self.guarded_claim, [*params, *fence])
+            if claimed is None:
+                return None
+            # The fence held for the claim, and this IMMEDIATE transaction holds the write
+            # lock: the event goes in as any locked write's does.
+            return (*self.write_event(cursor, row, moves), claimed[0])
+        written = self.first_row(cursor, self.guarded_event, [*row, *fence])
+        if written is None:
+            return None
+        self.move_head(cursor, moves, row.run_id)
+        effect_pk = self.write_effect(cursor, effect) if isinstance(effect, EffectSettle) else None
+        return written[0], written[1], effect_pk
+
+    def write_alone(
+        self,
+        cursor,
+        row: EventRow,
+        moves: Moves,
+        *,
+        effect: EffectWrite | None = None,
+        flush: bool = True,
+    ) -> Written | None:
+        # Two or three statements: their own IMMEDIATE transaction, taken on the raw cursor
+        # (the connection is in autocommit, so the driver adds nothing of its own). A stale
+        # head wrote nothing and rolls back; so does anything that raises. `flush` changes
+        # nothing here: the settings run SQLite's WAL with synchronous=NORMAL, under which no
+        # commit waits for the disk (docs/deploy.md says why production is PostgreSQL).
+        self.execute(cursor, "BEGIN IMMEDIATE")
+        try:
+            written = self.write_guarded(cursor, row, moves, effect=effect)
+        except BaseException:
+            self.execute(cursor, "ROLLBACK")
+            raise
+        self.execute(cursor, "COMMIT" if written is not None else "ROLLBACK")
+        return written
+
+    def set_maintenance(self, connection, on: bool) -> None:
+        # The triggers call resumer_maintenance(), which reads this flag (runs/apps.py).
+        connection._resumer_maintenance = on
