@@ -40,29 +40,8 @@ def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: 
 
     Never silent: it needs a reason, takes the run's lease (so no worker writes beside it),
     and appends LEDGER_EDITED with the user and the before/after values."""
-    reason = (reason or "").strip()
-    if not reason:
-        raise LedgerError("a ledger edit needs a reason")
-    if len(reason) > MAX_EDIT_REASON_CHARS:
-        raise LedgerError(
-            f"a ledger edit's reason is limited to {MAX_EDIT_REASON_CHARS} characters"
-        )
-    unknown = set(changes) - set(EDITABLE_EFFECT_FIELDS)
-    if unknown:
-        raise LedgerError(f"effect fields {sorted(unknown)} cannot be edited")
-    effect = Effect.objects.filter(pk=effect_pk).first()
-    if effect is None:
-        raise LedgerError(f"effect {effect_pk} does not exist")
-    status = changes.get("status", effect.status)
-    if status not in Effect.Status.values:
-        raise LedgerError(f"unknown effect status {status!r}")
-    external_id = str(changes.get("external_id", effect.external_id) or "").strip()
-    if status == Effect.Status.CONFIRMED and not external_id:
-        raise LedgerError("a confirmed effect needs the external id it produced")
-    before = {f: getattr(effect, f) for f in EDITABLE_EFFECT_FIELDS}
-    after = {**before, **changes, "status": status, "external_id": external_id}
-    if after == before:
-        raise LedgerError("nothing changed")
+    reason = _checked_reason(reason)
+    effect, before, after = _checked_changes(effect_pk, changes)
     run = Run.objects.get(pk=effect.run_id)
     if run.is_active:
         raise LedgerError(
@@ -96,7 +75,49 @@ def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: 
                 updated_at=Now(),
             )
             # The facts the stored plan was computed from changed: compute it again.
-            announce_stop(run.pk, run.status)
+            announce_stop(
+                run.pk,
+                run.status,
+                seq=event.seq,
+                previous_status=run.status,
+                event_type=event.type,
+            )
         return event
     finally:
         leases.release(run.pk, token)
+
+
+def _checked_reason(reason: str) -> str:
+    """The edit's reason as it is recorded, or LedgerError."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise LedgerError("a ledger edit needs a reason")
+    if len(reason) > MAX_EDIT_REASON_CHARS:
+        raise LedgerError(
+            f"a ledger edit's reason is limited to {MAX_EDIT_REASON_CHARS} characters"
+        )
+    return reason
+
+
+def _checked_changes(
+    effect_pk: int, changes: dict[str, Any]
+) -> tuple[Effect, dict[str, Any], dict[str, Any]]:
+    """The effect and its editable fields before and after `changes`, or LedgerError when
+    the effect or the changes are not a correction the ledger takes."""
+    unknown = set(changes) - set(EDITABLE_EFFECT_FIELDS)
+    if unknown:
+        raise LedgerError(f"effect fields {sorted(unknown)} cannot be edited")
+    effect = Effect.objects.filter(pk=effect_pk).first()
+    if effect is None:
+        raise LedgerError(f"effect {effect_pk} does not exist")
+    status = changes.get("status", effect.status)
+    if status not in Effect.Status.values:
+        raise LedgerError(f"unknown effect status {status!r}")
+    external_id = str(changes.get("external_id", effect.external_id) or "").strip()
+    if status == Effect.Status.CONFIRMED and not external_id:
+        raise LedgerError("a confirmed effect needs the external id it produced")
+    before = {f: getattr(effect, f) for f in EDITABLE_EFFECT_FIELDS}
+    after = {**before, **changes, "status": status, "external_id": external_id}
+    if after == before:
+        raise LedgerError("nothing changed")
+    return effect, before, after
