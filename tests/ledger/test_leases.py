@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from django.db import connection
+from django.db import connection, connections, transaction
 
 from runs.ledger import leases
 from runs.ledger.append import LeaseLost, Writer, append, create_run
@@ -150,8 +150,6 @@ def test_a_write_queued_behind_a_takeover_on_postgresql_is_refused(transactional
     refuse just the same."""
     if connection.vendor != "postgresql":
         pytest.skip("row locks and their re-check are PostgreSQL's; SQLite serialises writers")
-    from django.db import connections, transaction
-
     run = new_run()
     writer = Writer(run.pk, leases.acquire(run.pk, "worker-a"), "worker-a")
     if has_appended:

@@ -477,7 +477,7 @@ def _driver_statements(writer: Writer, *, observed: bool) -> list[str]:
 @pytest.mark.skipif("connection.vendor != 'sqlite'")
 def test_an_unobserved_append_runs_the_statements_an_observed_one_runs(transactional_db):
     # On SQLite the append path runs its statements on the driver's cursor unless someone
-    # observes the connection (dialects.SQLiteAppend.execute): both ways must be the same writes.
+    # observes the connection (sql.sqlite.SQLiteAppend.execute): both ways must be the same writes.
     run = new_run()
     writer = writer_for(run)
     append(writer, Event.Type.STARTED, stage="research")
