@@ -20,7 +20,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
-from runs import notify
+from runs import ids, notify
 from runs.dashboard import roles
 from runs.dashboard.forms import EffectLedgerForm
 from runs.ledger.append import LedgerError
@@ -104,7 +104,7 @@ def _public_id_search(
     queryset: QuerySet, term: str, field: str = "run_id"
 ) -> tuple[QuerySet, bool] | None:
     """Search boxes accept run ids as the dashboard prints them ("run-42")."""
-    pk = Run.pk_from_public_id(term)
+    pk = ids.parse_run_id(term)
     return (queryset.filter(**{field: pk}), False) if pk is not None else None
 
 
@@ -113,7 +113,7 @@ class RunRowAdmin(ReadOnlyAdmin):
 
     @admin.display(description="run", ordering="run_id")
     def run_link(self, obj: Any) -> str:
-        return f"run-{obj.run_id}"
+        return ids.run_id(obj.run_id)
 
 
 class RunSearchMixin:
@@ -215,11 +215,11 @@ class UnsettledRunFilter(admin.SimpleListFilter):
             .values_list("run_id", flat=True)
             .distinct()[:30]
         )
-        return [(str(pk), f"run-{pk}") for pk in pks]
+        return [(str(pk), ids.run_id(pk)) for pk in pks]
 
     def queryset(self, request, queryset):
         value = self.value() or ""
-        pk = Run.pk_from_public_id(value if value.startswith("run-") else f"run-{value}")
+        pk = ids.parse_run_id(value, bare=True)
         return queryset.filter(run_id=pk) if pk is not None else queryset
 
 

@@ -8,11 +8,12 @@ Rules about one row's state live here. Flows that touch several rows live in pla
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.db import models
 from django.db.models.functions import Now
+
+from runs import ids
 
 
 class ImmutableRowError(Exception):
@@ -136,14 +137,7 @@ class Run(models.Model):
 
     @property
     def public_id(self) -> str:
-        return f"run-{self.pk}"
-
-    PUBLIC_ID_RE = re.compile(r"^run-(\d{1,18})$")
-
-    @classmethod
-    def pk_from_public_id(cls, value: str) -> int | None:
-        match = cls.PUBLIC_ID_RE.match((value or "").strip())
-        return int(match.group(1)) if match else None
+        return ids.run_id(self.pk)
 
     @classmethod
     def attention_for(cls, status: str, deviated: bool = False) -> int:
@@ -599,7 +593,7 @@ class NotificationRun(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"run-{self.run_id} in notification {self.notification_id}"
+        return f"{ids.run_id(self.run_id)} in notification {self.notification_id}"
 
 
 class DeliveryChannel(models.TextChoices):

@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 
+from runs import ids
 from runs.dashboard import stats
 from runs.dashboard.queries.inbox import InboxFilters, stage_choices
 from runs.dashboard.stops import ReasonKind
@@ -50,7 +51,7 @@ class InboxFilterForm(forms.Form):
         value = self.cleaned_data["q"].strip()
         if not value:
             return None
-        pk = Run.pk_from_public_id(value if value.startswith("run-") else f"run-{value}")
+        pk = ids.parse_run_id(value, bare=True)
         if pk is None:
             raise forms.ValidationError("Search by run id, for example run-123.")
         return pk
@@ -120,7 +121,7 @@ class RunIdsField(forms.Field):
             )
         pks = []
         for text in values:
-            pk = Run.pk_from_public_id(text if text.startswith("run-") else f"run-{text}")
+            pk = ids.parse_run_id(text, bare=True)
             if pk is None:
                 raise forms.ValidationError(
                     self.error_messages["invalid"], code="invalid", params={"value": text[:40]}

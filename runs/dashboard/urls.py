@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.urls import path, register_converter
 
+from runs import ids
 from runs.dashboard import views
 from runs.models import Run
 
@@ -12,14 +13,14 @@ from runs.models import Run
 class RunIdConverter:
     # At most 18 digits: always inside a 64-bit primary key, so a huge number is a 404,
     # never a database overflow error.
-    regex = r"run-[0-9]{1,18}"
+    regex = ids.URL_REGEX
 
     def to_python(self, value: str) -> int:
-        return int(value.removeprefix("run-"))
+        return int(value.removeprefix(ids.PREFIX))
 
     def to_url(self, value: int | Run) -> str:
         pk = value.pk if isinstance(value, Run) else int(value)
-        return f"run-{pk}"
+        return ids.run_id(pk)
 
 
 class IdConverter:

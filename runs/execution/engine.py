@@ -85,7 +85,9 @@ def start_run(
             ticket=ticket,
         )
         if enqueue:
-            transaction.on_commit(lambda: enqueuing.dispatch(run.pk, pipeline.stage_names[0], ticket))
+            transaction.on_commit(
+                lambda: enqueuing.dispatch(run.pk, pipeline.stage_names[0], ticket)
+            )
     return run
 
 

@@ -17,6 +17,7 @@ from django.db import connection
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Value
 from django.db.models.functions import Now
 
+from runs import ids
 from runs.models import Lease
 
 log = logging.getLogger("runs.leases")
@@ -132,7 +133,7 @@ def acquire(run_id: int, holder: str, *, ttl: float | None = None, takeover: boo
     ttl = ttl_seconds() if ttl is None else ttl
     seen = Lease.objects.filter(run_id=run_id).values_list("token", flat=True).first()
     if seen is None:
-        raise Lease.DoesNotExist(f"run-{run_id} has no lease row")
+        raise Lease.DoesNotExist(f"{ids.run_id(run_id)} has no lease row")
     query = Lease.objects.filter(run_id=run_id, token=seen)
     if not takeover:
         query = query.filter(expires_at__lte=Now())
@@ -147,7 +148,7 @@ def acquire(run_id: int, holder: str, *, ttl: float | None = None, takeover: boo
     )
     if updated == 1:
         return seen + 1
-    raise LeaseBusy(f"run-{run_id} is leased by another worker")
+    raise LeaseBusy(f"{ids.run_id(run_id)} is leased by another worker")
 
 
 def renew(run_id: int, token: int, *, ttl: float | None = None) -> None:

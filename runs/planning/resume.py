@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models.functions import Now
 
-from runs import enqueue
+from runs import enqueue, ids
 from runs.ledger import leases
 from runs.ledger.append import Writer, append, create_run
 from runs.ledger.effects import record_found
@@ -56,7 +56,7 @@ class Approval:
 
 
 def load_run(public_id: str) -> Run:
-    pk = Run.pk_from_public_id(public_id)
+    pk = ids.parse_run_id(public_id)
     run = Run.objects.filter(pk=pk).first() if pk is not None else None
     if run is None:
         raise ResumeRefused(f"unknown run {public_id!r}")

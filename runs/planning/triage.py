@@ -21,6 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models.functions import Now
 
+from runs import ids
 from runs.enqueue import enqueue_batch
 from runs.ledger import leases
 from runs.models import ApprovalMode, GroupApproval, Run
@@ -87,7 +88,7 @@ class Skipped:
 
     @property
     def public_id(self) -> str:
-        return f"run-{self.run_pk}"
+        return ids.run_id(self.run_pk)
 
     @property
     def group(self) -> str:
@@ -140,7 +141,7 @@ def parse_run_ids(values: list[str]) -> list[int]:
     pks = []
     for value in values:
         value = value.strip()
-        pk = Run.pk_from_public_id(value if value.startswith("run-") else f"run-{value}")
+        pk = ids.parse_run_id(value, bare=True)
         if pk is None:
             raise BadSelection(f"{value!r} is not a run id (e.g. run-123)")
         pks.append(pk)
