@@ -20,7 +20,6 @@ of the planning layer but the replay vocabulary, so stored_plans can build on it
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -29,7 +28,8 @@ from typing import Any
 
 from django.db.models import Count, F, Min, QuerySet, Sum
 
-from runs.ledger.chain import canonical_json
+from runs import ids
+from runs.ledger.chain import digest
 from runs.models import Run, StoredPlan
 from runs.planning.replay import STOPPING, Action
 
@@ -49,10 +49,9 @@ def shape_of(plan: dict[str, Any]) -> dict[str, Any]:
     for line in plan["effects"]:
         effects.append([line["stage"], line["call_id"], line["tool"], line["action"]])
         if line["action"] in STOPPING:
-            # replay.decide() words a stopping answer as "<kind>: <detail>"; the detail
-            # (an error message, what the target holds) is the run's own, the kind is not.
-            kind = line["answer"].split(":", 1)[0]
-            blockers.append([line["stage"], line["call_id"], line["status"], kind])
+            # Why it stops, not the run's own details (an error message, what the target
+            # holds): replay.StopKind, "" in a plan stored before the kind was recorded.
+            blockers.append([line["stage"], line["call_id"], line["status"], line.get("kind", "")])
     upgrade = plan["upgrade"]
     return {
         "v": SHAPE_VERSION,
@@ -70,7 +69,7 @@ def shape_of(plan: dict[str, Any]) -> dict[str, Any]:
 
 
 def group_fingerprint(plan: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(shape_of(plan)).encode()).hexdigest()
+    return digest(shape_of(plan))
 
 
 # --- Groups in the inbox ---------------------------------------------------------------------
@@ -226,7 +225,7 @@ class Member:
 
     @property
     def public_id(self) -> str:
-        return f"run-{self.run_pk}"
+        return ids.run_id(self.run_pk)
 
 
 def group(fingerprint: str) -> tuple[Group, list[Member]] | None:

@@ -48,13 +48,17 @@ class Action(StrEnum):
 
 class StopKind(StrEnum):
     """Why a STOPPING decision stops, for machines (triage groups runs by it); the reason
-    beside it says the same for people, with the run's own details."""
+    beside it says the same for people, with the run's own details. The values are the words
+    plans have always shown for each kind, so shapes stored before the kind existed group
+    with new ones."""
 
-    KEY_REUSED = "key reused"  # the delivery key was used for a different request here
-    KEY_CONFLICT = "key conflict"  # the target answered 409 for this key
-    UNANSWERED = "target did not answer"
+    KEY_REUSED = "the delivery key was used for a different request"
+    KEY_CONFLICT = "the target holds a different request under this delivery key"  # its 409
+    UNANSWERED = "the target did not answer"
     FOUND_DIFFERENT = "found but different"
-    OUTCOME_UNKNOWN = "outcome unknown"  # a NEVER effect in doubt
+    # A NEVER effect whose outcome the ledger does not know, by its status.
+    INTENT = "intent"
+    UNKNOWN = "unknown"
 
 
 # Tools whose call is never guessed about: a RECONCILE_FIRST or NEVER effect that may have
@@ -198,7 +202,7 @@ def decide(
     return Decision(
         Action.BLOCKED,
         f"{status}: outcome unknown",
-        kind=StopKind.OUTCOME_UNKNOWN,
+        kind=StopKind(status),
         reason=f"{tool} ({call_id}) is {policy}: its outcome is {status} and it is never "
         "re-run automatically. A supervisor must resolve it in the ledger (admin).",
     )

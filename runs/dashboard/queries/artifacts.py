@@ -3,12 +3,10 @@ checkpoint's manifest, and one artifact's own page."""
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from functools import reduce
 from operator import or_
 
-from django.core.files.storage import default_storage
 from django.db.models import Q
 
 from runs.ledger import artifacts as artifact_store
@@ -31,24 +29,6 @@ class ArtifactRow:
     reason: str = ""
 
 
-def _verify_row(uri: str, expected: str, artifact: Artifact | None) -> tuple[bool, str]:
-    """runs.artifacts.verify() on a row this page already loaded: the same three checks (the
-    row exists, it records the manifest's hash, its blob still hashes to it) without a query
-    per artifact. The artifact's own page calls artifacts.verify() itself."""
-    if artifact is None:
-        return False, f"{uri} is not in the artifact table"
-    if artifact.sha256 != expected:
-        return False, f"{uri} is recorded with a different sha256 than the manifest"
-    try:
-        with default_storage.open(artifact.blob, "rb") as handle:
-            digest = hashlib.file_digest(handle, "sha256").hexdigest()
-    except OSError as exc:
-        return False, f"{uri}: blob {artifact.blob} is gone ({exc})"
-    if digest != expected:
-        return False, f"{uri} was altered: its blob hashes to {digest[:12]}…"
-    return True, ""
-
-
 def artifact_rows(checkpoints: list[Checkpoint]) -> list[ArtifactRow]:
     entries = [(cp, entry) for cp in checkpoints for entry in cp.artifacts]
     wanted = []
@@ -68,7 +48,8 @@ def artifact_rows(checkpoints: list[Checkpoint]) -> list[ArtifactRow]:
             artifact = found.get(artifact_store.parse_uri(uri))
         except artifact_store.ArtifactMissing:
             artifact = None
-        ok, reason = _verify_row(uri, entry.get("sha256", ""), artifact)
+        # The one verification (artifacts.check), on the rows loaded above in one query.
+        check = artifact_store.check(uri, entry.get("sha256", ""), artifact)
         rows.append(
             ArtifactRow(
                 stage=cp.stage,
@@ -79,8 +60,8 @@ def artifact_rows(checkpoints: list[Checkpoint]) -> list[ArtifactRow]:
                 size=entry.get("size", 0),
                 content_type=entry.get("content_type", ""),
                 artifact=artifact,
-                ok=ok,
-                reason=reason,
+                ok=check.ok,
+                reason=check.reason,
             )
         )
     return rows
