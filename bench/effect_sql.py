@@ -14,7 +14,7 @@ SAFE call of bench/tool_call.py. Variants: the schema as migrated, and without
 effect_status_idx (the admin's status filter and its "unsettled" run list), to show what that
 index adds.
 
-The statements are the append path's own (runs/dialects.py SQLiteAppend), with `?` for `%s`,
+The statements are the append path's own (runs/ledger/sql/sqlite.py, SQLiteAppend), with `?` for `%s`,
 against a scratch database migrated in a temp folder.
 """
 

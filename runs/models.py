@@ -323,7 +323,7 @@ class Effect(models.Model):
         ]
         constraints = [
             # One effect per delivery key; an intent claims its key with INSERT ... ON
-            # CONFLICT (delivery_key) DO NOTHING against it (dialects.py).
+            # CONFLICT (delivery_key) DO NOTHING against it (runs/ledger/sql/).
             models.UniqueConstraint(fields=["delivery_key"], name="effect_delivery_key_unique"),
             models.CheckConstraint(
                 condition=models.Q(status__in=EffectStatus.values),

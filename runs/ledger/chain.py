@@ -80,9 +80,9 @@ def event_hash(prev_hash: str, content: dict[str, Any]) -> str:
 
 
 def encoded_event_hash(
-    prev_hash: str,
     *,
-    run: int,
+    prev_hash: str,
+    run_id: int,
     seq: int,
     stage: str,
     type: str,
@@ -98,14 +98,15 @@ def encoded_event_hash(
     payload, artifacts) are already canonical JSON text: the append path has them encoded
     for the insert, and encoding the payload a second time, inside the content, cost every
     append as much again. The text is the one canonical_json() gives the content: keys in
-    sorted order, each value encoded alone (test_ledger checks the two agree)."""
+    sorted order, each value encoded alone (test_ledger checks the two agree). Its keywords
+    are the event row's columns (sql.EventRow), so a row's fields can be passed as they are."""
     enc = _CANONICAL.encode
     # The encoder takes a fast path for a str only; an int goes through a new iterencode
     # each time, three per event, where JSON's text for an int is its decimal digits.
     text = (
         f'{{"actor":{enc(actor)},"artifacts":{artifacts},'
         f'"idempotency_key":{enc(idempotency_key)},"inputs":{inputs},"payload":{payload},'
-        f'"payload_ref":{enc(payload_ref)},"run":{int(run)},"seq":{int(seq)},'
+        f'"payload_ref":{enc(payload_ref)},"run":{int(run_id)},"seq":{int(seq)},'
         f'"stage":{enc(stage)},"token":{"null" if token is None else int(token)},'
         f'"type":{enc(type)}}}'
     )

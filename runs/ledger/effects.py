@@ -1,6 +1,6 @@
 """The effect ledger's writes: an effect's intent before its external call, its outcome after,
 and what a target said it found. Each is written with its event by the one append path, in
-one transaction (on PostgreSQL, in the event's own statement: dialects.py)."""
+one transaction (on PostgreSQL, in the event's own statement: runs/ledger/sql/)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,8 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from runs.ledger import sql as dialects
 from runs.ledger.append import KeyTaken, Writer, append
-from runs.ledger.sql import EffectClaim, EffectSettle
+from runs.ledger.sql import EffectClaim, EffectSettle, for_connection
 from runs.models import Effect, Event
 from runs.pipeline import Reconciliation
 
@@ -59,7 +58,7 @@ def find(key: str) -> Effect | None:
     """The effect holding delivery key `key`, if any: the read every replay decision starts
     from, run once per call that is not a first attempt."""
     connection = connections[DEFAULT_DB_ALIAS]
-    sql = dialects.for_connection(connection)
+    sql = for_connection(connection)
     with connection.cursor() as cursor:
         values = sql.read_effect(cursor, connection, key)
     return None if values is None else Effect.from_db(connection.alias, sql.effect_fields, values)

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 from django.db import connections
 
-from runs.ledger import sql as dialects
+from runs.ledger.sql import for_connection
 
 __all__ = ["maintenance"]
 
@@ -18,7 +18,7 @@ def maintenance(using: str = "default") -> Iterator[None]:
     retention purge). Any other connection, and any raw client, stays refused."""
     connection = connections[using]
     connection.ensure_connection()
-    sql = dialects.for_connection(connection)
+    sql = for_connection(connection)
     sql.set_maintenance(connection, True)
     try:
         yield

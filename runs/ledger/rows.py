@@ -142,35 +142,22 @@ def event_row(run: Head, new: NewEvent) -> tuple[EventRow, dict[str, Any]]:
     # encoding; the hash reuses the same text (chain.encoded_event_hash).
     inputs_json = canonical_json(new.inputs) if new.inputs else "{}"
     artifacts_json = canonical_json(new.artifacts) if new.artifacts else "[]"
-    event_hash = encoded_event_hash(
-        run.head_hash,
-        run=run.pk,
-        seq=seq,
-        stage=new.stage,
-        type=new.type,
-        inputs=inputs_json,
-        payload=payload_json,
-        payload_ref=payload_ref,
-        artifacts=artifacts_json,
-        idempotency_key=new.idempotency_key,
-        actor=new.actor,
-        token=new.token,
-    )
-    row = EventRow(
-        run_id=run.pk,
-        seq=seq,
-        stage=new.stage,
-        type=new.type,
-        inputs=inputs_json,
-        payload=payload_json,
-        payload_ref=payload_ref,
-        artifacts=artifacts_json,
-        idempotency_key=new.idempotency_key,
-        actor=new.actor,
-        token=new.token,
-        prev_hash=run.head_hash,
-        hash=event_hash,
-    )
+    # The row's columns but its own hash are what the hash covers: named once, for both.
+    columns = {
+        "run_id": run.pk,
+        "seq": seq,
+        "stage": new.stage,
+        "type": new.type,
+        "inputs": inputs_json,
+        "payload": payload_json,
+        "payload_ref": payload_ref,
+        "artifacts": artifacts_json,
+        "idempotency_key": new.idempotency_key,
+        "actor": new.actor,
+        "token": new.token,
+        "prev_hash": run.head_hash,
+    }
+    row = EventRow(**columns, hash=encoded_event_hash(**columns))
     return row, body
 
 

@@ -47,7 +47,7 @@ class AlreadyApproved(ResumeRefused):
 @dataclass(frozen=True)
 class Approval:
     run: Run
-    action: str
+    mode: ApprovalMode
     branch: Run | None = None
 
     @property
