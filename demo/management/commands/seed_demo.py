@@ -34,8 +34,8 @@ from django.db import connections
 
 from demo import faults, simulators
 from demo_service.process import ServiceClient
-from runs.dashboard import roles
 from runs import enqueue
+from runs.dashboard import roles
 from runs.execution import engine, sweeper
 from runs.models import Run
 
