@@ -299,7 +299,7 @@ def _write(
         return None
     pk, created_at, effect_pk = written
     # The row exists now: the instance is what a query would have returned (from_db, in
-    # EVENT_FIELDS order, is half the cost of Event(**fields) and marks it saved). The row
+    # EVENT_FIELDS order, skips the constructor's per-field work and marks it saved). The row
     # holds the JSON columns as text; the instance holds the values the text encodes.
     event = Event.from_db(
         connection.alias,

@@ -54,9 +54,9 @@ class SQLiteAppend(AppendSQL):
 
     def execute(self, cursor, sql: str, params: Sequence[Any] | None = None) -> Any:
         # Django's SQLite cursor rewrites every statement's %s to ? with a regular expression
-        # on each execution, under three layers of wrappers: on these long statements that
-        # was a sixth of a tool call's time (bench/tool_call.py --profile). The append path's
-        # statements are a fixed set, so each is rewritten once (by Django's own
+        # on each execution, under three layers of wrappers, which on these long statements
+        # is a large share of a tool call (bench/tool_call.py --profile shows it). The append
+        # path's statements are a fixed set, so each is rewritten once (by Django's own
         # convert_query) and executed on the driver's cursor, its errors still translated
         # as Django's are. A connection someone observes (execute_wrapper, DEBUG's query log,
         # assertNumQueries) takes Django's path, so it sees every statement there is. Django
