@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models.functions import Now
 
-from runs import signals
+from runs import ids, signals
 from runs.ledger.leases import LeaseLost
 from runs.ledger.rows import (
     Head,
@@ -158,7 +158,7 @@ def _append_locked(
             if Run.objects.filter(pk=writer.run_id).exists():
                 refused = LeaseLost(writer.run_id, writer.token)
             else:
-                refused = LedgerError(f"run-{writer.run_id} does not exist")
+                refused = LedgerError(f"{ids.run_id(writer.run_id)} does not exist")
         else:
             head = Head(writer.run_id, *row)
             refused = _went_back(writer, known, head) or refusal(head, new)
@@ -251,7 +251,7 @@ class HeadLost(LeaseLost):
     def __init__(self, run_id: int, token: int | None, seq: int, known: int) -> None:
         Exception.__init__(
             self,
-            f"run-{run_id}'s head is at seq {seq}, behind the seq {known} this worker wrote "
+            f"{ids.run_id(run_id)}'s head is at seq {seq}, behind the seq {known} this worker wrote "
             f"under fencing token {token}: its last writes were lost, so nothing more was "
             "written",
         )
