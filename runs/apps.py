@@ -43,3 +43,6 @@ class RunsConfig(AppConfig):
         # The plan first: a notification that links to the run should find it being computed.
         signals.run_stopped.connect(stored_plans.on_run_stopped, dispatch_uid="resumer_plan")
         signals.run_stopped.connect(notify.on_run_stopped, dispatch_uid="resumer_notify")
+        signals.gate_escalating.connect(
+            notify.on_gate_escalating, dispatch_uid="resumer_notify_gate"
+        )

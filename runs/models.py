@@ -62,6 +62,9 @@ class RunStatus(models.TextChoices):
     NEEDS_APPROVAL = "needs_approval", "Needs approval"
     # An operator approved a plan; the next stage is queued.
     RESUMING = "resuming", "Resuming"
+    # A stage asked a human (a review, a confirmation of a call) and stopped before acting:
+    # no lease, no worker, no job in Redis. The answer queues the stage again (runs/gates/).
+    WAITING = "waiting", "Waiting for a decision"
     SUCCEEDED = "succeeded", "Succeeded"
     # Replaced by an upgrade branch; kept read-only for its history.
     SUPERSEDED = "superseded", "Superseded"
@@ -141,7 +144,7 @@ class Run(models.Model):
 
     @classmethod
     def attention_for(cls, status: str, deviated: bool = False) -> int:
-        if status in cls.RESUMABLE or deviated:
+        if status in cls.RESUMABLE or status == RunStatus.WAITING or deviated:
             return 0
         if status in cls.ACTIVE:
             return 1
@@ -154,6 +157,10 @@ class Run(models.Model):
     @property
     def is_resumable(self) -> bool:
         return self.status in self.RESUMABLE
+
+    @property
+    def is_waiting(self) -> bool:
+        return self.status == RunStatus.WAITING
 
     def lineage(self) -> list[Run]:
         """This run and its ancestors, nearest first."""
@@ -186,6 +193,10 @@ class EventType(models.TextChoices):
     # The verdict on resumed work against the approved plan (runs/contract.py).
     PLAN_KEPT = "PLAN_KEPT", "Plan kept"
     PLAN_DEVIATED = "PLAN_DEVIATED", "Plan deviated"
+    # A stage asked a human and the run waits (runs/gates/); the answer, one per person who
+    # answered (a gate may need two), carries who, when, what and the diff.
+    GATE_OPENED = "GATE_OPENED", "Waiting for a decision"
+    HUMAN_ANSWERED = "HUMAN_ANSWERED", "Human answered"
 
 
 class Event(AppendOnlyModel):
@@ -408,6 +419,127 @@ class Lease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} token={self.token} holder={self.holder or '-'}"
+
+
+# --- Gates: a stage asks a human before it acts (runs/gates/) --------------------------------
+
+
+class GateKind(models.TextChoices):
+    # ctx.ask(): a question with a form; the answer is what the form returns.
+    QUESTION = "question", "Question"
+    # A tool that requires a human before its first call: approve, edit or reject the call.
+    CONFIRM = "confirm", "Confirmation of a call"
+
+
+class GateStatus(models.TextChoices):
+    OPEN = "open", "Waiting for an answer"
+    ANSWERED = "answered", "Answered"
+    # Its deadline passed and its on_timeout said to fail the run.
+    EXPIRED = "expired", "Timed out"
+
+
+class GateRole(models.TextChoices):
+    """Who may answer a gate; a supervisor may answer an operator's gate too."""
+
+    OPERATOR = "operator", "Operator"
+    SUPERVISOR = "supervisor", "Supervisor"
+
+
+class Gate(models.Model):
+    """A question a stage asked a human, as the run's events say it: GATE_OPENED opened it,
+    HUMAN_ANSWERED answered it. Derived state, written in the same transaction as its event
+    (runs/ledger/gates.py); the events are the record. `subject` is what was asked about (the
+    question, its form and initial values; for a confirmation the call's request): a stage
+    that runs again asks the same subject once, and a branch whose subject changed asks again."""
+
+    Kind = GateKind
+    Status = GateStatus
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="gates", db_index=False)
+    stage = models.CharField(max_length=64)
+    # The stage's name for the gate ("review"); a confirmation's is its call's id.
+    gate_id = models.CharField(max_length=64)
+    kind = models.CharField(max_length=8, choices=GateKind.choices)
+    subject = models.CharField(max_length=64)
+    # Seq of its GATE_OPENED event, and of the HUMAN_ANSWERED that settled it.
+    seq = models.PositiveIntegerField()
+    answer_seq = models.PositiveIntegerField(null=True, blank=True)
+    question = models.TextField()
+    # The form, described field by field (runs/gates/forms.py), and its initial values.
+    form = models.JSONField(default=list, blank=True)
+    initial = models.JSONField(default=dict, blank=True)
+    # A confirmation's pending call: {tool, policy, target, args, cost, editable, meter}.
+    call = models.JSONField(default=dict, blank=True)
+    role = models.CharField(max_length=12, choices=GateRole.choices, default=GateRole.OPERATOR)
+    quorum = models.PositiveSmallIntegerField(default=1)
+    deadline = models.DateTimeField(null=True, blank=True)
+    # When the escalation role is told that the deadline comes near, and whether it was.
+    escalate_at = models.DateTimeField(null=True, blank=True)
+    escalated = models.BooleanField(default=False)
+    # {"fail": true} or {"answer": {...}}: what the sweeper does at the deadline.
+    on_timeout = models.JSONField(default=dict, blank=True)
+    escalate_to = models.CharField(max_length=12, choices=GateRole.choices, blank=True)
+    status = models.CharField(max_length=8, choices=GateStatus.choices, default=GateStatus.OPEN)
+    answer = models.JSONField(null=True, blank=True)
+    diff = models.JSONField(default=dict, blank=True)
+    answered_by = models.CharField(max_length=150, blank=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+    # Quorum gates: [{"by", "at", "answer"}] of the answers given so far.
+    votes = models.JSONField(default=list, blank=True)
+    # Identical gates (same pipeline, stage, gate, kind and call shape) share it: they can be
+    # answered together (runs/gates/answers.py).
+    shape = models.CharField(max_length=64)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # A subject is asked once per run: a stage that runs again finds its answer here.
+            # Also serves "this run's gates" and the engine's lookup by (run, stage, gate).
+            models.UniqueConstraint(
+                fields=["run", "stage", "gate_id", "subject"], name="gate_subject_unique"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(kind__in=GateKind.values), name="gate_kind_valid"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(status__in=GateStatus.values), name="gate_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(role__in=GateRole.values), name="gate_role_valid"
+            ),
+            models.CheckConstraint(condition=models.Q(quorum__gte=1), name="gate_quorum_positive"),
+            # An answer always says who gave it.
+            models.CheckConstraint(
+                condition=~models.Q(status="answered") | ~models.Q(answered_by=""),
+                name="gate_answered_has_actor",
+            ),
+        ]
+        indexes = [
+            # The inbox's "Waiting for a decision" (open gates, oldest first) and the
+            # sweeper's time-outs and escalations (open gates by deadline).
+            models.Index(fields=["status", "created_at"], name="gate_open_idx"),
+            models.Index(fields=["status", "deadline"], name="gate_deadline_idx"),
+            # Bulk answering: the open gates of one shape.
+            models.Index(fields=["shape", "status"], name="gate_shape_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{ids.run_id(self.run_id)} {self.stage}/{self.gate_id} [{self.status}]"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status == GateStatus.OPEN
+
+    def may_answer(self, roles: frozenset[str] | set[str]) -> bool:
+        """Whether someone holding `roles` may answer: the gate's role, or a supervisor."""
+        return self.role in roles or GateRole.SUPERVISOR in roles
+
+    @property
+    def approved(self) -> bool | None:
+        """A confirmation's verdict (None while open, or for a question)."""
+        if self.kind != GateKind.CONFIRM or self.answer is None:
+            return None
+        return self.answer.get("decision") == "approve"
 
 
 class StoredPlan(models.Model):

@@ -60,7 +60,7 @@ from django.db.models.functions import Now
 from django.urls import reverse
 
 from runs import enqueue
-from runs.models import Delivery, Event, Notification, NotificationRun, Run
+from runs.models import Delivery, Event, Gate, GateRole, Notification, NotificationRun, Run
 
 log = logging.getLogger("runs.notify")
 
@@ -71,6 +71,8 @@ NOTIFY_ON: frozenset[str] = frozenset(
         Run.Status.INTERRUPTED,
         Run.Status.FAILED,
         Run.Status.NEEDS_APPROVAL,
+        # A stage asked a human (runs/gates/).
+        Run.Status.WAITING,
         # Resumed work that departed from its approved plan (runs/contract.py).
         Event.Type.PLAN_DEVIATED,
     }
@@ -139,6 +141,18 @@ def on_run_stopped(
     if reason is None or not channels():
         return
     _join_or_log(run_pk, seq, reason)
+
+
+def on_gate_escalating(sender: Any, gate_pk: int, run_pk: int, **kwargs: Any) -> None:
+    """Receiver of signals.gate_escalating: a gate nobody answered nears its deadline. The run
+    joins a notification again, naming the role it is escalated to. Never raises."""
+    if not channels():
+        return
+    gate = Gate.objects.filter(pk=gate_pk).values_list("seq", "escalate_to").first()
+    if gate is None:
+        return
+    seq, role = gate
+    _join_or_log(run_pk, seq, f"escalated_to_{role or GateRole.SUPERVISOR}")
 
 
 def _join_or_log(run_pk: int, seq: int, reason: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from decimal import Decimal
 from functools import cached_property
 from typing import Any, Protocol
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from runs.models import Checkpoint, Effect, ReplayPolicy, Run
+from runs.models import Checkpoint, Effect, GateRole, ReplayPolicy, Run
 
 KEY_SEPARATOR = "\x1f"
 
@@ -81,6 +82,59 @@ class KeyConflict(ToolRejected):
     a resume of the effect waits for a human."""
 
 
+class CallRejected(ToolRejected):
+    """A human rejected a call that required their confirmation: it was not made. Raised by
+    ctx.call into the stage, which may go on without it; unhandled, the stage fails with the
+    reason."""
+
+    def __init__(self, message: str, *, reason: str = "", by: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.by = by
+
+
+@dataclass(frozen=True)
+class OnTimeout:
+    """What happens when a gate's deadline passes: the `answer` is recorded as given by the
+    time-out, or the run fails with `reason`."""
+
+    answer: dict[str, Any] | None = None
+    fail: bool = False
+    reason: str = ""
+
+    @classmethod
+    def default(cls, answer: dict[str, Any]) -> OnTimeout:
+        return cls(answer=dict(answer))
+
+    @classmethod
+    def failing(cls, reason: str = "nobody answered in time") -> OnTimeout:
+        return cls(fail=True, reason=reason)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.fail:
+            return {"fail": True, "reason": self.reason}
+        return {"answer": self.answer} if self.answer is not None else {}
+
+
+@dataclass(frozen=True)
+class Confirm:
+    """A tool's call needs a human first. `when(ctx, args)` says whether this call does (for
+    example "charges over $100"; always, by default); `editable` names the arguments the
+    reviewer may change. An edited call is made with exactly the edited arguments, under the
+    delivery key of the edited request."""
+
+    when: Callable[[Context, dict[str, Any]], bool] | None = None
+    role: str = GateRole.OPERATOR
+    editable: tuple[str, ...] = ()
+    quorum: int = 1
+    timeout: timedelta | None = None
+    on_timeout: OnTimeout | None = None
+    escalate_to: str = ""
+
+    def required(self, ctx: Context, args: dict[str, Any]) -> bool:
+        return True if self.when is None else bool(self.when(ctx, args))
+
+
 class OutcomeUnknown(Exception):
     """An external call neither confirmed nor refused (a time-out, a dropped connection): the
     engine records the effect's outcome as unknown and never guesses."""
@@ -124,7 +178,28 @@ class Context(Protocol):
 
     def call(self, call_id: str, tool_name: str, **args: Any) -> Any:
         """The only way to a tool: through the effect ledger, under the run's lease. Returns
-        the tool's result, or None for a call a supervisor abandoned."""
+        the tool's result, or None for a call a supervisor abandoned. A tool that requires
+        confirmation stops the run before its first call until a human answers; a rejection
+        raises CallRejected."""
+        ...
+
+    def ask(
+        self,
+        gate_id: str,
+        question: str,
+        *,
+        form: Any = None,
+        initial: dict[str, Any] | None = None,
+        role: str = GateRole.OPERATOR,
+        quorum: int = 1,
+        timeout: timedelta | None = None,
+        on_timeout: OnTimeout | None = None,
+        escalate_to: str = "",
+    ) -> dict[str, Any]:
+        """Ask a human and return their answer (the form's cleaned data, a dict). The first
+        time, the run stops and waits (no worker, no lease); the answer queues the stage
+        again, and this returns the recorded answer without asking again. `form` is a Django
+        form class (default: approve or reject, with notes)."""
         ...
 
 
@@ -144,6 +219,14 @@ class Tool:
     meter: str = ""
     # How a plan names the act ("publish", "charge"): "do not publish again".
     verb: str = "call"
+    # A human confirms each first call (True: always, by an operator).
+    confirm: Confirm | bool | None = None
+
+    @property
+    def confirmation(self) -> Confirm | None:
+        if self.confirm is True:
+            return Confirm()
+        return self.confirm or None
 
     def __post_init__(self) -> None:
         if self.policy != ReplayPolicy.SAFE and self.key is None:
@@ -191,6 +274,8 @@ class Stage:
     tools: tuple[str, ...] = ()
     rules: tuple[Rule, ...] = ()
     calls: tuple[Call, ...] = ()
+    # The gates the stage asks with ctx.ask, for plans before it runs.
+    asks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -9,3 +9,7 @@ from django.dispatch import Signal
 # Receivers (connected in RunsConfig.ready): stored_plans computes the plan, notify tells
 # people.
 run_stopped = Signal()
+
+# A gate's escalation time came (80 % of its timeout) and nobody answered: notify tells the
+# gate's escalation role. Arguments: gate_pk, run_pk.
+gate_escalating = Signal()

@@ -4,6 +4,7 @@ the durable call it inherits (durable_call.py)."""
 
 from __future__ import annotations
 
+from runs.execution.asking import Asking
 from runs.execution.durable_call import DurableCalls
 from runs.execution.hooks import CallHooks
 from runs.ledger import artifacts, leases
@@ -14,9 +15,9 @@ from runs.pipeline import Pipeline
 from runs.planning.contract import Contract, Usage
 
 
-class StageContext(DurableCalls):
-    """What a stage function may do: read its pinned inputs and upstream outputs, and call
-    tools through the effect ledger."""
+class StageContext(DurableCalls, Asking):
+    """What a stage function may do: read its pinned inputs and upstream outputs, call tools
+    through the effect ledger, and ask a human."""
 
     def __init__(
         self,

@@ -13,6 +13,7 @@ recorded too, but need no effect row: they are simply made again.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +35,7 @@ from runs.ledger.effects import (
 )
 from runs.ledger.exchanges import exchanges_payload, recording
 from runs.models import Effect, Event, ReplayPolicy, Run
-from runs.pipeline import KeyConflict, Pipeline, Stage, Tool, ToolRejected
+from runs.pipeline import KeyConflict, KeyParts, Pipeline, Stage, Tool, ToolRejected
 from runs.planning import contract
 from runs.planning.contract import Contract, Usage
 from runs.planning.replay import Action, Decision, decide_on, first_action
@@ -71,6 +72,8 @@ class DurableCalls:
     deviated: bool
     usage: Usage
     _spec: Stage
+    # Asking._confirmed, which StageContext inherits beside these calls.
+    _confirmed: Callable[[str, Tool, dict[str, Any]], tuple[dict[str, Any], KeyParts | None]]
 
     def call(self, call_id: str, tool_name: str, **args: Any) -> Any:
         if tool_name not in self._spec.tools:
@@ -122,7 +125,12 @@ class DurableCalls:
     # Calls with an effect -----------------------------------------------------------------
 
     def _call_effect(self, call_id: str, tool: Tool, args: dict[str, Any]) -> Any:
-        parts = tool.key(self, args)
+        edited = None
+        if tool.confirmation is not None:
+            # Before anything is decided or written: a first call that needs a human stops
+            # the run here, with nothing done (asking.py).
+            args, edited = self._confirmed(call_id, tool, args)
+        parts = edited or tool.key(self, args)
         key = parts.key
         req_hash = request_hash(tool.name, args)
         fields = {

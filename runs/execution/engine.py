@@ -23,6 +23,7 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from runs import enqueue as enqueuing  # start_run takes an `enqueue` flag
+from runs.execution.asking import StageWaiting
 from runs.execution.context import StageContext
 from runs.execution.durable_call import StageStopped
 from runs.execution.hooks import CallHooks
@@ -47,6 +48,8 @@ class Outcome(StrEnum):
     NOTHING_TO_DO = "nothing-to-do"
     # The run stopped for a human or with an unknown outcome (its event says why).
     STOPPED = "stopped"
+    # The stage asked a human (GATE_OPENED): the run waits, without a worker or a lease.
+    WAITING = "waiting"
     # The lease was taken over mid-stage; this worker wrote nothing after that.
     LEASE_LOST = "lease-lost"
     # The stage function raised, or returned something else than a StageOutput.
@@ -122,6 +125,9 @@ def execute(
             return Outcome.NOTHING_TO_DO
         heartbeat.start()
         return _run_stage(writer, held, run, stage_name, hooks or CallHooks())
+    except StageWaiting as exc:
+        log.info("run-%s in %s: %s", run_pk, stage_name, exc)
+        return Outcome.WAITING
     except StageStopped as exc:
         log.info("run-%s stopped in %s: %s", run_pk, stage_name, exc)
         return Outcome.STOPPED

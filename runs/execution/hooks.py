@@ -1,6 +1,7 @@
 """Call hooks: code a deployment runs around every tool call a stage makes.
 
-The engine calls `before_call` once the call's intent is recorded and before the call is
+The engine calls `before_ask` right before a gate opens and `after_answer` when a stage that
+runs again finds a gate's recorded answer (runs/execution/asking.py). It calls `before_call` once the call's intent is recorded and before the call is
 made, and `after_call` once the call returned and before its result is recorded. Whatever
 `after_call` raises counts as the call's own failure: for an effect, the engine records its
 outcome as unknown (raise `runs.pipeline.OutcomeUnknown` for "the answer never arrived").
@@ -29,6 +30,12 @@ class CallHooks:
 
     def after_call(self, ctx: Context, call_id: str, result: Any) -> None:
         pass
+
+    def before_ask(self, ctx: Context, gate_id: str) -> None:
+        """Before a gate opens (GATE_OPENED not written yet)."""
+
+    def after_answer(self, ctx: Context, gate_id: str, answer: dict[str, Any]) -> None:
+        """A stage that runs again found the gate's recorded answer, before it acts on it."""
 
 
 def installed() -> CallHooks:

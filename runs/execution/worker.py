@@ -23,6 +23,7 @@ from rq.worker import SimpleWorker
 
 from runs import notify
 from runs.execution import sweeper
+from runs.gates import timeouts as gate_timeouts
 
 log = logging.getLogger("runs.worker")
 
@@ -42,6 +43,7 @@ class SweeperThread(threading.Thread):
     def run(self) -> None:
         steps = [
             ("sweep", sweeper.sweep),
+            ("gate time-outs", gate_timeouts.sweep),
             ("notification close", notify.close_due),
             ("scheduled jobs", self.release_scheduled),
         ]

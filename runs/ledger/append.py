@@ -205,10 +205,14 @@ def _remember(
 
 
 def _after_append(event: Event, head: Head, new: NewEvent) -> None:
-    """A run that stopped where a human resolves it, or whose resumed work departed from its
-    plan, is announced once the append's transaction commits (signals.run_stopped): its plan
+    """A run that stopped where a human resolves it (or waits for one at a gate), or whose
+    resumed work departed from its plan, is announced once the append's transaction commits (signals.run_stopped): its plan
     is computed then, and people are told. The ledger does not know who listens."""
-    if new.status in Run.RESUMABLE or new.run_fields.get("deviated"):
+    if (
+        new.status in Run.RESUMABLE
+        or new.status == Run.Status.WAITING
+        or new.run_fields.get("deviated")
+    ):
         announce_stop(
             head.pk,
             new.status,

@@ -109,14 +109,19 @@ class Contract:
     promised: Usage
     # The seq of the event that carries it: the resumed work is everything after it.
     seq: int = 0
+    # "stage/gate_id" -> "use-answer" (its answer is recorded: never asked again) or "ask".
+    gates: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_plan(cls, fingerprint: str, mode: str, effects: list[Any], cost: Any) -> Contract:
+    def from_plan(
+        cls, fingerprint: str, mode: str, effects: list[Any], cost: Any, gates: list[Any] = ()
+    ) -> Contract:
         return cls(
             fingerprint=fingerprint,
             mode=mode,
             lines={f"{e.stage}/{e.call_id}": str(e.action) for e in effects},
             promised=Usage(dict(cost.calls), dict(cost.queries), Decimal(cost.money)),
+            gates={f"{g.stage}/{g.gate_id}": str(g.action) for g in gates},
         )
 
     def to_payload(self) -> dict[str, Any]:
@@ -125,6 +130,7 @@ class Contract:
             "mode": self.mode,
             "lines": self.lines,
             "promised": self.promised.to_dict(),
+            **({"gates": self.gates} if self.gates else {}),
         }
 
     @classmethod
@@ -135,6 +141,7 @@ class Contract:
             lines=dict(data["lines"]),
             promised=Usage.from_dict(data["promised"]),
             seq=seq,
+            gates=dict(data.get("gates", {})),
         )
 
     def difference(self, stage: str, call_id: str, tool: str, policy: str, action: str) -> Difference | None:  # fmt: skip
@@ -205,13 +212,18 @@ def active(run: Run) -> tuple[Contract | None, bool]:
     return Contract.from_payload(payload["contract"], seq), deviated
 
 
+# Events that record what a stage attempt used: VERIFIED for the attempt that verified, and
+# GATE_OPENED for one that stopped to ask a human (its stage runs again after the answer, and
+# reuses what it made before the gate, so nothing is counted twice).
+USAGE_CARRIERS = (Event.Type.VERIFIED, Event.Type.GATE_OPENED)
+
+
 def used_since(run: Run, contract: Contract) -> Usage:
-    """What the resumed work's verified stages used (each VERIFIED event records its stage's
-    usage; a stage that stopped before verifying records it in the event that stopped it)."""
+    """What the resumed work's stage attempts used, summed from the events that record it."""
     total = Usage()
-    rows = Event.objects.filter(
-        run=run, seq__gt=contract.seq, type=Event.Type.VERIFIED
-    ).values_list("payload", "payload_ref")
+    rows = Event.objects.filter(run=run, seq__gt=contract.seq, type__in=USAGE_CARRIERS).values_list(
+        "payload", "payload_ref"
+    )
     for payload, payload_ref in rows:
         if payload_ref:
             payload = json.loads(artifacts.read(payload_ref))

@@ -49,7 +49,7 @@ from typing import Any
 
 from runs.ledger.exchanges import Exchange, ExchangeOutcome
 from runs.models import ReplayPolicy
-from runs.pipeline import Context, KeyParts, Tool
+from runs.pipeline import Confirm, Context, KeyParts, Tool
 from runs.tools.http_errors import (
     HttpRejected,
     HttpToolError,
@@ -100,6 +100,7 @@ def http_tool(
     cost: Decimal = Decimal(0),
     meter: str = "",
     verb: str = "call",
+    confirm: Confirm | bool | None = None,
 ) -> Tool:
     """Declare a tool that calls a JSON API. `url` (and a Lookup's url) is a template over
     the call's arguments and {key}; a relative one is joined to `base_url` (a string, or a
@@ -136,6 +137,7 @@ def http_tool(
         cost=cost,
         meter=meter,
         verb=verb,
+        confirm=confirm,
     )
 
 

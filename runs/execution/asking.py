@@ -1,0 +1,214 @@
+"""How a stage asks a human (StageContext inherits it): `ask()` for a question, and the
+confirmation a tool requires before its first call, which the durable call asks here before
+any intent is written, so nothing has happened when the run stops.
+
+    decide (gates.decision: the recorded answer for this subject, or ask) → hold it against
+    the approved plan → use the recorded answer, or open the gate (GATE_OPENED, the run
+    *waiting*) and stop the stage: the worker and the lease are free until the answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from runs.execution.durable_call import StageStopped, request_hash
+from runs.execution.hooks import CallHooks
+from runs.gates import forms
+from runs.gates.decision import GateAction, call_subject, decide, question_subject, shape
+from runs.ledger import effects
+from runs.ledger import gates as gate_rows
+from runs.ledger.append import Writer
+from runs.ledger.chain import digest
+from runs.models import Gate, GateKind, GateRole, Run
+from runs.pipeline import CallRejected, KeyParts, OnTimeout, Pipeline, Tool
+from runs.planning.contract import Contract, Usage
+
+
+class StageWaiting(StageStopped):
+    """The stage asked a human: GATE_OPENED is written and the run waits for the answer."""
+
+
+class Asking:
+    """The gates of a StageContext (which inherits them)."""
+
+    writer: Writer
+    run: Run
+    pipeline: Pipeline
+    stage: str
+    hooks: CallHooks
+    contract: Contract | None
+    deviated: bool
+    usage: Usage
+
+    def ask(
+        self,
+        gate_id: str,
+        question: str,
+        *,
+        form: Any = None,
+        initial: dict[str, Any] | None = None,
+        role: str = GateRole.OPERATOR,
+        quorum: int = 1,
+        timeout: timedelta | None = None,
+        on_timeout: OnTimeout | None = None,
+        escalate_to: str = "",
+    ) -> dict[str, Any]:
+        spec = forms.describe(form or forms.DecisionForm)
+        shown = forms.jsonable(dict(initial or {}))
+        subject = question_subject(question, spec, shown)
+        gate = gate_rows.find(self.run, self.stage, gate_id, subject)
+        if self._decided(gate_id, gate) == GateAction.USE_ANSWER:
+            return dict(gate.answer)
+        _check_timeout(spec, shown, timeout, on_timeout)
+        self._open(
+            gate_id,
+            {
+                "kind": GateKind.QUESTION,
+                "subject": subject,
+                "question": question,
+                "form": spec,
+                "initial": shown,
+                "call": {},
+            },
+            role=role,
+            quorum=quorum,
+            timeout=timeout,
+            on_timeout=on_timeout,
+            escalate_to=escalate_to,
+        )
+
+    def _confirmed(
+        self, call_id: str, tool: Tool, args: dict[str, Any]
+    ) -> tuple[dict[str, Any], KeyParts | None]:
+        """The arguments the call goes on with, once a human confirmed it, and its key parts
+        when a reviewer edited them (a new revision: the edited request's own key). Opens the
+        gate (StageWaiting) before a first call that needs it; raises CallRejected for a
+        rejected one. A call already attempted (its key has an effect) is not asked about:
+        confirmation is before the first call, and replay decides the rest."""
+        confirm = tool.confirmation
+        subject = call_subject(request_hash(tool.name, args))
+        gate = gate_rows.find(self.run, self.stage, call_id, subject)
+        if gate is not None and gate.status == Gate.Status.ANSWERED:
+            self._decided(call_id, gate)
+            return self._apply(call_id, tool, gate, args)
+        parts = tool.key(self, args)
+        if effects.find(parts.key) is not None or not confirm.required(self, args):
+            return args, None
+        self._decided(call_id, gate)
+        call = {
+            "tool": tool.name,
+            "policy": str(tool.policy),
+            "target": parts.target,
+            "args": args,
+            "cost": str(tool.cost),
+            "meter": tool.meter,
+            "verb": tool.verb,
+            "editable": [name for name in confirm.editable if name in args],
+        }
+        self._open(
+            call_id,
+            {
+                "kind": GateKind.CONFIRM,
+                "subject": subject,
+                "question": f"Confirm before {tool.verb}: {tool.name} ({call_id})",
+                "form": forms.confirmation_spec(call),
+                "initial": forms.confirmation_initial(call),
+                "call": call,
+            },
+            role=confirm.role,
+            quorum=confirm.quorum,
+            timeout=confirm.timeout,
+            on_timeout=confirm.on_timeout,
+            escalate_to=confirm.escalate_to,
+        )
+
+    def _apply(
+        self, call_id: str, tool: Tool, gate: Gate, args: dict[str, Any]
+    ) -> tuple[dict[str, Any], KeyParts | None]:
+        answer = gate.answer or {}
+        if answer.get("decision") != forms.APPROVE:
+            reason = answer.get("reason") or "no reason given"
+            raise CallRejected(
+                f"{tool.name} ({call_id}) was rejected by {gate.answered_by}: {reason}",
+                reason=reason,
+                by=gate.answered_by,
+            )
+        edited = answer.get("args") or args
+        if edited == args:
+            return args, None
+        parts = tool.key(self, edited)
+        # An edited request is a new revision of the delivery: its own key, so it can never
+        # be taken for the request the stage asked about (or reuse that one's outcome).
+        return edited, replace(parts, revision=f"{parts.revision}+edit-{digest(edited)[:12]}")
+
+    def _decided(self, gate_id: str, gate: Gate | None) -> GateAction:
+        """The gate's decision, held against the approved plan: asking again a gate the plan
+        said was answered is a departure from it (asking is not an outside act, so the run
+        is not stopped for it; it is recorded). A recorded answer is handed to the hooks."""
+        decision = decide(gate)
+        planned = self.contract.gates.get(f"{self.stage}/{gate_id}") if self.contract else None
+        if (
+            decision.action == GateAction.ASK
+            and planned == GateAction.USE_ANSWER
+            and not self.deviated
+        ):
+            self.deviate(
+                f"gate {self.stage}/{gate_id}: the plan said its answer was recorded, the engine "
+                "found none and asked again"
+            )
+        if decision.action == GateAction.USE_ANSWER:
+            self.hooks.after_answer(self, gate_id, dict(gate.answer or {}))
+        return decision.action
+
+    def _open(
+        self,
+        gate_id: str,
+        fields: dict[str, Any],
+        *,
+        role: str,
+        quorum: int,
+        timeout: timedelta | None,
+        on_timeout: OnTimeout | None,
+        escalate_to: str,
+    ) -> None:
+        if role not in GateRole.values or (escalate_to and escalate_to not in GateRole.values):
+            raise ValueError(f"a gate's role is one of {', '.join(GateRole.values)}")
+        if quorum < 1:
+            raise ValueError("a gate's quorum is at least 1")
+        self.hooks.before_ask(self, gate_id)
+        gate_rows.open_gate(
+            self.writer,
+            self.run,
+            self.stage,
+            {
+                "gate_id": gate_id,
+                **fields,
+                "role": role,
+                "quorum": quorum,
+                "on_timeout": on_timeout.to_dict() if on_timeout else {},
+                "escalate_to": escalate_to,
+                "timeout": timeout.total_seconds() if timeout else None,
+                "shape": shape(
+                    self.pipeline.name, self.stage, gate_id, fields["kind"], fields["call"]
+                ),
+            },
+            usage=self.usage.to_dict(),
+        )
+        raise StageWaiting(f"waiting for a human at {self.stage}/{gate_id}")
+
+
+def _check_timeout(
+    spec: list[dict[str, Any]],
+    shown: dict[str, Any],
+    timeout: timedelta | None,
+    on_timeout: OnTimeout | None,
+) -> None:
+    """A default answer must be one the form accepts: the time-out records it as an answer."""
+    if on_timeout is not None and timeout is None:
+        raise ValueError("on_timeout needs a timeout")
+    if on_timeout is not None and on_timeout.answer is not None:
+        form = forms.build(spec, shown, data=on_timeout.answer)
+        if not form.is_valid():
+            raise ValueError(f"on_timeout's answer does not fit the form: {form.errors.as_text()}")

@@ -1,0 +1,17 @@
+"""Gates: a run asks a human before it acts, and waits without a worker.
+
+Two primitives reach here from the pipeline API: `ctx.ask()` (a question with a form) and a
+tool's `confirm` (a human approves, edits or rejects a call before its first attempt). A gate
+opens with GATE_OPENED (the run *waiting*: no lease, no ticket, no job), is answered with
+HUMAN_ANSWERED (which queues the stage again by ticket), and a stage that runs again finds
+the recorded answer and never asks twice.
+
+    forms.py      a Django form described as data (what the event records), rebuilt for the
+                  page, and the diff of an answer against what was shown
+    decision.py   the one decision about a gate (ask, or use the recorded answer), what a gate
+                  is about (its subject) and its shape; the engine and the planner both call it
+    answers.py    answering: who may, compare-and-set, quorum, the stage queued again; in bulk
+    timeouts.py   the sweeper's step: a deadline applies on_timeout; escalation before it
+
+May import: ledger, models, pipeline, enqueue, signals.
+"""

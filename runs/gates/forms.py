@@ -1,0 +1,159 @@
+"""The form of a gate, as data. A stage asks with a Django form class; the event records the
+form described field by field (`describe`), so the page that answers it (in another process,
+perhaps days later) rebuilds the same form (`build`) and validates the answer with Django's
+own fields. Only the field types below are described: what a reviewer fills in."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django import forms
+
+# Django field class <-> the type word the description records.
+FIELD_TYPES: dict[str, type[forms.Field]] = {
+    "text": forms.CharField,
+    "choice": forms.ChoiceField,
+    "boolean": forms.BooleanField,
+    "integer": forms.IntegerField,
+    "decimal": forms.DecimalField,
+}
+APPROVE, REJECT, REQUEST_CHANGES = "approve", "reject", "request_changes"
+
+
+class DecisionForm(forms.Form):
+    """What ctx.ask() asks when the stage gives no form: approve or reject, with notes."""
+
+    decision = forms.ChoiceField(choices=[(APPROVE, "Approve"), (REJECT, "Reject")])
+    notes = forms.CharField(required=False, widget=forms.Textarea, max_length=2000)
+
+
+def _type_of(field: forms.Field) -> str:
+    # Most specific first: a TypedChoiceField is a ChoiceField, a BooleanField is not text.
+    for name in ("choice", "boolean", "integer", "decimal", "text"):
+        if isinstance(field, FIELD_TYPES[name]):
+            return name
+    raise TypeError(
+        f"a gate's form field must be one of {', '.join(FIELD_TYPES)} "
+        f"(Django's CharField, ChoiceField, ...), not {type(field).__name__}"
+    )
+
+
+def describe(form_class: type[forms.Form]) -> list[dict[str, Any]]:
+    """The form class as the event records it: one dict per field, in the form's order."""
+    fields = []
+    for name, field in form_class.base_fields.items():
+        kind = _type_of(field)
+        spec: dict[str, Any] = {
+            "name": name,
+            "type": kind,
+            "label": str(field.label or name.replace("_", " ").capitalize()),
+            "required": bool(field.required),
+            "help": str(field.help_text or ""),
+        }
+        if kind == "choice":
+            spec["choices"] = [[str(v), str(label)] for v, label in field.choices]
+        if kind == "text":
+            spec["multiline"] = isinstance(field.widget, forms.Textarea)
+            spec["max_length"] = field.max_length
+        if field.initial is not None:
+            spec["initial"] = jsonable(field.initial)
+        fields.append(spec)
+    return fields
+
+
+def _field(spec: dict[str, Any]) -> forms.Field:
+    common = {"label": spec["label"], "required": spec["required"], "help_text": spec["help"]}
+    kind = spec["type"]
+    if kind == "choice":
+        return forms.ChoiceField(choices=[tuple(c) for c in spec["choices"]], **common)
+    if kind == "text":
+        widget = forms.Textarea(attrs={"rows": 8}) if spec.get("multiline") else None
+        return forms.CharField(max_length=spec.get("max_length"), widget=widget, **common)
+    return FIELD_TYPES[kind](**common)
+
+
+def build(
+    spec: list[dict[str, Any]], initial: dict[str, Any], data: Any = None, prefix: str = ""
+) -> forms.Form:
+    """The form the description describes, bound to `data` when given; `initial` are the
+    values the stage showed (they win over the fields' own)."""
+    fields = {s["name"]: _field(s) for s in spec}
+    shown = {s["name"]: s["initial"] for s in spec if "initial" in s} | dict(initial)
+    form_class = type("GateForm", (forms.Form,), fields)
+    return form_class(data=data, initial=shown, prefix=prefix or None)
+
+
+def jsonable(value: Any) -> Any:
+    """What a form's cleaned value is in JSON (an answer is an event payload)."""
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
+    """{name: [shown, answered]} for every value the answer changed."""
+    return {
+        name: [before.get(name), after[name]]
+        for name in sorted(after)
+        if name in before and jsonable(before[name]) != jsonable(after[name])
+    }
+
+
+def confirmation_spec(call: dict[str, Any]) -> list[dict[str, Any]]:
+    """The form of a confirmation: the decision, a reason, and the call's editable arguments
+    (text fields holding their JSON-less value; their type is kept by `edited_args`)."""
+    spec = describe(ConfirmForm)
+    for name in call.get("editable", []):
+        spec.append(
+            {
+                "name": f"arg_{name}",
+                "type": "text",
+                "label": f"{name}",
+                "required": True,
+                "help": "editable: the call is made with what you enter here",
+                "multiline": len(str(call["args"].get(name, ""))) > 80,
+                "max_length": None,
+            }
+        )
+    return spec
+
+
+class ConfirmForm(forms.Form):
+    decision = forms.ChoiceField(choices=[(APPROVE, "Approve the call"), (REJECT, "Reject it")])
+    reason = forms.CharField(
+        required=False,
+        max_length=2000,
+        help_text="required when you reject: the stage is told why",
+    )
+
+
+def confirmation_initial(call: dict[str, Any]) -> dict[str, Any]:
+    return {"decision": APPROVE} | {
+        f"arg_{name}": call["args"].get(name, "") for name in call.get("editable", [])
+    }
+
+
+def edited_args(call: dict[str, Any], cleaned: dict[str, Any]) -> dict[str, Any]:
+    """The call's arguments with the reviewer's edits; an edit keeps the argument's type (a
+    number stays a number when what was entered reads as one)."""
+    args = dict(call["args"])
+    for name in call.get("editable", []):
+        entered = cleaned.get(f"arg_{name}")
+        if entered is None:
+            continue
+        original = args.get(name)
+        if isinstance(original, bool) or not isinstance(original, int | float):
+            args[name] = entered
+            continue
+        try:
+            args[name] = type(original)(entered)
+        except ValueError:
+            raise forms.ValidationError(f"{name} must be a number like {original}") from None
+    return args

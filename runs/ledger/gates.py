@@ -1,0 +1,157 @@
+"""The gate rows' writes, each riding with its event in one transaction: GATE_OPENED opens
+(or re-opens) a gate and moves the run to *waiting*; HUMAN_ANSWERED records one person's
+answer, and the last one a gate needs queues its stage again. The events are the record; the
+rows are what the engine, the planner and the pages look gates up by."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import DateTimeField, ExpressionWrapper, Value
+from django.db.models.functions import Now
+
+from runs.ledger.append import Writer, append
+from runs.models import Event, Gate, GateStatus, Run
+
+
+def find(run: Run, stage: str, gate_id: str, subject: str) -> Gate | None:
+    """The run's gate for this subject; else, on a branch, an ancestor's answer to the same
+    subject (the branch did not change what was asked, so the answer still holds)."""
+    own = Gate.objects.filter(run=run, stage=stage, gate_id=gate_id, subject=subject).first()
+    if own is not None or run.parent_id is None:
+        return own
+    ancestors = [r.pk for r in run.lineage()[1:]]
+    return (
+        Gate.objects.filter(
+            run_id__in=ancestors,
+            stage=stage,
+            gate_id=gate_id,
+            subject=subject,
+            status=GateStatus.ANSWERED,
+        )
+        .order_by("-id")
+        .first()
+    )
+
+
+def _from_now(seconds: float | None):
+    if seconds is None:
+        return None
+    # The database's clock, like leases: every process agrees on when a deadline passes.
+    return ExpressionWrapper(Now() + Value(timedelta(seconds=seconds)), DateTimeField())
+
+
+def open_gate(writer: Writer, run: Run, stage: str, fields: dict[str, Any], *, usage: dict) -> Gate:
+    """GATE_OPENED and the gate row in one transaction; the run waits, holding no ticket.
+    `fields` are the row's (gate_id, kind, subject, question, form, initial, call, role,
+    quorum, on_timeout, escalate_to, shape) and `timeout` in seconds or None. `usage` is what
+    the stage used before it stopped: resumed work is held against its plan with it."""
+    fields = dict(fields)
+    timeout = fields.pop("timeout", None)
+    with transaction.atomic():
+        event = append(
+            writer,
+            Event.Type.GATE_OPENED,
+            stage=stage,
+            payload={
+                "gate": fields["gate_id"],
+                **{k: v for k, v in fields.items() if k not in ("gate_id", "shape")},
+                "timeout_seconds": timeout,
+                "usage": usage,
+            },
+            status=Run.Status.WAITING,
+            ticket="",
+            queued_at=None,
+        )
+        values = {
+            **fields,
+            "seq": event.seq,
+            "status": GateStatus.OPEN,
+            "deadline": _from_now(timeout),
+            "escalate_at": _from_now(timeout * 0.8 if timeout else None),
+            "escalated": False,
+            "answer": None,
+            "diff": {},
+            "answered_by": "",
+            "answered_at": None,
+            "answer_seq": None,
+            "votes": [],
+        }
+        gate, _ = Gate.objects.update_or_create(
+            run=run,
+            stage=stage,
+            gate_id=fields["gate_id"],
+            subject=fields["subject"],
+            defaults=values,
+        )
+    return gate
+
+
+def record_answer(
+    writer: Writer,
+    gate: Gate,
+    answer: dict[str, Any],
+    diff: dict[str, Any],
+    *,
+    final: bool,
+    ticket: str = "",
+) -> Event:
+    """HUMAN_ANSWERED for one person's answer, inside the caller's transaction (which holds
+    the run's and the gate's locks). A final answer settles the gate and queues its stage
+    under `ticket`; a vote towards a quorum leaves the run waiting."""
+    votes = [*gate.votes, {"by": writer.actor, "answer": answer}]
+    run_moves: dict[str, Any] = (
+        {
+            "status": Run.Status.RUNNING,
+            "current_stage": gate.stage,
+            "ticket": ticket,
+            "queued_at": Now(),
+        }
+        if final
+        else {}
+    )
+    event = append(
+        writer,
+        Event.Type.HUMAN_ANSWERED,
+        stage=gate.stage,
+        payload={
+            "gate": gate.gate_id,
+            "kind": gate.kind,
+            "subject": gate.subject,
+            "by": writer.actor,
+            "answer": answer,
+            "diff": diff,
+            "final": final,
+            "votes": len(votes),
+            "quorum": gate.quorum,
+        },
+        **run_moves,
+    )
+    gate.votes = votes
+    if final:
+        gate.status = GateStatus.ANSWERED
+        gate.answer = answer
+        gate.diff = diff
+        gate.answered_by = writer.actor
+        gate.answered_at = event.created_at
+        gate.answer_seq = event.seq
+    gate.save()
+    return event
+
+
+def expire(writer: Writer, gate: Gate, reason: str) -> Event:
+    """The gate's deadline passed and its on_timeout fails the run: FAILED with the reason,
+    inside the caller's transaction."""
+    event = append(
+        writer,
+        Event.Type.FAILED,
+        stage=gate.stage,
+        payload={"error": reason, "gate": gate.gate_id, "timed_out": True},
+        status=Run.Status.FAILED,
+    )
+    gate.status = GateStatus.EXPIRED
+    gate.answer_seq = event.seq
+    gate.save(update_fields=["status", "answer_seq"])
+    return event
