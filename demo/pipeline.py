@@ -25,12 +25,15 @@ import re
 from decimal import Decimal
 from typing import Any
 
+from django import forms
 from django.conf import settings
 
 from demo import simulators as sim
-from runs.models import ReplayPolicy
+from runs.models import GateRole, ReplayPolicy
 from runs.pipeline import (
     Call,
+    CallRejected,
+    Confirm,
     Context,
     Input,
     InvalidInput,
@@ -88,6 +91,11 @@ def _nonempty(name: str):
     return validate
 
 
+def _on_off(value: str, pinned: dict[str, str]) -> None:
+    if value not in ("on", "off"):
+        raise InvalidInput(f"review must be on or off, not {value!r}")
+
+
 INPUTS = (
     Input(
         "topic",
@@ -104,7 +112,35 @@ INPUTS = (
     ),
     Input("account", _constant("acct-42"), _nonempty("account"), versioned=False),
     Input("platform", _constant("devblog"), _nonempty("platform"), versioned=False),
+    Input(
+        "review",
+        _constant("off"),
+        _on_off,
+        versioned=False,
+        help="on: an operator reviews the article before it is published, and a supervisor "
+        "confirms the promotion charge",
+    ),
 )
+
+
+def _reviewed(ctx: Context, args: dict | None = None) -> bool:
+    return ctx.run.inputs.get("review") == "on"
+
+
+class ReviewForm(forms.Form):
+    """The editorial review before publish: approve (the title and body as edited here are
+    what is published), or request changes with notes."""
+
+    decision = forms.ChoiceField(
+        choices=[("approve", "Approve and publish"), ("request_changes", "Request changes")]
+    )
+    title = forms.CharField(max_length=100)
+    body = forms.CharField(widget=forms.Textarea)
+    notes = forms.CharField(required=False, widget=forms.Textarea, max_length=2000)
+
+
+class ChangesRequested(Exception):
+    """The reviewer sent the article back: the stage fails with their notes."""
 
 
 # --- tools -----------------------------------------------------------------------------------
@@ -244,6 +280,9 @@ TOOLS = (
         cost=PROMOTION_FEE,
         meter="charge",
         verb="charge",
+        # Money: a supervisor confirms the charge (and may change the amount) before it is
+        # made, on runs started with review=on.
+        confirm=Confirm(when=_reviewed, role=GateRole.SUPERVISOR, editable=("amount",)),
     ),
 )
 
@@ -310,37 +349,61 @@ def prefill(ctx: Context) -> StageOutput:
     )
 
 
+def _review(ctx: Context, title: str, body: str) -> tuple[str, str]:
+    """The reviewer's title and body (as they edited them), or ChangesRequested."""
+    if not _reviewed(ctx):
+        return title, body
+    answer = ctx.ask(
+        "review",
+        "Publish this article? Edit the title or the body if needed.",
+        form=ReviewForm,
+        initial={"decision": "approve", "title": title, "body": body},
+        role=GateRole.OPERATOR,
+    )
+    if answer["decision"] != "approve":
+        raise ChangesRequested(f"the reviewer requested changes: {answer.get('notes') or '-'}")
+    return answer["title"], answer["body"]
+
+
 def publish(ctx: Context) -> StageOutput:
     form = ctx.upstream("prefill").outputs["form"]
     draft_cp = ctx.upstream("draft")
-    body = ctx.upstream_artifact("draft", "draft").decode()
+    title, body = _review(ctx, form["title"], ctx.upstream_artifact("draft", "draft").decode())
     inputs = ctx.run.inputs
     article = ctx.call(
         "publish",
         "publish_article",
         account=inputs["account"],
         platform=inputs["platform"],
-        title=form["title"],
+        title=title,
         body=body,
         cover_url=form["cover_url"],
         draft_id=draft_cp.outputs["draft_id"],
-        revision=draft_cp.outputs["revision"],
-        content_hash=content_hash(form["title"], body),
+        # What is published is the revision: the draft's, unless the reviewer edited it.
+        revision="r-" + content_hash(title, body)[:12],
+        content_hash=content_hash(title, body),
     )
-    charge = ctx.call(
-        "promote-charge",
-        "charge_card",
-        account=inputs["account"],
-        amount=str(PROMOTION_FEE),
-        article=article["external_id"],
-    )
+    try:
+        charge = ctx.call(
+            "promote-charge",
+            "charge_card",
+            account=inputs["account"],
+            amount=str(PROMOTION_FEE),
+            article=article["external_id"],
+        )
+        declined = ""
+    except CallRejected as exc:
+        # The supervisor said no: the article stays published, without its promotion.
+        charge, declined = None, exc.reason
     return StageOutput(
         outputs={
             "article_id": article["external_id"],
             "url": article["url"],
+            "title": title,
             "charge_id": charge["external_id"] if charge else "",
             # A supervisor may abandon the promotion charge; ctx.call then returns None.
-            "charge": "charged" if charge else "abandoned",
+            "charge": "charged" if charge else ("declined" if declined else "abandoned"),
+            **({"declined": declined} if declined else {}),
         }
     )
 
@@ -348,7 +411,7 @@ def publish(ctx: Context) -> StageOutput:
 def _charge_settled(out: StageOutput) -> bool:
     if out.outputs["charge"] == "charged":
         return out.outputs["charge_id"].startswith("ch-")
-    return out.outputs["charge"] == "abandoned" and not out.outputs["charge_id"]
+    return out.outputs["charge"] in ("abandoned", "declined") and not out.outputs["charge_id"]
 
 
 def _images(out: StageOutput) -> list[bytes]:
@@ -428,6 +491,7 @@ content_pipeline = Pipeline(
             "publish",
             publish,
             tools=("publish_article", "charge_card"),
+            asks=("review",),
             calls=(
                 Call("publish", "publish_article"),
                 Call("promote-charge", "charge_card"),
