@@ -8,6 +8,10 @@ FaultHooks, the call hooks settings.RESUMER_CALL_HOOKS installs (see runs/hooks.
 
     crash    "stage/call/before|after"  the worker dies by SIGKILL there, the way an OOM kill
                                         or a lost machine ends it: no cleanup, no last write
+             "stage/gate/before-ask|after-answer"   or around a gate (a question the stage
+                                        asks, or a call's confirmation, named by its call):
+                                        before it opens, or when the stage runs again and
+                                        finds its recorded answer
     timeout  "stage/call/after"         the call happens, its answer never arrives
     stall    {"stage/call": seconds}    sleep before that call (its intent already recorded)
     delay    seconds                    sleep before every call, to watch a run live
@@ -49,6 +53,7 @@ from runs.tools.http import spec_of
 log = logging.getLogger("demo.faults")
 
 WHEN = ("before", "after")
+GATE_WHEN = ("before-ask", "after-answer")
 KINDS = ("crash", "timeout", "stall", "delay", "network")
 MAX_DELAY = 60
 MAX_STALL = 3600
@@ -80,6 +85,8 @@ class CallPoint:
         stage, call, when = parts
         if stage not in pipeline.stage_names:
             raise InvalidInput(f"{kind} point: unknown stage {stage!r}")
+        if kind == "crash" and when in GATE_WHEN:
+            return cls._gate(pipeline, stage, call, when)
         known_calls = {c.call_id for c in pipeline.stage(stage).calls}
         if call not in known_calls:
             raise InvalidInput(
@@ -89,6 +96,19 @@ class CallPoint:
         if when not in WHEN:
             raise InvalidInput(f"{kind} point: {when!r} is neither 'before' nor 'after'")
         return cls(stage, call, when)
+
+    @classmethod
+    def _gate(cls, pipeline: Pipeline, stage: str, gate: str, when: str) -> CallPoint:
+        spec = pipeline.stage(stage)
+        gates = set(spec.asks) | {
+            c.call_id for c in spec.calls if pipeline.tool(c.tool).confirmation is not None
+        }
+        if gate not in gates:
+            raise InvalidInput(
+                f"crash point: stage {stage} has no gate {gate!r} "
+                f"(it has {', '.join(sorted(gates)) or 'none'})"
+            )
+        return cls(stage, gate, when)
 
     def __str__(self) -> str:
         return f"{self.stage}/{self.call}/{self.when}"
@@ -199,6 +219,18 @@ class FaultHooks(CallHooks):
         mode = faults.network.get(f"{ctx.stage}/{call_id}")
         if mode and ctx.run.attempt == 0:
             _network_fault(ctx, call_id, mode)
+
+    def before_ask(self, ctx: Context, gate_id: str) -> None:
+        self._crash_at(ctx, gate_id, "before-ask")
+
+    def after_answer(self, ctx: Context, gate_id: str, answer: dict[str, Any]) -> None:
+        self._crash_at(ctx, gate_id, "after-answer")
+
+    def _crash_at(self, ctx: Context, gate_id: str, when: str) -> None:
+        faults = self.faults_of(ctx.run)
+        point = f"{ctx.stage}/{gate_id}/{when}"
+        if faults is not None and faults.crash == point and ctx.run.attempt == 0:
+            _die(ctx, gate_id, when)
 
     def after_call(self, ctx: Context, call_id: str, result: Any) -> None:
         faults = self.faults_of(ctx.run)

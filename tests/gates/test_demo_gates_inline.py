@@ -68,7 +68,9 @@ def test_the_edited_title_is_published_and_the_edited_amount_charged_under_a_new
     assert [a["title"] for a in articles] == ["Edited title"]
     charges = demo_service.charges()
     assert [c["amount"] for c in charges] == ["3.50"]
-    answered = Event.objects.get(run=run, type=Event.Type.HUMAN_ANSWERED, payload__gate="promote-charge")
+    answered = Event.objects.get(
+        run=run, type=Event.Type.HUMAN_ANSWERED, payload__gate="promote-charge"
+    )
     assert answered.payload["diff"] == {"amount": ["5.00", "3.50"]}
     effect = run.effects.get(call_id="promote-charge")
     assert effect.request["amount"] == "3.50"
