@@ -286,4 +286,12 @@ def _verdict(ctx: StageContext) -> None:
     if shortfall:
         ctx.deviate(shortfall)
         return
-    append(ctx.writer, Event.Type.PLAN_KEPT, payload=ctx.contract.verdict_payload(used))
+    payload = ctx.contract.verdict_payload(used)
+    if ctx.contract.gates:
+        # Gates count too: how many the resumed work asked, against how many the plan said
+        # it would (a recorded answer is never asked again).
+        payload["gates"] = {
+            "asked": contract.gates_asked_since(ctx.run, ctx.contract),
+            "promised": sum(1 for a in ctx.contract.gates.values() if a == "ask"),
+        }
+    append(ctx.writer, Event.Type.PLAN_KEPT, payload=payload)

@@ -218,6 +218,12 @@ def active(run: Run) -> tuple[Contract | None, bool]:
 USAGE_CARRIERS = (Event.Type.VERIFIED, Event.Type.GATE_OPENED)
 
 
+def gates_asked_since(run: Run, contract: Contract) -> int:
+    """How many gates the resumed work opened: a gate the plan said was answered is never
+    among them (asking.py records that as a departure)."""
+    return Event.objects.filter(run=run, seq__gt=contract.seq, type=Event.Type.GATE_OPENED).count()
+
+
 def used_since(run: Run, contract: Contract) -> Usage:
     """What the resumed work's stage attempts used, summed from the events that record it."""
     total = Usage()
@@ -231,4 +237,12 @@ def used_since(run: Run, contract: Contract) -> Usage:
     return total
 
 
-__all__ = ["Action", "Contract", "Difference", "Usage", "active", "used_since"]
+__all__ = [
+    "Action",
+    "Contract",
+    "Difference",
+    "Usage",
+    "active",
+    "gates_asked_since",
+    "used_since",
+]

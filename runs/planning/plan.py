@@ -39,6 +39,19 @@ class EffectLine:
 
 
 @dataclass
+class GateLine:
+    """What the resume does about one gate of the stages it re-runs (gates.decision): use the
+    recorded answer, never asking again, or ask (the run will wait for a human)."""
+
+    stage: str
+    gate_id: str
+    kind: str  # GateKind, or "" for a gate the stage declares but never asked yet
+    action: str  # GateAction
+    said: str
+    role: str = ""
+
+
+@dataclass
 class Cost:
     tool_calls: int = 0
     money: str = "0"
@@ -67,6 +80,7 @@ class Upgrade:
     cost: Cost = field(default_factory=Cost)
     # What the branch will do about each call of the stages it re-runs: its contract.
     effects: list[EffectLine] = field(default_factory=list)
+    gates: list[GateLine] = field(default_factory=list)
 
 
 @dataclass
@@ -96,6 +110,7 @@ class Plan:
     cost_fresh: Cost
     upgrade: Upgrade
     fingerprint: str = ""
+    gates: list[GateLine] = field(default_factory=list)
 
     @property
     def blocked(self) -> bool:
@@ -128,10 +143,18 @@ class Plan:
         upgrade = dict(data["upgrade"])
         upgrade["cost"] = Cost(**upgrade["cost"])
         upgrade["effects"] = [EffectLine(**e) for e in upgrade["effects"]]
+        upgrade["gates"] = [GateLine(**g) for g in upgrade.get("gates", [])]
         data["upgrade"] = Upgrade(**upgrade)
+        data["gates"] = [GateLine(**g) for g in data.get("gates", [])]
         return cls(**data)
 
     def fingerprint_basis(self) -> dict[str, Any]:
         data = self.to_dict()
         data.pop("fingerprint", None)
+        # A plan without gates keeps the fingerprint it had before gates existed, so a plan
+        # stored then can still be approved.
+        if not data["gates"]:
+            del data["gates"]
+        if not data["upgrade"]["gates"]:
+            del data["upgrade"]["gates"]
         return data

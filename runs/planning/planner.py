@@ -19,6 +19,7 @@ from runs.ledger.chain import digest
 from runs.ledger.checkpoints import latest_checkpoint, manifest_problems
 from runs.models import Checkpoint, Effect, Event, Run
 from runs.pipeline import Call, Pipeline, registry
+from runs.planning import gate_lines
 from runs.planning.plan import ArtifactLine, Cost, DriftLine, EffectLine, Plan, Upgrade
 from runs.planning.replay import CALLING, GUARDED_POLICIES, Action, decide_on, first_action
 
@@ -195,6 +196,11 @@ def _tail(run: Run, after_seq: int) -> tuple[int, list[str]]:
 def _not_resumable_reason(run: Run) -> str:
     if run.is_resumable:
         return ""
+    if run.is_waiting:
+        return (
+            f"{run.public_id} is waiting for a decision at {run.current_stage}: answer its "
+            "gate; there is nothing to resume"
+        )
     return f"{run.public_id} is {run.get_status_display().lower()}: " + (
         "it is still active; wait for it to finish or be interrupted"
         if run.is_active
@@ -264,6 +270,7 @@ def compute_plan(run: Run) -> Plan:
         cost_resume=_cost(pipeline, lines),
         cost_fresh=fresh_cost(pipeline),
         upgrade=upgrade,
+        gates=gate_lines.strict_lines(run, pipeline, rerun),
     )
     plan.fingerprint = digest(plan.fingerprint_basis())
     return plan
@@ -352,4 +359,5 @@ def _upgrade(
         warnings=warnings,
         cost=_cost(pipeline, lines),
         effects=lines,
+        gates=gate_lines.upgrade_lines(run, pipeline, rerun),
     )

@@ -19,6 +19,10 @@ def plan_as_text(plan: Plan) -> str:
     out.append("  effects:")
     for e in plan.effects:
         out.append(f"    {e.stage}/{e.call_id} [{e.policy}] {e.status} → {e.action}: {e.answer}")
+    if plan.gates:
+        out.append("  gates:")
+        for g in plan.gates:
+            out.append(f"    {g.stage}/{g.gate_id} → {g.action}: {g.said}")
     if plan.drift:
         out.append("  input drift:")
         out += [f"    {d.input}: pinned {d.pinned}, now {d.current}" for d in plan.drift]
@@ -32,5 +36,6 @@ def plan_as_text(plan: Plan) -> str:
     up = plan.upgrade
     out.append(f"  upgrade: {'available' if up.available else 'not available'} — {up.reason}")
     out += [f"    warning: {w}" for w in up.warnings]
+    out += [f"    gate {g.stage}/{g.gate_id}: {g.said}" for g in up.gates]
     out.append(f"  fingerprint: {plan.fingerprint}")
     return "\n".join(out)

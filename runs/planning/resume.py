@@ -201,7 +201,7 @@ def _strict(writer: Writer, run: Run, plan: Plan) -> Approval:
             # The approved plan's promise: the engine holds every call of the resumed work
             # against it (runs/contract.py).
             "contract": Contract.from_plan(
-                plan.fingerprint, ApprovalMode.STRICT, plan.effects, plan.cost_resume
+                plan.fingerprint, ApprovalMode.STRICT, plan.effects, plan.cost_resume, plan.gates
             ).to_payload(),
         },
         status=Run.Status.RESUMING,
@@ -234,7 +234,11 @@ def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
             "upgraded": {d.input: [d.pinned, d.current] for d in plan.drift},
             "warnings": upgrade.warnings,
             "contract": Contract.from_plan(
-                plan.fingerprint, ApprovalMode.UPGRADE, upgrade.effects, upgrade.cost
+                plan.fingerprint,
+                ApprovalMode.UPGRADE,
+                upgrade.effects,
+                upgrade.cost,
+                upgrade.gates,
             ).to_payload(),
         },
         ticket=ticket,

@@ -1,0 +1,72 @@
+"""The plan's gate lines: what a resume does about each gate of the stages it re-runs, by the
+same decision the engine acts on (runs/gates/decision.py). A recorded answer is used and
+never asked again; a gate not answered yet (declared by the stage with `asks`, or a tool's
+confirmation) will make the run wait for a human. For an upgrade branch, whose new inputs may
+change what a gate asks about, every gate is an upper bound: asked again, unless the question
+comes out unchanged."""
+
+from __future__ import annotations
+
+from runs.gates.decision import GateAction, decide
+from runs.models import Gate, GateKind, Run
+from runs.pipeline import Pipeline
+from runs.planning.plan import GateLine
+
+
+def _recorded(run: Run, stages: list[str]) -> dict[tuple[str, str], Gate]:
+    """The newest gate per (stage, gate) this run asked in these stages."""
+    found: dict[tuple[str, str], Gate] = {}
+    for gate in Gate.objects.filter(run=run, stage__in=stages).order_by("id"):
+        found[(gate.stage, gate.gate_id)] = gate
+    return found
+
+
+def _declared(pipeline: Pipeline, stage: str) -> list[tuple[str, str, str]]:
+    """(gate id, kind, role) of the gates a stage may ask: its `asks`, and the calls of tools
+    that need a confirmation."""
+    spec = pipeline.stage(stage)
+    gates = [(name, GateKind.QUESTION, "") for name in spec.asks]
+    for call in spec.calls:
+        confirm = pipeline.tool(call.tool).confirmation
+        if confirm is not None:
+            gates.append((call.call_id, GateKind.CONFIRM, str(confirm.role)))
+    return gates
+
+
+def strict_lines(run: Run, pipeline: Pipeline, stages: list[str]) -> list[GateLine]:
+    recorded = _recorded(run, stages)
+    lines = []
+    for stage in stages:
+        declared = _declared(pipeline, stage)
+        names = [name for name, _, _ in declared]
+        names += [g for (s, g) in recorded if s == stage and g not in names]
+        for name in names:
+            gate = recorded.get((stage, name))
+            if gate is not None:
+                decision = decide(gate)
+                lines.append(
+                    GateLine(stage, name, gate.kind, decision.action, decision.said, gate.role)
+                )
+                continue
+            kind, role = next((k, r) for n, k, r in declared if n == name)
+            said = (
+                f"asks a {role or 'operator'} to confirm the call before it is made, if its "
+                "condition holds"
+                if kind == GateKind.CONFIRM
+                else "not asked yet: if the stage asks it, the run waits for a human"
+            )
+            lines.append(GateLine(stage, name, "", GateAction.ASK, said, role))
+    return lines
+
+
+def upgrade_lines(run: Run, pipeline: Pipeline, stages: list[str]) -> list[GateLine]:
+    """The branch's gates: each asked again unless what it asks about comes out unchanged
+    (then the answer given on this run is used); priced as asked."""
+    lines = []
+    for line in strict_lines(run, pipeline, stages):
+        said = (
+            "asked again on the branch if what it asks about changed with the new inputs "
+            f"(here: {line.said})"
+        )
+        lines.append(GateLine(line.stage, line.gate_id, line.kind, GateAction.ASK, said, line.role))
+    return lines
