@@ -17,7 +17,7 @@ from django.test import RequestFactory
 from demo.management.commands.seed_demo import DRIFT_TOPIC
 from demo.models import RunFaults
 from runs.dashboard import roles
-from runs.models import Effect, Event, Run
+from runs.models import Effect, Event, Gate, Run
 from runs.planning.planner import Action, compute_plan
 
 
@@ -85,6 +85,14 @@ def test_seed_demo_creates_users_and_runs_in_every_state(
     assert {e.call_id: e.action for e in plan.effects}["publish"] == Action.RECORD_FOUND
     others = [r for r in runs if r.inputs["topic"] != DRIFT_TOPIC]
     assert all(not compute_plan(r).drift for r in others)
+
+    # Two runs wait for a human: one at the review, one (reviewed) at the charge's
+    # confirmation, which only a supervisor may give.
+    waiting = Gate.objects.filter(status=Gate.Status.OPEN, run__status=Run.Status.WAITING)
+    assert sorted((g.gate_id, g.role) for g in waiting) == [
+        ("promote-charge", "supervisor"),
+        ("review", "operator"),
+    ]
 
     # The pending run went to the queue (Redis answers here) for the worker to pick up.
     pending = next(r for r in runs if r.status == Run.Status.PENDING)

@@ -37,7 +37,8 @@ from demo_service.process import ServiceClient
 from runs import enqueue
 from runs.dashboard import roles
 from runs.execution import engine, sweeper
-from runs.models import Run
+from runs.gates import answers
+from runs.models import Gate, GateRole, Run
 
 SEED_ACTOR = "seed_demo"
 DRIFT_TOPIC = "other-topic"
@@ -205,6 +206,24 @@ class Command(BaseCommand):
         self._say(
             drift,
             f"publish timed out (the article is live); {DRIFT_TOPIC} facts v4 appeared since",
+        )
+
+        review = engine.start_run("content", {"review": "on"}, actor=SEED_ACTOR, enqueue=False)
+        self._say(
+            run_inline(review.pk),
+            "waits for an operator's review before publish (edit the title, then approve)",
+        )
+
+        confirm = engine.start_run("content", {"review": "on"}, actor=SEED_ACTOR, enqueue=False)
+        run_inline(confirm.pk)
+        reviewed = Gate.objects.get(run=confirm, gate_id="review")
+        with _no_queue():  # run_inline runs the stage the answer queues
+            answers.answer(
+                reviewed.pk, dict(reviewed.initial), actor="operator", roles={GateRole.OPERATOR}
+            )
+        self._say(
+            run_inline(confirm.pk),
+            "reviewed and published; its $5.00 promotion charge waits for a supervisor",
         )
 
         pending = faults.start_run(
