@@ -31,6 +31,7 @@ from runs.models import (
     Delivery,
     Effect,
     Event,
+    Gate,
     GroupApproval,
     Lease,
     Notification,
@@ -189,6 +190,18 @@ class LeaseAdmin(RunRowAdmin):
     list_display = ["run_link", "holder", "token", "expires_at", "heartbeat_at", "acquired_at"]
     search_fields = ["holder"]
     ordering = ["-run_id"]
+
+
+@admin.register(Gate)
+class GateAdmin(RunSearchMixin, RunRowAdmin):
+    """Gates are read here; they are answered on the dashboard's gate page, never edited: the
+    answer is an event in the run's chain."""
+
+    list_display = ["__str__", "run_link", "kind", "role", "status", "answered_by", "created_at"]
+    list_filter = ["status", "kind", "role"]
+    search_fields = ["=gate_id"]
+    search_help_text = "A gate id (review) or a run id like run-42"
+    ordering = ["-id"]
 
 
 @admin.register(StoredPlan)
