@@ -116,8 +116,9 @@ def confirmation_spec(call: dict[str, Any]) -> list[dict[str, Any]]:
                 "name": f"arg_{name}",
                 "type": "text",
                 "label": f"{name}",
-                "required": True,
-                "help": "editable: the call is made with what you enter here",
+                "required": False,
+                "help": "editable: the call is made with what you enter here (left empty, "
+                "with the value asked for)",
                 "multiline": len(str(call["args"].get(name, ""))) > 80,
                 "max_length": None,
             }
@@ -146,7 +147,7 @@ def edited_args(call: dict[str, Any], cleaned: dict[str, Any]) -> dict[str, Any]
     args = dict(call["args"])
     for name in call.get("editable", []):
         entered = cleaned.get(f"arg_{name}")
-        if entered is None:
+        if entered in (None, ""):
             continue
         original = args.get(name)
         if isinstance(original, bool) or not isinstance(original, int | float):

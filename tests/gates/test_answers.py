@@ -1,0 +1,118 @@
+"""Answering a gate in this process (runs/gates/answers.py): the form decides what is an
+answer, the role who may give it, and a refused answer writes nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from demo.management.commands.seed_demo import run_inline
+from runs import engine
+from runs.gates import answers
+from runs.models import Event, Gate, GateStatus, Run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+OPERATOR = frozenset({"operator"})
+SUPERVISOR = frozenset({"supervisor"})
+VIEWER = frozenset({"viewer"})
+
+
+def waiting_at_review() -> Gate:
+    run = engine.start_run("content", {"review": "on"}, actor="test", enqueue=False)
+    run_inline(run.pk)
+    return Gate.objects.get(run=run, gate_id="review")
+
+
+def waiting_at_charge() -> Gate:
+    review = waiting_at_review()
+    answers.answer(review.pk, dict(review.initial), actor="ana", roles=OPERATOR)
+    run_inline(review.run_id)
+    return Gate.objects.get(run_id=review.run_id, gate_id="promote-charge")
+
+
+def answered_events(gate: Gate) -> int:
+    return Event.objects.filter(run_id=gate.run_id, type=Event.Type.HUMAN_ANSWERED).count()
+
+
+def test_an_answer_records_who_what_and_the_diff_and_queues_the_stage(facts, redis_conn):
+    gate = waiting_at_review()
+
+    answers.answer(gate.pk, {**gate.initial, "title": "New title"}, actor="ana", roles=OPERATOR)
+
+    gate.refresh_from_db()
+    assert (gate.status, gate.answered_by) == (GateStatus.ANSWERED, "ana")
+    event = Event.objects.get(run_id=gate.run_id, type=Event.Type.HUMAN_ANSWERED)
+    assert event.actor == "ana" and event.payload["by"] == "ana"
+    assert event.payload["diff"] == {"title": [gate.initial["title"], "New title"]}
+    run = Run.objects.get(pk=gate.run_id)
+    assert (run.status, run.current_stage) == (Run.Status.RUNNING, "publish")
+    assert run.ticket
+
+
+def test_a_viewer_may_not_answer_and_nothing_is_written(facts):
+    gate = waiting_at_review()
+
+    with pytest.raises(answers.NotAllowed):
+        answers.answer(gate.pk, dict(gate.initial), actor="vic", roles=VIEWER)
+
+    assert answered_events(gate) == 0
+    assert Run.objects.get(pk=gate.run_id).status == Run.Status.WAITING
+
+
+def test_an_answer_the_form_refuses_writes_nothing(facts):
+    gate = waiting_at_review()
+
+    with pytest.raises(answers.InvalidAnswer) as refused:
+        answers.answer(gate.pk, {**gate.initial, "decision": "shrug"}, actor="ana", roles=OPERATOR)
+
+    assert "decision" in refused.value.form.errors
+    assert answered_events(gate) == 0
+
+
+def test_a_second_answer_is_told_who_answered_first_and_changes_nothing(facts, redis_conn):
+    gate = waiting_at_review()
+    answers.answer(gate.pk, dict(gate.initial), actor="ana", roles=OPERATOR)
+
+    with pytest.raises(answers.AlreadyAnswered, match="already answered by ana at"):
+        answers.answer(gate.pk, {**gate.initial, "title": "Other"}, actor="bob", roles=OPERATOR)
+
+    gate.refresh_from_db()
+    assert gate.answer["title"] == Gate.objects.get(pk=gate.pk).initial["title"]
+    assert answered_events(gate) == 1
+
+
+def test_a_supervisor_may_answer_an_operators_gate(facts, redis_conn):
+    gate = waiting_at_review()
+
+    answers.answer(gate.pk, dict(gate.initial), actor="sam", roles=SUPERVISOR)
+
+    assert Gate.objects.get(pk=gate.pk).answered_by == "sam"
+
+
+def test_a_rejected_confirmation_needs_a_reason(facts, redis_conn):
+    gate = waiting_at_charge()
+
+    with pytest.raises(answers.InvalidAnswer, match="reason"):
+        answers.answer(gate.pk, {"decision": "reject"}, actor="sam", roles=SUPERVISOR)
+
+    assert Gate.objects.get(pk=gate.pk).status == GateStatus.OPEN
+
+
+def test_a_rejected_charge_is_declined_by_the_demo_and_never_made(facts, demo_service, redis_conn):
+    gate = waiting_at_charge()
+
+    answers.answer(
+        gate.pk, {"decision": "reject", "reason": "no budget"}, actor="sam", roles=SUPERVISOR
+    )
+    run = run_inline(gate.run_id)
+
+    assert run.status == Run.Status.SUCCEEDED
+    assert demo_service.charges() == []
+    assert not run.effects.filter(call_id="promote-charge").exists()
+    publish = run.checkpoints.get(stage="publish")
+    assert publish.outputs["charge"] == "declined" and publish.outputs["declined"] == "no budget"
+
+
+def test_an_unknown_gate_is_refused(db):
+    with pytest.raises(answers.AnswerRefused, match="no gate"):
+        answers.answer(10**12, {}, actor="ana", roles=OPERATOR)
