@@ -149,6 +149,11 @@ class Contract:
         planned = self.lines.get(f"{stage}/{call_id}", "")
         if planned and _kind(planned) == _kind(action):
             return None
+        if planned in CALLING and action == Action.REUSE:
+            # Doing less than promised: the call was made and confirmed already, by this very
+            # resumed work when its stage ran again after a gate's answer (its usage was
+            # recorded then), and what it made is reused. Never a departure from the plan.
+            return None
         unpromised_call = action in CALLING and (not planned or planned not in CALLING)
         return Difference(
             stage,
