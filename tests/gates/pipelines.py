@@ -1,0 +1,142 @@
+"""Small pipelines that ask humans, for the gate tests on real workers. A worker learns of
+them through RESUMER_PIPELINES (tests/gates/test_gates_workers.py passes it on), as a user's
+own pipeline module would be registered.
+
+The charge is a real HTTP call to the demo service's card processor (settings.DEMO_SERVICE_URL),
+so what the target received is read from the target itself (ServiceProcess.charges()).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+from django.conf import settings
+
+from runs.models import GateRole, ReplayPolicy
+from runs.pipeline import (
+    Call,
+    Confirm,
+    Context,
+    KeyParts,
+    OnTimeout,
+    Pipeline,
+    Stage,
+    StageOutput,
+)
+from runs.tools.http import http_tool
+
+ACCOUNT = "acct-gates"
+FEE = "5.00"
+DEFAULT_ANSWER = {"decision": "approve", "notes": "nobody objected in time"}
+FAIL_REASON = "nobody reviewed the release"
+# The paths RESUMER_PIPELINES takes for each pipeline below.
+PATHS = tuple(
+    f"tests.gates.pipelines.{name}"
+    for name in ("question", "two_gates", "timeout_default", "timeout_failing", "charge")
+)
+
+
+def _service_url() -> str:
+    return settings.DEMO_SERVICE_URL
+
+
+def charge_key(ctx: Context, args: dict) -> KeyParts:
+    return KeyParts(args["account"], "card", f"{ctx.root_id}/fee", args["reference"])
+
+
+CHARGE = http_tool(
+    "charge_card",
+    ReplayPolicy.NEVER,
+    url="/v1/charges",
+    base_url=_service_url,
+    body=lambda args, key: {
+        "account": args["account"],
+        "amount": args["amount"],
+        "reference": args["reference"],
+    },
+    key=charge_key,
+    external_id="id",
+    reconcile="/v1/charges/by-key/{key}",
+    target="card processor",
+    cost=Decimal(FEE),
+    meter="charge",
+    verb="charge",
+    # Always confirmed, by a supervisor, who may change the amount.
+    confirm=Confirm(role=GateRole.SUPERVISOR, editable=("amount",)),
+)
+
+
+# --- one question ---------------------------------------------------------------------------
+
+
+def _go(ctx: Context) -> StageOutput:
+    answer = ctx.ask("go", "Go ahead?")
+    return StageOutput(outputs={"decision": answer["decision"], "notes": answer.get("notes", "")})
+
+
+question = Pipeline(
+    name="gate-question",
+    tools=(),
+    stages=(Stage("decide", _go, asks=("go",)),),
+)
+
+
+# --- two questions in one stage -------------------------------------------------------------
+
+
+def _both(ctx: Context) -> StageOutput:
+    first = ctx.ask("first", "First of two: go ahead?")
+    second = ctx.ask("second", "Second of two: go ahead?")
+    return StageOutput(outputs={"first": first["notes"], "second": second["notes"]})
+
+
+two_gates = Pipeline(
+    name="gate-two",
+    tools=(),
+    stages=(Stage("decide", _both, asks=("first", "second")),),
+)
+
+
+# --- time-outs ------------------------------------------------------------------------------
+
+
+def _timed(on_timeout: OnTimeout):
+    def stage(ctx: Context) -> StageOutput:
+        answer = ctx.ask(
+            "go", "Go ahead? (1 s to answer)", timeout=timedelta(seconds=1), on_timeout=on_timeout
+        )
+        return StageOutput(outputs={"decision": answer["decision"], "notes": answer["notes"]})
+
+    return stage
+
+
+timeout_default = Pipeline(
+    name="gate-timeout-default",
+    tools=(),
+    stages=(Stage("decide", _timed(OnTimeout.default(DEFAULT_ANSWER)), asks=("go",)),),
+)
+
+timeout_failing = Pipeline(
+    name="gate-timeout-failing",
+    tools=(),
+    stages=(Stage("decide", _timed(OnTimeout.failing(FAIL_REASON)), asks=("go",)),),
+)
+
+
+# --- a confirmed charge ---------------------------------------------------------------------
+
+
+def _pay(ctx: Context) -> StageOutput:
+    # A rejection is not caught: the stage fails with the reviewer's reason.
+    charge = ctx.call(
+        "fee", "charge_card", account=ACCOUNT, amount=FEE, reference=f"fee of {ctx.run_id}"
+    )
+    return StageOutput(outputs={"charge_id": charge["external_id"]})
+
+
+charge = Pipeline(
+    name="gate-charge",
+    tools=(CHARGE,),
+    stages=(Stage("pay", _pay, tools=("charge_card",), calls=(Call("fee", "charge_card"),)),),
+)

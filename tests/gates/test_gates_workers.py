@@ -1,0 +1,433 @@
+"""Gates on real `rqworker` processes (issue 23's acceptance): a run that waits for a human
+holds no worker, lease or job, survives a restart and a Redis flush, and goes on exactly once
+when it is answered; a worker killed after an answer is resumed without asking again;
+answers race, roles refuse, time-outs apply, edits reach the target under their own key,
+rejections stop the stage, two gates in a stage are asked one at a time, and identical gates
+are answered in bulk.
+
+Every wait is on database state (tests/support/processes.wait_for); nothing asserts on time.
+The demo's reviewed runs (input review=on) ask "review" before publish and a supervisor's
+confirmation of the charge; the small pipelines of tests/gates/pipelines.py are registered
+here and, through RESUMER_PIPELINES, in every worker these tests start.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connections
+from django.db.models.functions import Now
+
+from demo import faults
+from runs import engine, enqueue
+from runs.gates import answers
+from runs.gates.decision import GateAction
+from runs.models import ApprovalMode, Effect, Event, Gate, GateStatus, Lease, Run, StoredPlan
+from runs.planning.plan import Plan
+from runs.planning.planner import compute_plan
+from runs.planning.resume import approve
+from tests.gates import pipelines as gp
+from tests.support.pipelines import registered
+from tests.support.processes import Workers, wait_for
+from tests.support.state import run_status
+
+pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
+
+OPERATOR = frozenset({"operator"})
+SUPERVISOR = frozenset({"supervisor"})
+WORKER_PIPELINES = ",".join(["demo.pipeline.content_pipeline", *gp.PATHS])
+# Generous: two cores shared with other test runs.
+SLOW = 180
+
+
+@pytest.fixture(autouse=True)
+def gate_pipelines(settings) -> Iterator[None]:
+    with registered(settings, *gp.PATHS):
+        yield
+
+
+def start_worker(workers: Workers, label: str = ""):
+    return workers.start(label, env={"RESUMER_PIPELINES": WORKER_PIPELINES})
+
+
+def open_gate(run: Run, gate_id: str) -> Gate:
+    """Wait until the run waits at this gate; return the gate."""
+    return wait_for(
+        lambda: (
+            run_status(run) == Run.Status.WAITING
+            and Gate.objects.filter(run=run, gate_id=gate_id, status=GateStatus.OPEN).first()
+        ),
+        timeout=SLOW,
+        what=f"{run.public_id} to wait at {gate_id}",
+    )
+
+
+def settled(run: Run) -> str:
+    return wait_for(
+        lambda: (s := run_status(run)) in (*Run.TERMINAL, *Run.RESUMABLE) and s,
+        timeout=SLOW,
+        what=f"{run.public_id} to end",
+    )
+
+
+def opened(run: Run, gate_id: str) -> int:
+    return Event.objects.filter(run=run, type=Event.Type.GATE_OPENED, payload__gate=gate_id).count()
+
+
+def answered(run: Run, gate_id: str = "") -> list[Event]:
+    events = Event.objects.filter(run=run, type=Event.Type.HUMAN_ANSWERED).order_by("seq")
+    return [e for e in events if not gate_id or e.payload["gate"] == gate_id]
+
+
+def lease_free(run: Run) -> bool:
+    return Lease.objects.filter(run=run, holder="", expires_at__lte=Now()).exists()
+
+
+def jobs_pending(run: Run, redis_conn) -> list[str]:
+    """The run's stage jobs Redis holds that are not finished: queued, started, deferred,
+    scheduled or failed (a finished job's hash lives on for its result TTL, and means
+    nothing to the run)."""
+    from rq.job import Job
+
+    prefix = f"run-{run.pk}-"
+    keys = [k.decode() for k in redis_conn.keys(f"rq:job:{prefix}*")]
+    pending = []
+    for key in keys:
+        job = Job.fetch(key.removeprefix("rq:job:"), connection=redis_conn)
+        if job.get_status() != "finished":
+            pending.append(f"{job.id}={job.get_status()}")
+    queue = enqueue.queue()
+    pending += [j for j in queue.job_ids if j.startswith(prefix)]
+    pending += [j for j in queue.started_job_registry.get_job_ids() if j.startswith(prefix)]
+    return pending
+
+
+def reviewed_run(workers: Workers, **faults_spec: str) -> Run:
+    """A demo run with review=on, its worker started; it will wait at the review."""
+    run = faults.start_run("content", {"review": "on"}, actor="test", faults=faults_spec or None)
+    start_worker(workers, "reviewed")
+    return run
+
+
+def approve_review(run: Run, **changes: str) -> None:
+    gate = open_gate(run, "review")
+    answers.answer(gate.pk, {**gate.initial, **changes}, actor="ana", roles=OPERATOR)
+
+
+def approve_charge(run: Run, **data: str) -> None:
+    gate = open_gate(run, "promote-charge")
+    answers.answer(gate.pk, {"decision": "approve", **data}, actor="sam", roles=SUPERVISOR)
+
+
+# --- (a) waiting frees the worker ----------------------------------------------------------
+
+
+def test_a_waiting_run_holds_no_lease_no_ticket_and_no_job(workers, redis_conn):
+    run = reviewed_run(workers)
+
+    open_gate(run, "review")
+    # The job ends (and lets the lease go) just after the gate's commit.
+    wait_for(lambda: lease_free(run), timeout=SLOW, what="the lease let go")
+
+    run.refresh_from_db()
+    assert (run.status, run.ticket, run.current_stage) == (Run.Status.WAITING, "", "publish")
+    lease = Lease.objects.get(run=run)
+    assert lease.holder == ""
+    assert jobs_pending(run, redis_conn) == []
+
+
+# --- (b) it survives a worker restart and a Redis flush -------------------------------------
+
+
+def test_a_waiting_run_survives_a_worker_restart_and_a_redis_flush(
+    workers, redis_conn, demo_service
+):
+    run = reviewed_run(workers)
+    review = open_gate(run, "review")
+    wait_for(lambda: lease_free(run), timeout=SLOW, what="the lease let go")
+    workers.stop_all()
+    redis_conn.flushdb()
+
+    start_worker(workers, "after-flush")
+    # Proof the new worker's sweeper has run past a deadline: a probe run's 1 s gate is
+    # answered by its time-out (only a sweep does that), and the probe finishes.
+    probe = engine.start_run("gate-timeout-default", {}, actor="test")
+    assert settled(probe) == Run.Status.SUCCEEDED
+    assert [e.payload["by"] for e in answered(probe)] == [answers.TIME_OUT]
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.WAITING
+    assert Gate.objects.get(pk=review.pk).status == GateStatus.OPEN
+    assert not Event.objects.filter(run=run, type=Event.Type.INTERRUPTED).exists()
+
+    approve_review(run)
+    approve_charge(run)
+    assert settled(run) == Run.Status.SUCCEEDED
+    assert len(demo_service.articles()) == 1 and len(demo_service.charges()) == 1
+
+
+# --- (c) an answer resumes the stage --------------------------------------------------------
+
+
+def test_an_answer_resumes_the_stage_and_the_article_is_published_once(
+    workers, redis_conn, demo_service
+):
+    run = reviewed_run(workers)
+
+    approve_review(run, title="Reviewed title")
+    approve_charge(run)
+
+    assert settled(run) == Run.Status.SUCCEEDED
+    assert [a["title"] for a in demo_service.articles()] == ["Reviewed title"]
+    assert (opened(run, "review"), opened(run, "promote-charge")) == (1, 1)
+    publish = run.checkpoints.get(stage="publish")
+    assert publish.outputs["title"] == "Reviewed title"
+    assert publish.outputs["charge"] == "charged"
+
+
+# --- (d) a worker killed right after the answer ---------------------------------------------
+
+
+def test_a_worker_killed_after_the_answer_is_resumed_without_asking_again(
+    workers, redis_conn, demo_service
+):
+    run = reviewed_run(workers, crash="publish/review/after-answer")
+    doomed = workers.procs[-1]
+    approve_review(run)
+    # The answer queues the stage; it finds the answer and its worker dies right there.
+    doomed.wait(timeout=SLOW)
+    assert doomed.returncode == -signal.SIGKILL
+
+    start_worker(workers, "healthy")  # its sweeper finds the dead worker's lease run out
+    wait_for(lambda: run_status(run) == Run.Status.INTERRUPTED, timeout=SLOW, what="interrupted")
+    run.refresh_from_db()
+    stored = wait_for(
+        lambda: StoredPlan.objects.filter(run=run, run_version=run.version).first(),
+        timeout=SLOW,
+        what="the stored plan",
+    )
+    plan = Plan.from_dict(stored.data)
+    line = next(g for g in plan.gates if (g.stage, g.gate_id) == ("publish", "review"))
+    assert line.action == GateAction.USE_ANSWER
+    assert "answer recorded" in line.said and line.said.endswith("not asked again")
+    assert "by ana" in line.said
+    assert demo_service.articles() == []  # nothing after the gate was called yet
+
+    approve(run, ApprovalMode.STRICT, compute_plan(run).fingerprint, actor="user:op")
+    approve_charge(run)
+
+    assert settled(run) == Run.Status.SUCCEEDED
+    assert opened(run, "review") == 1
+    assert len(answered(run, "review")) == 1
+    assert len(demo_service.articles()) == 1
+    assert run.effects.filter(call_id="publish").count() == 1
+    assert not Event.objects.filter(run=run, type=Event.Type.PLAN_DEVIATED).exists()
+
+
+# --- (e) two answerers racing ---------------------------------------------------------------
+
+
+def race(gate_pk: int, data: dict[str, Any], people: list[str]) -> dict[str, Any]:
+    """Each person answers in a thread of their own (their own database connection), all
+    released at once; returns what each got: an Answered or the exception."""
+    barrier = threading.Barrier(len(people))
+    got: dict[str, Any] = {}
+
+    def answer(person: str) -> None:
+        try:
+            barrier.wait(timeout=30)
+            got[person] = answers.answer(gate_pk, data, actor=person, roles=OPERATOR)
+        except Exception as exc:
+            got[person] = exc
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=answer, args=(p,)) for p in people]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return got
+
+
+def test_two_people_answering_at_once_leave_exactly_one_answer(workers, redis_conn):
+    run = engine.start_run("gate-question", {}, actor="test")
+    start_worker(workers)
+    gate = open_gate(run, "go")
+
+    got = race(gate.pk, {"decision": "approve", "notes": ""}, ["ana", "bob"])
+
+    winners = [p for p, r in got.items() if isinstance(r, answers.Answered)]
+    losers = [r for r in got.values() if not isinstance(r, answers.Answered)]
+    assert len(winners) == 1, got
+    assert len(losers) == 1 and isinstance(losers[0], answers.AlreadyAnswered), got
+    assert f"already answered by {winners[0]}" in str(losers[0])
+    assert [e.payload["by"] for e in answered(run)] == winners
+    assert settled(run) == Run.Status.SUCCEEDED
+    assert opened(run, "go") == 1
+
+
+# --- (f) a wrong role -----------------------------------------------------------------------
+
+
+def test_an_operator_may_not_answer_a_supervisors_charge_and_nothing_is_written(
+    workers, redis_conn, demo_service
+):
+    run = engine.start_run("gate-charge", {}, actor="test")
+    start_worker(workers)
+    gate = open_gate(run, "fee")
+    wait_for(lambda: lease_free(run), timeout=SLOW, what="the lease let go")
+    before = (Event.objects.filter(run=run).count(), Run.objects.get(pk=run.pk).version)
+
+    with pytest.raises(answers.NotAllowed):
+        answers.answer(gate.pk, {"decision": "approve"}, actor="ana", roles=OPERATOR)
+
+    run.refresh_from_db()
+    assert (Event.objects.filter(run=run).count(), run.version) == before
+    gate.refresh_from_db()
+    assert (gate.status, gate.votes, gate.answered_by) == (GateStatus.OPEN, [], "")
+    assert run.status == Run.Status.WAITING and run.ticket == ""
+    assert lease_free(run)
+    assert demo_service.charges() == []
+
+
+# --- (g) time-outs --------------------------------------------------------------------------
+
+
+def test_a_time_out_records_the_default_answer_and_the_run_goes_on(workers, redis_conn):
+    run = engine.start_run("gate-timeout-default", {}, actor="test")
+    start_worker(workers)
+
+    assert settled(run) == Run.Status.SUCCEEDED
+    gate = Gate.objects.get(run=run, gate_id="go")
+    assert (gate.status, gate.answered_by) == (GateStatus.ANSWERED, answers.TIME_OUT)
+    [event] = answered(run)
+    assert event.payload["by"] == answers.TIME_OUT
+    assert event.payload["answer"] == gp.DEFAULT_ANSWER
+    assert run.checkpoints.get(stage="decide").outputs == gp.DEFAULT_ANSWER
+    assert opened(run, "go") == 1
+
+
+def test_a_time_out_that_fails_fails_the_run_with_its_reason(workers, redis_conn):
+    run = engine.start_run("gate-timeout-failing", {}, actor="test")
+    start_worker(workers)
+
+    assert settled(run) == Run.Status.FAILED
+    failed = Event.objects.get(run=run, type=Event.Type.FAILED)
+    assert gp.FAIL_REASON in failed.payload["error"]
+    assert failed.payload["timed_out"] is True
+    assert Gate.objects.get(run=run, gate_id="go").status == GateStatus.EXPIRED
+    assert answered(run) == []
+
+
+# --- (h) an edited call ---------------------------------------------------------------------
+
+
+def test_an_edited_charge_reaches_the_target_under_the_edited_requests_key(
+    workers, redis_conn, demo_service
+):
+    run = engine.start_run("gate-charge", {}, actor="test")
+    start_worker(workers)
+    gate = open_gate(run, "fee")
+    asked = dict(gate.call["args"])
+
+    answers.answer(
+        gate.pk, {"decision": "approve", "arg_amount": "3.50"}, actor="sam", roles=SUPERVISOR
+    )
+
+    assert settled(run) == Run.Status.SUCCEEDED
+    [charge] = demo_service.charges()
+    assert charge["amount"] == "3.50"
+    effect = Effect.objects.get(run=run, call_id="fee")
+    assert effect.request["amount"] == "3.50"
+    assert charge["delivery_key"] == effect.delivery_key
+    run.refresh_from_db()
+    unedited = gp.charge_key(_Root(run.root.public_id), asked).key
+    assert effect.delivery_key != unedited
+    [event] = answered(run, "fee")
+    assert event.payload["diff"] == {"amount": [gp.FEE, "3.50"]}
+    assert event.payload["by"] == "sam"
+
+
+class _Root:
+    """What a key function reads of a context: the root run's public id."""
+
+    def __init__(self, root_id: str) -> None:
+        self.root_id = root_id
+
+
+# --- (i) a rejection stops the stage with the reason ----------------------------------------
+
+
+def test_a_rejected_call_is_never_made_and_fails_the_stage_with_the_reason(
+    workers, redis_conn, demo_service
+):
+    run = engine.start_run("gate-charge", {}, actor="test")
+    start_worker(workers)
+    gate = open_gate(run, "fee")
+
+    answers.answer(
+        gate.pk,
+        {"decision": "reject", "reason": "over this month's budget"},
+        actor="sam",
+        roles=SUPERVISOR,
+    )
+
+    assert settled(run) == Run.Status.FAILED
+    failed = Event.objects.get(run=run, type=Event.Type.FAILED)
+    assert "CallRejected" in failed.payload["error"]
+    assert "over this month's budget" in failed.payload["error"]
+    assert demo_service.charges() == []
+    assert not Effect.objects.filter(run=run).exists()
+    assert not Event.objects.filter(run=run, type=Event.Type.TOOL_CALLED).exists()
+
+
+# --- (j) two gates in one stage -------------------------------------------------------------
+
+
+def test_two_gates_in_one_stage_are_each_asked_once_and_both_answers_are_seen(workers, redis_conn):
+    run = engine.start_run("gate-two", {}, actor="test")
+    start_worker(workers)
+
+    first = open_gate(run, "first")
+    assert not Gate.objects.filter(run=run, gate_id="second").exists()
+    answers.answer(first.pk, {"decision": "approve", "notes": "one"}, actor="ana", roles=OPERATOR)
+    second = open_gate(run, "second")
+    answers.answer(second.pk, {"decision": "approve", "notes": "two"}, actor="bob", roles=OPERATOR)
+
+    assert settled(run) == Run.Status.SUCCEEDED
+    assert (opened(run, "first"), opened(run, "second")) == (1, 1)
+    assert [e.payload["gate"] for e in answered(run)] == ["first", "second"]
+    assert run.checkpoints.get(stage="decide").outputs == {"first": "one", "second": "two"}
+    # The stage ran three times (asked first, asked second, finished): STARTED thrice.
+    started = Event.objects.filter(run=run, type=Event.Type.STARTED, stage="decide").count()
+    assert started == 3
+
+
+# --- (k) bulk answering ---------------------------------------------------------------------
+
+
+def test_identical_gates_of_three_runs_are_answered_in_bulk_and_all_finish(workers, redis_conn):
+    runs = [engine.start_run("gate-question", {}, actor="test") for _ in range(3)]
+    start_worker(workers)
+    gates = [open_gate(run, "go") for run in runs]
+    assert len({g.shape for g in gates}) == 1
+
+    result = answers.answer_many(
+        [g.pk for g in gates],
+        {"decision": "approve", "notes": "all three"},
+        shape=gates[0].shape,
+        actor="ana",
+        roles=OPERATOR,
+    )
+
+    assert result.skipped == [] and len(result.answered) == 3
+    for run in runs:
+        assert settled(run) == Run.Status.SUCCEEDED
+        assert run.checkpoints.get(stage="decide").outputs["notes"] == "all three"
+        assert [e.payload["by"] for e in answered(run)] == ["ana"]
+        assert opened(run, "go") == 1
