@@ -128,17 +128,8 @@ def http_tool(
         target=target,
         trust_env=trust_env,
     )
-    return Tool(
-        name,
-        policy,
-        call=spec.call,
-        key=key,
-        reconcile=spec.reconcile if lookup is not None else None,
-        cost=cost,
-        meter=meter,
-        verb=verb,
-        confirm=confirm,
-    )
+    reconcile_with = spec.reconcile if lookup is not None else None
+    return Tool(name, policy, spec.call, key, reconcile_with, cost, meter, verb, confirm)
 
 
 def spec_of(tool: Tool) -> HttpTool | None:
