@@ -15,6 +15,14 @@ Nothing here needs pytest: the caller provides Django (configured, migrated, dem
 seeded), the demo service at settings.DEMO_SERVICE_URL (the outside world: renderer, asset
 store, platform, card processor) and a pool of Workers that knows the database, Redis and
 service the workers must use.
+
+Gate cases (`gate:` ids) run the demo with review=on, so publish asks an operator's review
+and a supervisor's confirmation of the charge: the worker dies before a gate opens
+(`before-ask`), when the stage runs again and finds the answer (`after-answer`), or between
+the charge's confirmation and the confirmed call (`before`, its intent recorded). The
+matrix's operator answers each gate as it comes (a supervisor the charge), before the crash
+and during the resume, and every invariant holds, plus: no gate asked twice, each answered
+once.
 """
 
 from __future__ import annotations
@@ -44,6 +52,8 @@ REPRESENTATIVE = (
     "visual/upload-cover/before",
     "publish/publish/after",
     "publish/promote-charge/after",
+    # A gate: the worker dies right after the review's answer; it is not asked again.
+    "gate:publish/review/after-answer",
 )
 
 # Invariant ids, in report order, with what each one means.
@@ -62,7 +72,11 @@ INVARIANTS: dict[str, str] = {
     "seq-gap-free": "event seq gap-free, hash chain intact",
     "checkpoints-verified": "every checkpoint seals its VERIFIED event",
     "plan-kept": "the resume made exactly the calls, target requests and money its plan priced",
+    "gate-asked-once": "no gate asked twice: one GATE_OPENED per stage and gate, unless it expired",
+    "gate-answered-once": "each gate answered once: one final HUMAN_ANSWERED per gate asked",
 }
+# Who answers gates in the matrix, by the role a gate names.
+GATE_PEOPLE = {"operator": "user:operator", "supervisor": "user:supervisor"}
 
 # Which tool each meter row of the outside world stands for: the demo service's operations
 # (its calls and its reconcile lookups) and the in-process systems' SimCall rows. The world's
@@ -92,28 +106,56 @@ class Case:
     stage: str
     call: str
     when: str
+    # A run with review=on: its gates are asked and answered on the way.
+    reviewed: bool = False
+
+    @property
+    def point(self) -> str:
+        """The crash point demo/faults.py takes."""
+        return f"{self.stage}/{self.call}/{self.when}"
 
     @property
     def id(self) -> str:
-        return f"{self.stage}/{self.call}/{self.when}"
+        return f"gate:{self.point}" if self.reviewed else self.point
 
     def __str__(self) -> str:
         return self.id
 
 
 def all_cases() -> list[Case]:
-    """Every expected call of every stage, before and after: read from the pipeline itself,
-    so a call added to the demo is in the matrix without touching this file."""
+    """Every expected call of every stage, before and after, then every gate: read from the
+    pipeline itself, so a call or a gate added to the demo is in the matrix without touching
+    this file."""
     from demo.faults import WHEN
     from runs.pipeline import registry
 
     pipeline = registry.get(PIPELINE)
-    return [
+    calls = [
         Case(stage.name, call.call_id, when)
         for stage in pipeline.stages
         for call in stage.calls
         for when in WHEN
     ]
+    return calls + gate_cases()
+
+
+def gate_cases() -> list[Case]:
+    """On a reviewed run, around every gate the demo declares (a stage's `asks`, a confirmed
+    tool's call): before it opens, after its answer; and for a confirmation, between its
+    answer and the call (the call's `before`: its intent is recorded, the call not made)."""
+    from demo.faults import GATE_WHEN
+    from runs.pipeline import registry
+
+    pipeline = registry.get(PIPELINE)
+    cases = []
+    for stage in pipeline.stages:
+        confirmed = [
+            c.call_id for c in stage.calls if pipeline.tool(c.tool).confirmation is not None
+        ]
+        for gate in [*stage.asks, *confirmed]:
+            cases += [Case(stage.name, gate, when, reviewed=True) for when in GATE_WHEN]
+        cases += [Case(stage.name, call, "before", reviewed=True) for call in confirmed]
+    return cases
 
 
 @dataclass
@@ -463,22 +505,27 @@ def _drive(case: Case, workers: Workers, reference: dict[str, str], result: Case
 
     pipeline = registry.get(PIPELINE)
     marks = Marks.now()
+    inputs = {"account": new_account(case.stage)}
     run = faults.start_run(
         PIPELINE,
-        {"account": new_account(case.stage)},
+        {**inputs, "review": "on"} if case.reviewed else inputs,
         actor="fault-matrix",
-        faults={"crash": case.id},
+        faults={"crash": case.point},
     )
     result.run_id = run.public_id
 
     doomed = workers.start(f"{case.stage}-{case.call}-{case.when}-doomed")
     # Either the worker dies at the crash point or the run stops for another reason (which
-    # is then reported instead of waiting out a long timeout).
-    wait_for(
-        lambda: doomed.poll() is not None or run_status(run.pk) not in Run.ACTIVE,
-        timeout=120,
-        what="the worker to reach the crash point",
-    )
+    # is then reported instead of waiting out a long timeout); a gate on the way is answered.
+    while True:
+        wait_for(
+            lambda: doomed.poll() is not None or run_status(run.pk) not in Run.ACTIVE,
+            timeout=120,
+            what="the worker to reach the crash point",
+        )
+        waiting = doomed.poll() is None and run_status(run.pk) == Run.Status.WAITING
+        if not (waiting and answer_open_gates(run.pk)):
+            break
     crashed = doomed.poll() == -signal.SIGKILL
     result.check("crashed", crashed, f"worker exit {doomed.poll()}, run {run_status(run.pk)}")
     if not crashed:
@@ -539,12 +586,82 @@ def resume_and_check(
     approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:fault-matrix")
     approved = Marks.now()  # what the resumed work does to the world is above these
     workers.start("resume")
-    status = wait_settled(run.pk, timeout=120)
+    status = settle_answering(run.pk, timeout=120)
     run.refresh_from_db()
     result.check("succeeded", status == Run.Status.SUCCEEDED, f"run ended {status}")
     problems = plan_kept_problems(run, plan, approved)
     result.check("plan-kept", not problems, "; ".join(problems))
     world_checks(result, run, marks, reference)
+    if "gate-asked-once" in result.invariants:
+        gate_checks(result, run)
+
+
+# --- Gates ---------------------------------------------------------------------------------
+
+
+def answer_open_gates(run_pk: int) -> list[str]:
+    """The matrix's people answer every gate the run waits at, as it was asked: an operator
+    approves the review unedited, a supervisor approves the charge. Returns what they
+    answered."""
+    from runs.gates import answers
+    from runs.models import Gate, GateKind, GateStatus
+
+    done = []
+    for gate in Gate.objects.filter(run_id=run_pk, status=GateStatus.OPEN).order_by("pk"):
+        data = {"decision": "approve"} if gate.kind == GateKind.CONFIRM else dict(gate.initial)
+        answers.answer(gate.pk, data, actor=GATE_PEOPLE[gate.role], roles=frozenset({gate.role}))
+        done.append(f"{gate.stage}/{gate.gate_id}")
+    return done
+
+
+def settle_answering(run_pk: int, *, timeout: float = 120) -> str:
+    """Wait until the run stops being active, answering each gate it waits at on the way;
+    returns the status it ends in."""
+    from runs.models import Run
+
+    while True:
+        status = wait_settled(run_pk, timeout=timeout)
+        if status != Run.Status.WAITING or not answer_open_gates(run_pk):
+            return status
+
+
+def gate_problems(run) -> tuple[list[str], list[str]]:
+    """(gates asked twice, gates not answered exactly once) from the run's events: per stage
+    and gate, at most one GATE_OPENED (one more for each time it expired), and one final
+    HUMAN_ANSWERED per gate asked; a reviewed demo run asks its review and its charge."""
+    from collections import Counter
+
+    from runs.models import Event
+
+    def counted(type_, keep=lambda payload: True) -> Counter:
+        events = Event.objects.filter(run=run, type=type_)
+        payloads = [(e.stage, event_payload(e)) for e in events]
+        return Counter((stage, p["gate"]) for stage, p in payloads if "gate" in p and keep(p))
+
+    opened = counted(Event.Type.GATE_OPENED)
+    expired = counted(Event.Type.FAILED, lambda p: p.get("timed_out"))
+    final = counted(Event.Type.HUMAN_ANSWERED, lambda p: p.get("final"))
+    twice = [
+        f"{s}/{g} asked {n} times"
+        for (s, g), n in sorted(opened.items())
+        if n > 1 + expired[(s, g)]
+    ]
+    answered = [
+        f"{s}/{g} answered {final[(s, g)]} times"
+        for (s, g) in sorted(set(opened) | set(final))
+        if final[(s, g)] != 1
+    ]
+    if run.inputs.get("review") == "on":
+        expected = {("publish", "review"), ("publish", "promote-charge")}
+        if set(opened) != expected:
+            answered.append(f"gates asked {sorted(opened)}, expected {sorted(expected)}")
+    return twice, answered
+
+
+def gate_checks(result: CaseResult, run) -> None:
+    twice, answered = gate_problems(run)
+    result.check("gate-asked-once", not twice, "; ".join(twice))
+    result.check("gate-answered-once", not answered, "; ".join(answered))
 
 
 def world_checks(result: CaseResult, run, marks: Marks, reference: dict[str, str]) -> None:
@@ -630,7 +747,10 @@ def format_report(
     results: Iterable[CaseResult],
     *,
     invariants: dict[str, str] = INVARIANTS,
-    title: str = "Fault matrix: crash before/after every tool call, strict resume, invariants",
+    title: str = (
+        "Fault matrix: crash before/after every tool call and around every gate, strict "
+        "resume, invariants"
+    ),
     summary: bool = True,
 ) -> Iterator[str]:
     """The matrix: one row per case, one column per invariant (✓ held, ✗ broken, · not

@@ -1,12 +1,13 @@
 """The fault matrix as a script: crash before and after every tool call of every stage of the
-demo pipeline, then every network fault of every call to the demo service (drop, late, 5xx,
-down, and down while a plan reconciles), with real Redis, a real demo service and real worker
-processes, and print both matrices.
+demo pipeline and around every gate of a reviewed run, then every network fault of every call
+to the demo service (drop, late, 5xx, down, and down while a plan reconciles), with real
+Redis, a real demo service and real worker processes, and print both matrices.
 
     python tests/faults/run_matrix.py                 # SQLite in a temp directory
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/faultbench python tests/faults/run_matrix.py
     python tests/faults/run_matrix.py --case publish  # only cases whose id contains "publish"
     python tests/faults/run_matrix.py --case /drop    # only the dropped connections
+    python tests/faults/run_matrix.py --case gate:    # only the crashes around a gate
 
 It sets up everything it uses: the database (a temporary SQLite file, or DATABASE_URL, which
 is created when missing and migrated), a private redis-server on a free port (no
