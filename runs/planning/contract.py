@@ -17,8 +17,11 @@ from decimal import Decimal
 from typing import Any
 
 from runs.ledger import artifacts
-from runs.models import Event, Run
+from runs.models import ApprovalMode, Event, Run
 from runs.planning.replay import CALLING, GUARDED_POLICIES, STOPPING, Action
+
+# What the engine may do in place of a promised call, on a plan that is an upper bound.
+DOING_LESS = frozenset({Action.REUSE, Action.RECORD_FOUND, Action.SKIP})
 
 
 def _kind(action: str) -> str:
@@ -149,6 +152,11 @@ class Contract:
         planned = self.lines.get(f"{stage}/{call_id}", "")
         if planned and _kind(planned) == _kind(action):
             return None
+        if self.bound and planned in CALLING and action in DOING_LESS:
+            # An upgrade branch's plan could not know its requests before its stages ran
+            # ("call, or reuse if the request comes out unchanged"): what it found made
+            # already, or was told to skip, is less than promised, never a departure.
+            return None
         if planned in CALLING and action == Action.REUSE:
             # Doing less than promised: the call was made and confirmed already, by this very
             # resumed work when its stage ran again after a gate's answer (its usage was
@@ -172,15 +180,23 @@ class Contract:
             "used": used.to_dict(),
         }
 
+    @property
+    def bound(self) -> bool:
+        """Whether the plan's calls are an upper bound rather than exact: an upgrade branch
+        re-runs stages with new inputs, whose requests (and so keys) nobody knew before."""
+        return self.mode == ApprovalMode.UPGRADE
+
     def shortfall(self, used: Usage) -> str:
-        """What the finished work used that the plan did not price ("" when it matches)."""
+        """What the finished work used that the plan did not price ("" when it matches): on
+        an exact plan any difference, on an upper bound only doing more or spending more."""
         problems = []
         for what, planned, actual in (
             ("calls", self.promised.calls, used.calls),
             ("reconcile questions", self.promised.queries, used.queries),
         ):
             for tool in sorted(set(planned) | set(actual)):
-                if planned.get(tool, 0) != actual.get(tool, 0):
+                more = actual.get(tool, 0) > planned.get(tool, 0)
+                if more or (not self.bound and planned.get(tool, 0) != actual.get(tool, 0)):
                     problems.append(
                         f"{tool}: {actual.get(tool, 0)} {what}, the plan said {planned.get(tool, 0)}"
                     )

@@ -12,6 +12,7 @@ approved plan, after checking the plan's fingerprint still matches the facts.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 from runs.ledger import artifacts
@@ -137,6 +138,15 @@ def _call_line(stage: str, call: Call, pipeline: Pipeline) -> EffectLine:
         stage, call.call_id, tool.name, str(tool.policy), "none", "", "", "",
         str(first_action(tool)), str(tool.cost),
     )  # fmt: skip
+
+
+UPPER_BOUND = "call, or reuse if the request comes out unchanged"
+
+
+def _bound(line: EffectLine) -> EffectLine:
+    if line.action != Action.CALL:
+        return line  # SAFE calls simply re-run
+    return replace(line, answer=UPPER_BOUND)
 
 
 def fresh_cost(pipeline: Pipeline) -> Cost:
@@ -338,8 +348,10 @@ def _upgrade(
     for d in drift:
         new_inputs[d.input] = d.current
     warnings = _made_again(run, rerun, strict_lines)
+    # The branch's requests are not known before its stages run with the new inputs: each
+    # call is priced as a call, and may come out unchanged and be reused (contract.bound).
     lines = [
-        _call_line(stage.name, call, pipeline)
+        _bound(_call_line(stage.name, call, pipeline))
         for stage in pipeline.stages
         if stage.name in rerun
         for call in stage.calls

@@ -188,3 +188,35 @@ def test_upgrade_without_drift_is_refused(in_process):
 
     assert not plan.upgrade.available
     assert ledger_state(run) == before
+
+
+def test_upgrade_plan_prices_each_branch_call_as_a_call_that_may_be_reused(in_process):
+    run = run_in_process({"timeout": "visual/upload-cover/after"})
+    publish_facts(TOPIC)
+
+    lines = compute_plan(run).upgrade.effects
+
+    renders = [e for e in lines if e.tool == "render_image"]
+    assert {e.action for e in renders} == {"call"}
+    assert {e.answer for e in renders} == {"call, or reuse if the request comes out unchanged"}
+    search = next(e for e in lines if e.tool == "search")
+    assert (search.action, search.answer) == ("re-run", "")
+
+
+def test_a_branch_that_reuses_what_its_parent_made_keeps_its_plan_with_fewer_calls(in_process):
+    from demo.management.commands.seed_demo import run_inline
+
+    run = run_in_process({"timeout": "visual/upload-cover/after"})
+    publish_facts(TOPIC)
+    approval = approve(run, ApprovalMode.UPGRADE, compute_plan(run).fingerprint, actor="op")
+
+    branch = run_inline(approval.branch.pk)
+
+    assert branch.status == Run.Status.SUCCEEDED
+    assert Event.Type.PLAN_DEVIATED not in event_types(branch)
+    kept = Event.objects.get(run=branch, type=Event.Type.PLAN_KEPT)
+    promised, used = kept.payload["promised"]["calls"], kept.payload["used"]["calls"]
+    # The renders' prompts (the title) came out unchanged: reused, not rendered again.
+    assert used.get("render_image", 0) < promised["render_image"]
+    assert all(used.get(tool, 0) <= n for tool, n in promised.items())
+    assert float(kept.payload["used"]["money"]) < float(kept.payload["promised"]["money"])
