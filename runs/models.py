@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.db import models
 from django.db.models.functions import Now
 
@@ -767,3 +768,63 @@ class Delivery(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.channel} attempt {self.attempt} of notification {self.notification_id}"
+
+
+# --- The JSON API: tokens and idempotent requests (runs/api/) --------------------------------
+
+
+class ApiToken(models.Model):
+    """A named token a user made to call the API as themselves (`Authorization: Bearer …`).
+    Only the sha256 of the secret is kept; the secret is shown once, when it is made. A token
+    acts with its user's role; a revoked one is refused everywhere."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    # The token's first characters, shown in lists so a person can tell their tokens apart.
+    prefix = models.CharField(max_length=16)
+    # Unique: serves the lookup of every API request made with a token (by the secret's hash).
+    secret_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(db_default=Now())
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "API token"
+        indexes = [
+            # The token page: one user's tokens, newest first.
+            models.Index(fields=["user", "-created_at"], name="apitoken_user_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None
+
+
+class IdempotentRequest(models.Model):
+    """A POST made with an `Idempotency-Key` (runs/api/idempotency.py): the key is claimed
+    before the action, and the response is stored after it, so the same key and body get the
+    same response without acting again. `status` is null while the first request runs."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=200)
+    # sha256 of the method, the path and the body as parsed: another body under the same key
+    # is refused.
+    request_hash = models.CharField(max_length=64)
+    status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # The key is the user's: also serves the one lookup of a request by (user, key).
+            models.UniqueConstraint(fields=["user", "key"], name="idempotent_request_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} [{self.status or 'running'}]"
