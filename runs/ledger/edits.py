@@ -15,6 +15,11 @@ from runs.models import Effect, Event, Run
 __all__ = ["EDITABLE_EFFECT_FIELDS", "edit_effect"]
 
 EDITABLE_EFFECT_FIELDS = ("status", "external_id", "error")
+# What a supervisor may resolve an effect as: it happened (confirmed, with its external id),
+# it did not (failed: a new attempt is safe), or it is not to happen (abandoned). Moving one
+# back into doubt would only make the next plan ask again what a human already checked.
+RESOLVED_BY_EDIT = (Effect.Status.CONFIRMED, Effect.Status.FAILED, Effect.Status.ABANDONED)
+ENGINE_ONLY_STATUSES = frozenset(Effect.Status.values) - set(RESOLVED_BY_EDIT)
 # A reason is read on the run's timeline: room to say what was checked, not for a pasted log.
 MAX_EDIT_REASON_CHARS = 2000
 
@@ -47,6 +52,13 @@ def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: 
         raise LedgerError(
             f"{run.public_id} is {run.status}: a worker owns its ledger; edit it once the run "
             "is interrupted, failed or waiting for approval"
+        )
+    if not run.is_resumable:
+        # A finished (or superseded, or waiting) run's ledger is the history of what it did:
+        # an edit could only make it disagree with the outside world after the fact.
+        raise LedgerError(
+            f"{run.public_id} is {run.get_status_display().lower()}: its ledger is edited only "
+            "while the run is stopped (interrupted, failed or needing approval)"
         )
     token = _acquire_briefly(run.pk, actor)
     if token is None:
@@ -120,4 +132,9 @@ def _checked_changes(
     after = {**before, **changes, "status": status, "external_id": external_id}
     if after == before:
         raise LedgerError("nothing changed")
+    if status != effect.status and status in ENGINE_ONLY_STATUSES:
+        raise LedgerError(
+            f"an edit resolves an effect as {', '.join(RESOLVED_BY_EDIT)}; {status} is what "
+            "only the engine records (it says nobody knows yet)"
+        )
     return effect, before, after

@@ -1,0 +1,69 @@
+"""A supervisor's ledger edit (runs/ledger/edits.py) resolves an effect of a stopped run; it
+never rewrites a finished run's history or puts an effect back into doubt."""
+
+from __future__ import annotations
+
+import pytest
+
+from demo import faults
+from demo.management.commands.seed_demo import run_inline
+from runs import engine
+from runs.ledger.append import LedgerError
+from runs.ledger.edits import edit_effect
+from runs.models import Effect, Event, Run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def charge_unknown() -> Run:
+    run = faults.start_run(
+        "content",
+        {},
+        actor="test",
+        faults={"timeout": "publish/promote-charge/after"},
+        enqueue=False,
+    )
+    return run_inline(run.pk)
+
+
+def edited(run: Run) -> int:
+    return Event.objects.filter(run=run, type=Event.Type.LEDGER_EDITED).count()
+
+
+def test_a_succeeded_runs_ledger_is_not_edited(facts):
+    run = run_inline(engine.start_run("content", {}, actor="test", enqueue=False).pk)
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+
+    with pytest.raises(LedgerError, match="edited only while the run is stopped"):
+        edit_effect(charge.pk, {"external_id": "ch-other"}, reason="typo", actor="user:s")
+
+    assert edited(run) == 0
+    assert Effect.objects.get(pk=charge.pk).external_id == charge.external_id
+
+
+@pytest.mark.parametrize("status", ["intent", "unknown", "conflict"])
+def test_an_edit_never_puts_an_effect_back_into_doubt(facts, status):
+    run = charge_unknown()
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+    edit_effect(charge.pk, {"status": "failed"}, reason="not charged", actor="user:s")
+
+    with pytest.raises(LedgerError, match="only the engine records"):
+        edit_effect(charge.pk, {"status": status}, reason="undo", actor="user:s")
+
+    assert Effect.objects.get(pk=charge.pk).status == Effect.Status.FAILED
+    assert edited(run) == 1
+
+
+def test_a_stopped_runs_unknown_charge_is_resolved_as_confirmed(facts):
+    run = charge_unknown()
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+
+    edit_effect(
+        charge.pk,
+        {"status": "confirmed", "external_id": "ch-1"},
+        reason="the processor holds ch-1",
+        actor="user:s",
+    )
+
+    assert Effect.objects.get(pk=charge.pk).status == Effect.Status.CONFIRMED
+    assert edited(run) == 1
