@@ -198,6 +198,9 @@ class EventType(models.TextChoices):
     # answered (a gate may need two), carries who, when, what and the diff.
     GATE_OPENED = "GATE_OPENED", "Waiting for a decision"
     HUMAN_ANSWERED = "HUMAN_ANSWERED", "Human answered"
+    # An operator read how a finished run departed from its plan and accepted it, with a
+    # reason: the run leaves the inbox (runs/planning/acknowledge.py).
+    ACKNOWLEDGED = "ACKNOWLEDGED", "Deviation acknowledged"
 
 
 class Event(AppendOnlyModel):

@@ -1,0 +1,60 @@
+"""Acknowledging a deviation: a run that finished after departing from its approved plan
+stays with those that need a human (Run.deviated) until someone reads how it departed and
+accepts it, with a reason. The acknowledgement is an event in the run's chain (ACKNOWLEDGED),
+so it is as tamper-evident as the deviation it answers; the run then leaves the inbox."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from runs.ledger import leases
+from runs.ledger.append import Writer, append
+from runs.models import Event, Run
+
+MAX_REASON_CHARS = 2000
+
+
+class AcknowledgeRefused(Exception):
+    """Nothing was written; the message says why."""
+
+
+def _checked_reason(reason: str) -> str:
+    reason = (reason or "").strip()
+    if not reason:
+        raise AcknowledgeRefused("say why the deviation is acceptable: the reason is recorded")
+    if len(reason) > MAX_REASON_CHARS:
+        raise AcknowledgeRefused(f"a reason is limited to {MAX_REASON_CHARS} characters")
+    return reason
+
+
+def acknowledge(run_pk: int, reason: str, *, actor: str) -> Event:
+    """Accept a finished run's deviation. Raises AcknowledgeRefused, having written nothing,
+    for a run that did not deviate, is not finished (a stopped one is resumed by approving
+    its plan instead) or was acknowledged already."""
+    reason = _checked_reason(reason)
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_pk).first()
+        if run is None:
+            raise AcknowledgeRefused(f"there is no run {run_pk}")
+        if not run.deviated:
+            raise AcknowledgeRefused(f"{run.public_id} has no deviation to acknowledge")
+        if run.status != Run.Status.SUCCEEDED:
+            raise AcknowledgeRefused(
+                f"{run.public_id} is {run.get_status_display().lower()}: a deviation is "
+                "acknowledged once the run finished; a stopped run goes on by approving its plan"
+            )
+        deviation = (
+            Event.objects.filter(run=run, type=Event.Type.PLAN_DEVIATED)
+            .order_by("-seq")
+            .values_list("seq", flat=True)
+            .first()
+        )
+        token = leases.acquire(run.pk, actor, takeover=True)
+        event = append(
+            Writer(run.pk, token, actor),
+            Event.Type.ACKNOWLEDGED,
+            payload={"deviation_seq": deviation, "reason": reason, "by": actor},
+            deviated=False,
+        )
+        leases.release(run.pk, token)
+    return event

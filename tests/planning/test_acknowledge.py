@@ -1,0 +1,64 @@
+"""A finished run that departed from its plan is acknowledged with a reason, and leaves the
+runs that need a human (runs/planning/acknowledge.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from demo.management.commands.seed_demo import run_inline
+from runs import engine
+from runs.ledger import leases
+from runs.ledger.append import Writer, append
+from runs.models import Event, Run
+from runs.planning.acknowledge import AcknowledgeRefused, acknowledge
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def finished_deviated() -> Run:
+    """A succeeded run marked as departed from its plan, as the contract check does."""
+    run = run_inline(engine.start_run("content", {}, actor="test", enqueue=False).pk)
+    token = leases.acquire(run.pk, "test", takeover=True)
+    append(
+        Writer(run.pk, token, "test"),
+        Event.Type.PLAN_DEVIATED,
+        payload={"reason": "render_image: 2 calls, the plan said 1"},
+        deviated=True,
+    )
+    leases.release(run.pk, token)
+    run.refresh_from_db()
+    assert (run.deviated, run.attention) == (True, 0)
+    return run
+
+
+def test_an_acknowledged_deviation_is_an_event_and_the_run_leaves_the_inbox(facts):
+    run = finished_deviated()
+
+    event = acknowledge(run.pk, "the second render was a retry we expected", actor="user:ana")
+
+    run.refresh_from_db()
+    assert (run.deviated, run.attention, run.status) == (False, 2, Run.Status.SUCCEEDED)
+    assert event.type == Event.Type.ACKNOWLEDGED and event.actor == "user:ana"
+    assert event.payload["reason"] == "the second render was a retry we expected"
+    assert event.payload["deviation_seq"] == event.seq - 1
+
+
+@pytest.mark.parametrize("reason", ["", "   ", "x" * 2001])
+def test_an_acknowledgement_needs_a_reason_of_sensible_length(facts, reason):
+    run = finished_deviated()
+    seq = run.last_seq
+
+    with pytest.raises(AcknowledgeRefused):
+        acknowledge(run.pk, reason, actor="user:ana")
+
+    run.refresh_from_db()
+    assert (run.deviated, run.last_seq) == (True, seq)
+
+
+def test_a_run_without_a_deviation_is_not_acknowledged(facts):
+    run = run_inline(engine.start_run("content", {}, actor="test", enqueue=False).pk)
+
+    with pytest.raises(AcknowledgeRefused, match="no deviation"):
+        acknowledge(run.pk, "fine", actor="user:ana")
+
+    assert not Event.objects.filter(run=run, type=Event.Type.ACKNOWLEDGED).exists()
