@@ -201,6 +201,9 @@ class EventType(models.TextChoices):
     # An operator read how a finished run departed from its plan and accepted it, with a
     # reason: the run leaves the inbox (runs/planning/acknowledge.py).
     ACKNOWLEDGED = "ACKNOWLEDGED", "Deviation acknowledged"
+    # A supervisor asked an effect's target what it holds (a POST, never a page view), before
+    # resolving the effect: what it answered is then one click from a ledger edit.
+    TARGET_ASKED = "TARGET_ASKED", "Target asked"
 
 
 class Event(AppendOnlyModel):

@@ -12,7 +12,7 @@ from runs.ledger import leases
 from runs.ledger.append import LedgerError, Writer, announce_stop, append
 from runs.models import Effect, Event, Run
 
-__all__ = ["EDITABLE_EFFECT_FIELDS", "edit_effect"]
+__all__ = ["EDITABLE_EFFECT_FIELDS", "acquire_briefly", "edit_effect"]
 
 EDITABLE_EFFECT_FIELDS = ("status", "external_id", "error")
 # What a supervisor may resolve an effect as: it happened (confirmed, with its external id),
@@ -29,7 +29,7 @@ MAX_EDIT_REASON_CHARS = 2000
 EDIT_LEASE_WAIT = 2.0
 
 
-def _acquire_briefly(run_pk: int, actor: str) -> int | None:
+def acquire_briefly(run_pk: int, actor: str) -> int | None:
     deadline = time.monotonic() + EDIT_LEASE_WAIT
     while True:
         try:
@@ -60,7 +60,7 @@ def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: 
             f"{run.public_id} is {run.get_status_display().lower()}: its ledger is edited only "
             "while the run is stopped (interrupted, failed or needing approval)"
         )
-    token = _acquire_briefly(run.pk, actor)
+    token = acquire_briefly(run.pk, actor)
     if token is None:
         raise LedgerError(f"{run.public_id} is leased by a worker right now")
     try:
