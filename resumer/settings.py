@@ -77,6 +77,9 @@ INSTALLED_APPS = [
     "django_htmx",
     "django_rq",
     "axes",
+    # The JSON API's library; installed as an app so its docs page is served from its own
+    # static files (no CDN), which the Content-Security-Policy allows.
+    "ninja",
     "runs",
 ]
 # The demo app is the demo pipeline's in-process fact source (and its fault injection and

@@ -3,6 +3,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from runs.api import token_views
+from runs.api.api import api
 from runs.dashboard import queue_admin
 from runs.dashboard.urls import pipeline_urlpatterns
 
@@ -14,4 +16,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("runs/", include("runs.dashboard.urls")),
     path("pipelines/", include((pipeline_urlpatterns, "pipelines"))),
+    # The JSON API (runs/api/, docs/api.md) and the page where people make their tokens.
+    path("api/v1/", api.urls),
+    path("account/tokens/", include(token_views)),
 ]

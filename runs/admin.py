@@ -21,6 +21,9 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from runs import ids, notify
+
+# API tokens (runs/api/admin.py) register themselves beside the ledger.
+from runs.api import admin as api_admin  # noqa: F401
 from runs.dashboard import roles
 from runs.dashboard.forms import EffectLedgerForm
 from runs.ledger.append import LedgerError
