@@ -1,0 +1,90 @@
+"""Idempotency-Key: the same key and body answer with the stored response without acting
+again; the same key with another body is a 409; keys are each user's own."""
+
+from __future__ import annotations
+
+import pytest
+
+from runs.models import Event, IdempotentRequest, Run, StoredPlan
+from tests.api.conftest import caller, is_problem
+from tests.support.plans import interrupted_with_plan
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_same_key_and_body_start_one_run_and_answer_the_same(operator, facts):
+    body = {"pipeline": "content", "inputs": {}}
+    first = operator.post("/runs", body, key="ci-build-41")
+
+    again = operator.post("/runs", body, key="ci-build-41")
+
+    assert Run.objects.count() == 1
+    assert again.status_code == first.status_code == 201
+    assert again.json() == first.json()
+    assert again["Idempotent-Replayed"] == "true"
+
+
+def test_the_same_key_with_another_body_is_a_409_and_acts_not(operator, facts):
+    operator.post("/runs", {"pipeline": "content", "inputs": {}}, key="ci-build-41")
+
+    body = is_problem(
+        operator.post(
+            "/runs", {"pipeline": "content", "inputs": {"topic": "x"}}, key="ci-build-41"
+        ),
+        409,
+    )
+
+    assert "another request" in body["detail"]
+    assert Run.objects.count() == 1
+
+
+def test_the_same_key_on_another_endpoint_is_a_409(operator, facts):
+    run = interrupted_with_plan()
+    operator.post("/runs", {"pipeline": "content"}, key="k1")
+    fingerprint = StoredPlan.objects.get(run=run).fingerprint
+
+    is_problem(
+        operator.post(
+            f"/runs/{run.public_id}/approve",
+            {"mode": "strict", "fingerprint": fingerprint},
+            key="k1",
+        ),
+        409,
+    )
+    assert not Event.objects.filter(run=run, type=Event.Type.PLAN_APPROVED).exists()
+
+
+def test_a_refusal_is_stored_and_answered_again_as_it_was(operator, facts):
+    run = interrupted_with_plan()
+    body = {"mode": "strict", "fingerprint": "0" * 64}
+    first = operator.post(f"/runs/{run.public_id}/approve", body, key="approve-1")
+    # The right fingerprint now would resume; the key still answers what it answered.
+    again = operator.post(f"/runs/{run.public_id}/approve", body, key="approve-1")
+
+    assert first.status_code == again.status_code == 409
+    assert again.json() == first.json()
+    assert IdempotentRequest.objects.get(key="approve-1").status == 409
+
+
+def test_the_same_key_from_another_user_is_their_own(operator, facts):
+    other = caller("operator", name="another-operator")
+    operator.post("/runs", {"pipeline": "content"}, key="shared-key")
+
+    response = other.post("/runs", {"pipeline": "content"}, key="shared-key")
+
+    assert response.status_code == 201
+    assert Run.objects.count() == 2
+
+
+def test_a_key_whose_first_request_is_still_running_is_a_409(operator, facts):
+    IdempotentRequest.objects.create(user=operator.user, key="busy", request_hash="x" * 64)
+
+    is_problem(operator.post("/runs", {"pipeline": "content"}, key="busy"), 409)
+
+    assert Run.objects.count() == 0
+
+
+def test_a_key_that_is_not_printable_ascii_is_a_400(operator, facts):
+    is_problem(operator.post("/runs", {"pipeline": "content"}, key="k" * 201), 400)
+
+    assert Run.objects.count() == 0

@@ -1,0 +1,71 @@
+"""The token page: a person makes a named token (shown once, stored as its hash) and revokes
+their own, never somebody else's."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import pytest
+
+from runs.api import tokens
+from runs.dashboard import roles
+from runs.models import ApiToken
+from tests.support.web import client_as
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_new_token_is_shown_once_and_stored_as_its_hash():
+    browser = client_as("viewer")
+
+    made = browser.post("/account/tokens/", {"name": "laptop script"})
+    secret = re.search(r"rsm_[A-Za-z0-9_-]+", made.content.decode()).group(0)
+    listed = browser.get("/account/tokens/").content.decode()
+
+    token = ApiToken.objects.get()
+    assert made.status_code == 201
+    assert token.secret_hash == hashlib.sha256(secret.encode()).hexdigest()
+    assert token.name == "laptop script" and token.user.username == "viewer"
+    assert secret not in listed and token.prefix in listed
+
+
+def test_a_token_made_on_the_page_calls_the_api(db):
+    browser = client_as("operator")
+    made = browser.post("/account/tokens/", {"name": "ci"}).content.decode()
+    secret = re.search(r"rsm_[A-Za-z0-9_-]+", made).group(0)
+
+    response = browser.__class__().get("/api/v1/me", headers={"Authorization": f"Bearer {secret}"})
+
+    assert response.json()["username"] == "operator"
+    assert response.json()["via"] == "token"
+
+
+def test_a_person_revokes_their_own_token():
+    browser = client_as("operator")
+    browser.post("/account/tokens/", {"name": "old"})
+    token = ApiToken.objects.get()
+
+    browser.post(f"/account/tokens/{token.pk}/revoke/")
+
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    assert tokens.authenticate("rsm_anything") is None
+
+
+def test_nobody_revokes_someone_elses_token():
+    owner, _ = roles.ensure_user("owner", "owner-pass", roles.SUPERVISOR)
+    token, _ = tokens.issue(owner, "theirs")
+
+    response = client_as("operator").post(f"/account/tokens/{token.pk}/revoke/")
+
+    assert response.status_code == 404
+    token.refresh_from_db()
+    assert token.revoked_at is None
+
+
+def test_a_token_needs_a_name():
+    response = client_as("viewer").post("/account/tokens/", {"name": ""})
+
+    assert response.status_code == 400
+    assert not ApiToken.objects.exists()
