@@ -225,6 +225,14 @@ def test_a_worker_killed_after_the_answer_is_resumed_without_asking_again(
     assert len(answered(run, "review")) == 1
     assert len(demo_service.articles()) == 1
     assert run.effects.filter(call_id="publish").count() == 1
+    # Nothing before the gate ran again: the resume started at publish, whose first act is
+    # the review, and called only what comes after it.
+    resumed = Event.objects.get(run=run, type=Event.Type.RESUMED)
+    after = Event.objects.filter(run=run, seq__gt=resumed.seq)
+    assert set(after.filter(type=Event.Type.STARTED).values_list("stage", flat=True)) == {"publish"}
+    called = after.filter(type=Event.Type.TOOL_CALLED).values_list("payload__call", flat=True)
+    assert sorted(called) == ["promote-charge", "publish"]
+    assert Event.objects.filter(run=run, type=Event.Type.PLAN_KEPT).count() == 1
     assert not Event.objects.filter(run=run, type=Event.Type.PLAN_DEVIATED).exists()
 
 
