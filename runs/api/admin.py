@@ -15,7 +15,7 @@ from django.http import HttpRequest
 
 from runs.api import tokens
 from runs.dashboard import roles
-from runs.models import ApiToken
+from runs.models import ApiToken, IdempotentRequest
 
 
 class ApiTokenAddForm(forms.ModelForm):
@@ -79,3 +79,29 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=Now())
         messages.success(request, f"{count} token{'s' if count != 1 else ''} revoked.")
+
+
+@admin.register(IdempotentRequest)
+class IdempotentRequestAdmin(admin.ModelAdmin):
+    """The API's idempotency keys and the responses they answer with: supervisors read them
+    (what a client retried, and what it was told); nobody edits one."""
+
+    list_display = ["key", "user", "status", "created_at"]
+    list_select_related = ["user"]
+    search_fields = ["=key", "user__username"]
+    readonly_fields = ["user", "key", "request_hash", "status", "response", "created_at"]
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_active and roles.can_manage_queues(request.user)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.has_module_permission(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

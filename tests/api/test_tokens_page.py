@@ -7,6 +7,7 @@ import hashlib
 import re
 
 import pytest
+from django.test import Client
 
 from runs.api import tokens
 from runs.dashboard import roles
@@ -69,3 +70,38 @@ def test_a_token_needs_a_name():
 
     assert response.status_code == 400
     assert not ApiToken.objects.exists()
+
+
+def test_a_supervisor_makes_a_token_for_a_user_in_the_admin():
+    admin = client_as("supervisor")
+    operator, _ = roles.ensure_user("operator", "operator-pass", roles.OPERATOR)
+
+    response = admin.post(
+        "/admin/runs/apitoken/add/", {"user": operator.pk, "name": "bot"}, follow=True
+    )
+
+    token = ApiToken.objects.get()
+    secret = re.search(r"rsm_[A-Za-z0-9_-]+", response.content.decode()).group(0)
+    assert token.user == operator
+    assert tokens.authenticate(secret).pk == token.pk
+
+
+def test_a_supervisor_revokes_tokens_in_the_admin():
+    operator, _ = roles.ensure_user("operator", "operator-pass", roles.OPERATOR)
+    token, secret = tokens.issue(operator, "bot")
+
+    client_as("supervisor").post(
+        "/admin/runs/apitoken/", {"action": "revoke", "_selected_action": [token.pk]}
+    )
+
+    assert tokens.authenticate(secret) is None
+
+
+def test_an_operator_does_not_see_tokens_in_the_admin():
+    operator, _ = roles.ensure_user("operator", "operator-pass", roles.OPERATOR)
+    operator.is_staff = True  # staff, to enter the admin, but no supervisor
+    operator.save()
+    browser = Client()
+    browser.force_login(operator)
+
+    assert browser.get("/admin/runs/apitoken/").status_code == 403
