@@ -178,7 +178,7 @@ def child(db: str, runs: int, rounds: int) -> None:
     from demo.simulators import ensure_topic
     from demo_service.process import ServiceClient
     from runs import engine
-    from runs.ledger.chain import verify_chain
+    from runs.ledger.verify import verify_chain
     from runs.models import Run
 
     ensure_topic()

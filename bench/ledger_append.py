@@ -115,7 +115,8 @@ def child(db: str, events: int, rounds: int) -> None:
 
     from runs.ledger import leases
     from runs.ledger.append import Writer, append, create_run
-    from runs.ledger.chain import canonical_json, verify_chain
+    from runs.ledger.chain import canonical_json
+    from runs.ledger.verify import verify_chain
     from runs.models import Event
 
     with connection.cursor() as cursor:

@@ -140,7 +140,7 @@ def child(db: str, long_events: int, repeat: int) -> None:
     from django.test.utils import CaptureQueriesContext
 
     from demo.simulators import ensure_topic
-    from runs.ledger.chain import verify_chain
+    from runs.ledger.verify import verify_chain
     from runs.models import Checkpoint, Run
     from runs.planning.planner import compute_plan
 

@@ -2,7 +2,7 @@
 
 Every event's hash is sha256 over its predecessor's hash and the canonical JSON of what the
 writer decided (`hashed_content`), so an event changed, removed or inserted outside the append
-path shows up as a broken link or a changed hash when `verify_chain` walks the run.
+path shows up as a broken link or a changed hash when `verify.verify_chain` walks the run.
 
 Two things extend the chain past the events themselves:
 
@@ -22,17 +22,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 
 from runs.ledger import artifacts
-from runs.models import Checkpoint, Event, Run
+from runs.models import Checkpoint, Event
 
 __all__ = [
-    "ANCHORS_NOT_CHECKED",
-    "ChainReport",
     "canonical_json",
     "digest",
     "encoded_event_hash",
@@ -41,24 +38,7 @@ __all__ = [
     "head_anchor",
     "manifest_hash",
     "manifest_ok",
-    "verify_chain",
 ]
-
-ANCHORS_NOT_CHECKED = "anchors not checked: RESUMER_CHAIN_KEY is not set"
-
-
-@dataclass
-class ChainReport:
-    run_id: int
-    checked: int = 0
-    ok: bool = True
-    first_bad_seq: int | None = None
-    problems: list[str] = field(default_factory=list)
-    # False when RESUMER_CHAIN_KEY is not set: the head's anchor was not (could not be) checked,
-    # and `notes` says so.
-    anchors_checked: bool = False
-    notes: list[str] = field(default_factory=list)
-
 
 # One encoder for every call: json.dumps() with these options builds a new one each time, and
 # the append path encodes four values per event. encode() keeps no state between calls.
@@ -164,64 +144,3 @@ def head_anchor(run_id: int, last_seq: int, head_hash: str) -> str:
         return ""
     message = f"{run_id}:{last_seq}:{head_hash}".encode()
     return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
-
-
-def verify_chain(run_id: int, *, batch: int = 2000) -> ChainReport:
-    """Walk a run's events in seq order and recompute every hash. A gap, a broken link or a
-    changed row (edited outside the application) is reported with its seq; so are a checkpoint
-    whose manifest no longer matches its VERIFIED event and, when RESUMER_CHAIN_KEY is set, a
-    run head whose anchor does not match it."""
-    report = ChainReport(run_id=run_id)
-    verified: dict[int, Event] = {}
-    prev_hash, expected_seq = "", 1
-    last_seq = 0
-    while True:
-        chunk = list(Event.objects.filter(run_id=run_id, seq__gt=last_seq).order_by("seq")[:batch])
-        if not chunk:
-            break
-        for event in chunk:
-            report.checked += 1
-            problem = ""
-            if event.seq != expected_seq:
-                problem = f"seq {event.seq} follows {expected_seq - 1}: a gap"
-            elif event.prev_hash != prev_hash:
-                problem = f"seq {event.seq} does not link to its predecessor's hash"
-            elif event_hash(prev_hash, hashed_content(event)) != event.hash:
-                problem = f"seq {event.seq} was altered: its content no longer matches its hash"
-            if problem and report.ok:
-                report.ok, report.first_bad_seq = False, event.seq
-            if problem:
-                report.problems.append(problem)
-            if event.type == Event.Type.VERIFIED:
-                verified[event.seq] = event
-            prev_hash, expected_seq = event.hash, event.seq + 1
-            last_seq = event.seq
-    for checkpoint in Checkpoint.objects.filter(run_id=run_id).order_by("last_seq"):
-        reason = manifest_ok(checkpoint, verified.get(checkpoint.last_seq))
-        if reason:
-            report.ok = False
-            report.problems.append(f"checkpoint {checkpoint.id}: {reason}")
-    head = Run.objects.filter(pk=run_id).values("last_seq", "head_hash", "head_anchor").first()
-    if head and (head["last_seq"] != last_seq or head["head_hash"] != prev_hash):
-        report.ok = False
-        report.problems.append(
-            f"run head says seq {head['last_seq']}, the log ends at seq {last_seq}"
-        )
-    if not settings.RESUMER_CHAIN_KEY:
-        report.notes.append(ANCHORS_NOT_CHECKED)
-    elif head:
-        report.anchors_checked = True
-        expected = head_anchor(run_id, head["last_seq"], head["head_hash"])
-        if not head["head_anchor"]:
-            report.ok = False
-            report.problems.append(
-                "run head carries no anchor: it was written without RESUMER_CHAIN_KEY, "
-                "or its anchor was removed"
-            )
-        elif not hmac.compare_digest(head["head_anchor"], expected):
-            report.ok = False
-            report.problems.append(
-                "run head's anchor does not match it under RESUMER_CHAIN_KEY: the head was "
-                "rewritten by someone without the key (or under another key)"
-            )
-    return report

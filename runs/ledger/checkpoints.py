@@ -11,6 +11,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
+from runs.ledger import derived
 from runs.ledger.append import Writer, append
 from runs.ledger.chain import manifest_hash, manifest_ok
 from runs.models import Checkpoint, Event, Run
@@ -92,15 +93,20 @@ def latest_checkpoint(run: Run, stage: str) -> Checkpoint | None:
 
 
 def manifest_problems(checkpoints: Sequence[Checkpoint]) -> dict[str, str]:
-    """Checkpoint id -> why its manifest no longer matches its VERIFIED event, for those of
-    `checkpoints` that do not; their VERIFIED events are read in one query."""
+    """Checkpoint id -> why it is not what its VERIFIED event sealed (its manifest, its stage,
+    its next stage), for those of `checkpoints` that are not; their VERIFIED events are read
+    in one query."""
     if not checkpoints:
         return {}
     sealing = reduce(operator.or_, (Q(run_id=c.run_id, seq=c.last_seq) for c in checkpoints))
     events = {(e.run_id, e.seq): e for e in Event.objects.filter(sealing)}
     problems = {}
     for checkpoint in checkpoints:
-        reason = manifest_ok(checkpoint, events.get((checkpoint.run_id, checkpoint.last_seq)))
+        sealing = events.get((checkpoint.run_id, checkpoint.last_seq))
+        # The row's stage and next stage drive the plan as much as its manifest does.
+        reason = manifest_ok(checkpoint, sealing) or derived.checkpoint_disagreement(
+            checkpoint, sealing
+        )
         if reason:
             problems[checkpoint.id] = reason
     return problems

@@ -15,14 +15,21 @@ from __future__ import annotations
 from dataclasses import replace
 from decimal import Decimal
 
-from runs.ledger import artifacts
+from runs.ledger import artifacts, derived
 from runs.ledger.chain import digest
 from runs.ledger.checkpoints import latest_checkpoint, manifest_problems
 from runs.models import Checkpoint, Effect, Event, Run
 from runs.pipeline import Call, Pipeline, registry
 from runs.planning import gate_lines
 from runs.planning.plan import ArtifactLine, Cost, DriftLine, EffectLine, Plan, Upgrade
-from runs.planning.replay import CALLING, GUARDED_POLICIES, Action, decide_on, first_action
+from runs.planning.replay import (
+    CALLING,
+    GUARDED_POLICIES,
+    Action,
+    StopKind,
+    decide_on,
+    first_action,
+)
 
 __all__ = ["Action", "Plan", "compute_plan", "fresh_cost"]
 
@@ -155,10 +162,37 @@ def fresh_cost(pipeline: Pipeline) -> Cost:
     return _cost(pipeline, lines)
 
 
+def _disagreeing(
+    run: Run, effects: dict[tuple[str, str], Effect], after_seq: int
+) -> dict[tuple[str, str], str]:
+    """The effect rows the plan would act on that their events do not explain (a row written
+    behind the append path: "confirmed as ch-forged" would skip the reconcile-first lookup).
+    Their events are all after the chosen checkpoint: the stages it re-runs ran after it."""
+    if not effects:
+        return {}
+    keys = [e.delivery_key for e in effects.values()]
+    said = derived.fold(derived.effect_events([run.pk], keys, after_seq=after_seq))
+    found = {}
+    for where, effect in effects.items():
+        reason = derived.effect_disagreement(effect, said.get(effect.delivery_key))
+        if reason:
+            found[where] = f"{reason}; a supervisor must look before anything is planned on it"
+    return found
+
+
+def _blocked_line(stage: str, call_id: str, effect: Effect) -> EffectLine:
+    return EffectLine(
+        stage, call_id, effect.tool, effect.policy, effect.status, effect.delivery_key, "",
+        "the ledger row disagrees with its events", str(Action.BLOCKED), "0",
+        kind=str(StopKind.LEDGER_DISAGREES),
+    )  # fmt: skip
+
+
 def _expected_lines(
-    run: Run, pipeline: Pipeline, stages: list[str]
+    run: Run, pipeline: Pipeline, stages: list[str], after_seq: int = 0
 ) -> tuple[list[EffectLine], list[str]]:
     effects = _own_effects(run, stages)
+    disagreeing = _disagreeing(run, effects, after_seq)
     lines, blockers = [], []
     for stage_name in stages:
         stage = pipeline.stage(stage_name)
@@ -171,6 +205,12 @@ def _expected_lines(
             if s == stage_name and call_id not in known
         ]
         for call in calls:
+            reason = disagreeing.get((stage_name, call.call_id))
+            if reason:
+                effect = effects[(stage_name, call.call_id)]
+                lines.append(_blocked_line(stage_name, call.call_id, effect))
+                blockers.append(reason)
+                continue
             line, blocker = _effect_line(
                 stage_name,
                 call.call_id,
@@ -250,7 +290,7 @@ def compute_plan(run: Run) -> Plan:
     stages_all = list(pipeline.stage_names)
     rerun = list(pipeline.stages_from(next_stage)) if next_stage else []
     skipped = [s for s in stages_all if s not in rerun]
-    lines, blockers = _expected_lines(run, pipeline, rerun)
+    lines, blockers = _expected_lines(run, pipeline, rerun, after_seq)
 
     drift = [DriftLine(name, old, new) for name, (old, new) in pipeline.drift(run.inputs).items()]
     upgrade = _upgrade(run, pipeline, chosen, drift, resumable, lines)

@@ -59,6 +59,9 @@ class StopKind(StrEnum):
     # A NEVER effect whose outcome the ledger does not know, by its status.
     INTENT = "intent"
     UNKNOWN = "unknown"
+    # The effect row is not what its events say (written behind the append path): the plan
+    # does not act on it (runs/ledger/derived.py).
+    LEDGER_DISAGREES = "the effect ledger row disagrees with its events"
 
 
 # Tools whose call is never guessed about: a RECONCILE_FIRST or NEVER effect that may have

@@ -16,8 +16,8 @@ from runs import engine
 from runs.execution.hooks import CallHooks
 from runs.ledger import effects, leases
 from runs.ledger.append import Writer
-from runs.ledger.chain import verify_chain
 from runs.ledger.effects import claim_intent
+from runs.ledger.verify import verify_chain
 from runs.models import Effect, Event, ReplayPolicy, Run
 from runs.pipeline import Input, KeyParts, Pipeline, Stage, StageOutput, Tool
 from tests.support.pipelines import registered

@@ -16,7 +16,7 @@ from demo.simulators import meter
 from runs import engine
 from runs.execution.hooks import CallHooks
 from runs.ledger import artifacts, leases
-from runs.ledger.chain import verify_chain
+from runs.ledger.verify import verify_chain
 from runs.models import ApprovalMode, Checkpoint, Effect, Event, ReplayPolicy, Run
 from runs.pipeline import (
     Input,

@@ -17,7 +17,7 @@ from rq.job import Job
 
 from demo import faults
 from runs import enqueue
-from runs.ledger.chain import verify_chain
+from runs.ledger.verify import verify_chain
 from runs.models import ApprovalMode, Event, Lease, Run
 from runs.planning.planner import compute_plan
 from runs.planning.resume import approve

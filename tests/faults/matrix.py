@@ -298,7 +298,7 @@ def final_artifacts(run) -> dict[str, str]:
 
 def chain_problems(run_pk: int) -> list[str]:
     """Seq must run 1..N without a gap and every hash link must hold."""
-    from runs.ledger.chain import verify_chain
+    from runs.ledger.verify import verify_chain
     from runs.models import Event
 
     problems = []

@@ -15,7 +15,7 @@ from django.db import connection
 
 from runs.ledger import leases
 from runs.ledger.append import Writer, append, create_run
-from runs.ledger.chain import verify_chain
+from runs.ledger.verify import verify_chain
 from runs.models import Event, Run
 
 EVENTS_PER_WRITER = 500

@@ -16,8 +16,8 @@ from django.db import connection, connections, transaction
 from runs import engine
 from runs.ledger import leases
 from runs.ledger.append import HeadLost, Writer, append
-from runs.ledger.chain import verify_chain
 from runs.ledger.maintenance import maintenance
+from runs.ledger.verify import verify_chain
 from runs.models import Event, ReplayPolicy, Run
 from runs.pipeline import Input, KeyParts, Pipeline, Stage, StageOutput, Tool
 from tests.support.pipelines import registered

@@ -18,10 +18,11 @@ from django.test import override_settings
 
 from runs.ledger import artifacts, leases
 from runs.ledger.append import LeaseLost, LedgerError, Writer, append, create_run
-from runs.ledger.chain import canonical_json, event_hash, hashed_content, verify_chain
+from runs.ledger.chain import canonical_json, event_hash, hashed_content
 from runs.ledger.checkpoints import write_checkpoint
 from runs.ledger.maintenance import maintenance
 from runs.ledger.sql import EffectClaim
+from runs.ledger.verify import verify_chain
 from runs.models import Checkpoint, Effect, Event, Run
 from tests.support.plans import change_manifest
 

@@ -1,0 +1,136 @@
+"""Derived state checked against the log: the effect rows and the checkpoint rows say what
+the events say, or the difference is reported.
+
+The events are the record; an effect row is what its events, folded in order, leave behind
+(its status, external id and request hash), and a checkpoint row names its VERIFIED event's
+stage, next stage and seq. A row changed with plain SQL (a forged "confirmed as ch-forged",
+a checkpoint whose next stage skips four stages) no longer agrees with its events, and
+`verify_chain` and the planner both say so through the functions here (one fold, one
+comparison), never trusting the row.
+
+    TOOL_CALLED ........................... intent; the request hash of its tool and args
+    TOOL_RESULT / FAILED with a "status" .. that status, with its external id
+    RECONCILED ............................ confirmed, with what the target holds
+    LEDGER_EDITED ......................... the edit's "after"
+    anything else with the key ............ no change (a re-use, a skip, a stop, a question)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from runs.ledger import artifacts
+from runs.ledger.chain import digest
+from runs.models import Checkpoint, Effect, Event
+
+
+@dataclass
+class Derived:
+    """What an effect's events say it is."""
+
+    status: str = ""
+    external_id: str = ""
+    request_hash: str = ""
+    # Where its last change was recorded.
+    run_id: int = 0
+    seq: int = 0
+
+
+def full_payload(event: Event) -> dict[str, Any]:
+    """The event's whole payload: inline, or read back from its artifact."""
+    if not event.payload_ref:
+        return event.payload
+    try:
+        return json.loads(artifacts.read(event.payload_ref))
+    except (artifacts.ArtifactMissing, ValueError):
+        return event.payload.get("summary", {})
+
+
+def _changes(event: Event, payload: dict[str, Any]) -> dict[str, str] | None:
+    if event.type == Event.Type.TOOL_CALLED:
+        changes = {"status": Effect.Status.INTENT}
+        if "args" in payload and "tool" in payload:
+            changes["request_hash"] = digest({"tool": payload["tool"], "args": payload["args"]})
+        return changes
+    if event.type in (Event.Type.TOOL_RESULT, Event.Type.FAILED) and "status" in payload:
+        if payload.get("reused") or payload.get("skipped"):
+            return None
+        return {"status": payload["status"], "external_id": payload.get("external_id", "")}
+    if event.type == Event.Type.RECONCILED and payload.get("found"):
+        return {"status": Effect.Status.CONFIRMED, "external_id": payload["external_id"]}
+    if event.type == Event.Type.LEDGER_EDITED and isinstance(payload.get("after"), dict):
+        after = payload["after"]
+        return {"status": after["status"], "external_id": after.get("external_id", "")}
+    return None
+
+
+def fold(events: Iterable[Event]) -> dict[str, Derived]:
+    """Delivery key -> what its events say, folding `events` in the order given (the order
+    they were written: by id across runs, by seq within one)."""
+    derived: dict[str, Derived] = {}
+    for event in events:
+        if not event.idempotency_key:
+            continue
+        payload = event.payload
+        if event.payload_ref and event.type in (Event.Type.TOOL_CALLED, Event.Type.LEDGER_EDITED):
+            payload = full_payload(event)
+        changes = _changes(event, payload)
+        if changes is None:
+            continue
+        state = derived.setdefault(event.idempotency_key, Derived())
+        if changes.get("status") == Effect.Status.INTENT and state.request_hash:
+            changes.pop("request_hash", None)  # a retry keeps the first request's hash
+        for name, value in changes.items():
+            setattr(state, name, value)
+        state.run_id, state.seq = event.run_id, event.seq
+    return derived
+
+
+def effect_disagreement(effect: Effect, derived: Derived | None) -> str:
+    """Why the effect row is not what its events say ("" when it is)."""
+    where = f"{effect.stage}/{effect.call_id}"
+    if derived is None:
+        return f"the effect ledger row for {where} has no event that wrote it"
+    differs = [
+        f"{name} {getattr(effect, name)!r} where its events say {getattr(derived, name)!r}"
+        for name in ("status", "external_id", "request_hash")
+        if getattr(derived, name) or name != "request_hash"
+        if str(getattr(effect, name)) != str(getattr(derived, name))
+    ]
+    if not differs:
+        return ""
+    return f"the effect ledger row for {where} disagrees with its events: " + "; ".join(differs)
+
+
+def effect_events(run_ids: Iterable[int], keys: Iterable[str], *, after_seq: int = 0):
+    """The events of these runs that carry one of these delivery keys, in write order."""
+    return (
+        Event.objects.filter(run_id__in=list(run_ids), idempotency_key__in=list(keys))
+        .filter(seq__gt=after_seq)
+        .order_by("id")
+    )
+
+
+def checkpoint_disagreement(checkpoint: Checkpoint, verified: Event | None) -> str:
+    """Why the checkpoint row does not name what its VERIFIED event recorded ("" when it
+    does): its stage, its next stage and the seq it seals drive the plan."""
+    if verified is None or verified.type != Event.Type.VERIFIED:
+        return ""  # manifest_ok says that the VERIFIED event is missing
+    payload = full_payload(verified)
+    differs = []
+    if checkpoint.stage != verified.stage:
+        differs.append(f"stage {checkpoint.stage!r} where its VERIFIED says {verified.stage!r}")
+    if "next_stage" in payload and checkpoint.next_stage != payload["next_stage"]:
+        differs.append(
+            f"next stage {checkpoint.next_stage!r} where its VERIFIED says "
+            f"{payload['next_stage']!r}"
+        )
+    if not differs:
+        return ""
+    return (
+        f"the checkpoint row disagrees with its VERIFIED event (seq {verified.seq}): "
+        + "; ".join(differs)
+    )
