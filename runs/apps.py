@@ -16,6 +16,13 @@ def _register_sqlite_guard(sender, connection, **kwargs) -> None:
         lambda: int(bool(getattr(connection, "_resumer_maintenance", False))),
         deterministic=False,
     )
+    # The effect rows' trigger (migration 0014) lets the append path's own writes through.
+    connection.connection.create_function(
+        "resumer_ledger",
+        0,
+        lambda: int(bool(getattr(connection, "_resumer_ledger", False))),
+        deterministic=False,
+    )
 
 
 class RunsConfig(AppConfig):

@@ -10,6 +10,7 @@ from django.db.models.functions import Now
 
 from runs.ledger import leases
 from runs.ledger.append import LedgerError, Writer, announce_stop, append
+from runs.ledger.maintenance import ledger_writes
 from runs.models import Effect, Event, Run
 
 __all__ = ["EDITABLE_EFFECT_FIELDS", "acquire_briefly", "edit_effect"]
@@ -80,12 +81,13 @@ def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: 
                     "by": actor,
                 },
             )
-            Effect.objects.filter(pk=effect.pk).update(
-                status=after["status"],
-                external_id=after["external_id"],
-                error=after["error"],
-                updated_at=Now(),
-            )
+            with ledger_writes():
+                Effect.objects.filter(pk=effect.pk).update(
+                    status=after["status"],
+                    external_id=after["external_id"],
+                    error=after["error"],
+                    updated_at=Now(),
+                )
             # The facts the stored plan was computed from changed: compute it again.
             announce_stop(
                 run.pk,

@@ -15,6 +15,7 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from runs.ledger.append import KeyTaken, Writer, append
+from runs.ledger.maintenance import ledger_writes
 from runs.ledger.sql import EffectClaim, EffectSettle, for_connection
 from runs.models import Effect, Event
 from runs.pipeline import Reconciliation
@@ -120,15 +121,21 @@ def record_intent(
             .filter(delivery_key=effect_fields["delivery_key"])
             .first()
         )
-        if effect is None:
-            effect = Effect.objects.create(**effect_fields, attempts=1, status=Effect.Status.INTENT)
-        else:
-            # Back to intent before the new attempt: if this attempt dies, nobody may read an
-            # earlier "failed" as "nothing happened".
-            Effect.objects.filter(pk=effect.pk).update(
-                attempts=F("attempts") + 1, status=Effect.Status.INTENT, error="", updated_at=Now()
-            )
-            effect.refresh_from_db()
+        with ledger_writes():
+            if effect is None:
+                effect = Effect.objects.create(
+                    **effect_fields, attempts=1, status=Effect.Status.INTENT
+                )
+            else:
+                # Back to intent before the new attempt: if this attempt dies, nobody may
+                # read an earlier "failed" as "nothing happened".
+                Effect.objects.filter(pk=effect.pk).update(
+                    attempts=F("attempts") + 1,
+                    status=Effect.Status.INTENT,
+                    error="",
+                    updated_at=Now(),
+                )
+                effect.refresh_from_db()
         effect._called_event = event  # type: ignore[attr-defined]
         return effect
 

@@ -25,6 +25,7 @@ from runs.dashboard.queries import inbox
 from runs.dashboard.stops import ReasonKind
 from runs.execution import sweeper
 from runs.ledger import edits
+from runs.ledger.maintenance import maintenance
 from runs.models import ApprovalMode, Effect, Run, StoredPlan
 from runs.planning import stored_plans
 from runs.planning.resume import approve
@@ -79,7 +80,8 @@ def deviated(options: dict, flip: str) -> Run:
     approve(
         run, ApprovalMode.STRICT, StoredPlan.objects.get(run=run).fingerprint, actor="user:operator"
     )
-    Effect.objects.filter(run=run, call_id=flip).update(status=Effect.Status.FAILED)
+    with maintenance():  # behind the ledger's back: its triggers lifted
+        Effect.objects.filter(run=run, call_id=flip).update(status=Effect.Status.FAILED)
     return run_inline(run.pk)
 
 

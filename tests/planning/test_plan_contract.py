@@ -15,6 +15,7 @@ import pytest
 from demo import faults
 from demo import simulators as sim
 from runs import engine
+from runs.ledger.maintenance import maintenance
 from runs.models import ApprovalMode, Effect, Event, Run
 from runs.pipeline import Reconciliation
 from runs.planning import contract, replay
@@ -131,7 +132,8 @@ def test_an_unpromised_call_on_a_reconcile_first_tool_is_not_made(in_process_run
     plan = compute_plan(run)
     assert next(e for e in plan.effects if e.call_id == "publish").action == Action.REUSE
     approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:operator")
-    Effect.objects.filter(run=run, call_id="publish").update(status=Effect.Status.FAILED)
+    with maintenance():  # behind the ledger's back: its triggers lifted
+        Effect.objects.filter(run=run, call_id="publish").update(status=Effect.Status.FAILED)
     mark = top_meter()
 
     run.refresh_from_db()

@@ -358,6 +358,11 @@ class AppendSQL:
 
     # --- maintenance --------------------------------------------------------------------
 
+    def set_ledger(self, connection, on: bool) -> None:
+        """Say (on) that this connection's next effect writes are the ledger's own, which
+        the effect rows' trigger lets through (migration 0014), or stop saying it (off)."""
+        raise NotImplementedError
+
     def set_maintenance(self, connection, on: bool) -> None:
         """Lift (on) or restore (off) the append-only triggers for this connection only."""
         raise NotImplementedError

@@ -29,6 +29,10 @@ __all__ = ["PostgreSQLAppend"]
 # disk too: a database crash can lose only a tail of such writes, never one from before a
 # flushed write, and leaves the database as if they had rolled back.
 DEFER_FLUSH = ", set_config('synchronous_commit', 'off', true)"
+# The effect rows' trigger (migration 0014) lets a write through when the transaction says it
+# is the ledger's: said in the statement that writes the effect, so it costs no round trip,
+# and transaction-local, so it ends with the statement in autocommit.
+LEDGER = "set_config('resumer.ledger', 'on', true)"
 
 
 class PostgreSQLAppend(AppendSQL):
@@ -53,6 +57,17 @@ class PostgreSQLAppend(AppendSQL):
         self.effect_columns = ", ".join(qn(c) for c in EFFECT_COLUMNS)
         self.effect_values = ", ".join(self.placeholder(c) for c in EFFECT_COLUMNS)
         self.heads = {flush: self.head(flush) for flush in (True, False)}
+        # The effect statements the locked path runs on their own, saying they are the
+        # ledger's in a FROM that is evaluated before the row (and its trigger) is written.
+        said = f"(SELECT {LEDGER}) AS ledger"
+        self.claim = (
+            f"INSERT INTO {self.effect_table} ({self.effect_columns}) "
+            f"SELECT {self.effect_values} FROM {said} "
+            f"ON CONFLICT ({qn('delivery_key')}) DO NOTHING RETURNING {self.pk}"
+        )
+        self.settle = (
+            f"UPDATE {self.effect_table} SET {self.settle_set} FROM {said} WHERE {self.pk} = %s"
+        )
         self.builders = {
             type(None): self.event_statement,
             EffectClaim: self.claim_statement,
@@ -71,7 +86,7 @@ class PostgreSQLAppend(AppendSQL):
     def head(self, flush: bool) -> str:
         qn = self.qn
         return (
-            f"h AS (SELECT r.{self.pk}{'' if flush else DEFER_FLUSH} {self.fence} "
+            f"h AS (SELECT r.{self.pk}, {LEDGER}{'' if flush else DEFER_FLUSH} {self.fence} "
             f"AND r.{qn('last_seq')} = %s AND r.{qn('head_hash')} = %s{self.lock_of})"
         )
 
@@ -149,6 +164,12 @@ class PostgreSQLAppend(AppendSQL):
         else:
             values = [*guard(row), *row, *params]
         return self.first_row(cursor, sql, values)
+
+    def set_ledger(self, connection, on: bool) -> None:
+        # Transaction-local: an ORM write of the ledger's (effects.record_intent, an edit)
+        # runs inside the append's transaction, and the setting goes with it.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('resumer.ledger', %s, true)", ["on" if on else "off"])
 
     def set_maintenance(self, connection, on: bool) -> None:
         # A session setting the trigger function reads (migration 0002); other sessions

@@ -89,7 +89,11 @@ class SQLiteAppend(AppendSQL):
         fence = guard(row)
         if isinstance(effect, EffectClaim):
             params = self.effect_params(effect.fields, EFFECT_COLUMNS)
-            claimed = self.first_row(cursor, self.guarded_claim, [*params, *fence])
+            cursor.db._resumer_ledger = True
+            try:
+                claimed = self.first_row(cursor, self.guarded_claim, [*params, *fence])
+            finally:
+                cursor.db._resumer_ledger = False
             if claimed is None:
                 return None
             # The fence held for the claim, and this IMMEDIATE transaction holds the write
@@ -124,6 +128,18 @@ class SQLiteAppend(AppendSQL):
             raise
         self.execute(cursor, "COMMIT" if written is not None else "ROLLBACK")
         return written
+
+    def write_effect(self, cursor, effect: EffectWrite) -> int | None:
+        # The effect rows' trigger (migration 0014) calls resumer_ledger(), which reads this
+        # flag (runs/apps.py): up for the ledger's own statement only.
+        cursor.db._resumer_ledger = True
+        try:
+            return super().write_effect(cursor, effect)
+        finally:
+            cursor.db._resumer_ledger = False
+
+    def set_ledger(self, connection, on: bool) -> None:
+        connection._resumer_ledger = on
 
     def set_maintenance(self, connection, on: bool) -> None:
         # The triggers call resumer_maintenance(), which reads this flag (runs/apps.py).
