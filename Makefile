@@ -83,6 +83,9 @@ run: $(STAMP)
 	$(MANAGE) collectstatic --noinput --verbosity 0
 	@# Redis first: seed_demo queues stage jobs, which must not be lost.
 	$(MANAGE) ensure_redis | tee $(VAR)/redis.info
+	@# A chain key of this checkout's own, so the demo's run heads are anchored (kept in
+	@# var/, never in the database; RESUMER_CHAIN_KEY set in the environment wins).
+	@test -s $(VAR)/chain.key || $(PY) -c 'import secrets; print(secrets.token_urlsafe(32))' > $(VAR)/chain.key
 	@export RESUMER_BANNER="$$(printf '%s\n' \
 	  "" \
 	  "===================================================================" \
@@ -94,12 +97,15 @@ run: $(STAMP)
 	  "            supervisor / supervisor-demo-pass" \
 	  "   $$(cat $(VAR)/redis.info)" \
 	  "   Worker:  its output is the lines marked worker.1" \
+	  "   Chain key: $(VAR)/chain.key anchors the run heads; a manage.py command from" \
+	  "            another shell needs it too: export RESUMER_CHAIN_KEY=\$$(cat $(VAR)/chain.key)" \
 	  "   Demo service (renderer, assets, platform, card): $(DEMO_SERVICE_URL)" \
 	  "            its output is the lines marked demo.1" \
 	  " Ctrl-C stops the web server, the worker and the demo service (Redis keeps running:" \
 	  " 'make stop' stops it too)." \
 	  "===================================================================" \
 	  "")"; \
+	export RESUMER_CHAIN_KEY="$${RESUMER_CHAIN_KEY:-$$(cat $(VAR)/chain.key)}"; \
 	export PATH="$(abspath $(VENV))/bin:$$PATH" PYTHONUNBUFFERED=1; \
 	exec honcho -f Procfile.dev start -p $(PORT)
 

@@ -207,6 +207,10 @@ LOGOUT_REDIRECT_URL = "login"
 AXES_FAILURE_LIMIT = int(os.environ.get("AXES_FAILURE_LIMIT", "5"))
 AXES_COOLOFF_TIME = 0.25
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# How many proxies in front of the web server append to X-Forwarded-For (docs/deploy.md): the
+# lockout then keys on the client's address, not the proxy's (runs/proxies.py).
+RESUMER_TRUSTED_PROXIES = int(os.environ.get("RESUMER_TRUSTED_PROXIES", "0"))
+AXES_CLIENT_IP_CALLABLE = "runs.proxies.client_ip"
 AXES_RESET_ON_SUCCESS = True
 # A locked-out login gets a page in the dashboard's style (HTTP 429), not a bare string.
 AXES_LOCKOUT_TEMPLATE = "registration/locked.html"
@@ -235,8 +239,10 @@ RESUMER_INLINE_PAYLOAD_BYTES = 8 * 1024
 RESUMER_MAX_PAYLOAD_BYTES = 5 * 1024 * 1024
 # Key of the HMAC that anchors each run's head (runs/chain.py). It lives in the environment,
 # never in the database: a database writer without it cannot forge a rewritten history. Unset,
-# heads are not anchored and verify_chain says so; production warns (runs/checks.py).
+# heads are not anchored and verify_chain says so; production refuses to start
+# (runs/checks.py, runs.E009) unless RESUMER_ALLOW_UNANCHORED=1 opts out knowingly.
 RESUMER_CHAIN_KEY = os.environ.get("RESUMER_CHAIN_KEY", "")
+RESUMER_ALLOW_UNANCHORED = env_bool("RESUMER_ALLOW_UNANCHORED", False)
 # An HTTP tool's request or response body above this size is recorded as an artifact.
 RESUMER_HTTP_INLINE_BODY_BYTES = 2 * 1024
 # Where the demo pipeline's HTTP tools find the demo service (python -m demo_service; make

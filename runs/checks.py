@@ -94,16 +94,26 @@ def check_call_hooks(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
 
 def chain_key_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """In production the run heads must be anchored: without the key, anyone who can write to
-    the database can rewrite a run's history end to end and verify_chain still passes."""
+    the database can rewrite a run's history end to end and verify_chain still passes. So
+    production refuses to start without it, unless RESUMER_ALLOW_UNANCHORED says that this
+    deployment chose to go without (then it only warns)."""
     if not settings.PRODUCTION or settings.RESUMER_CHAIN_KEY:
         return []
+    said = (
+        "RESUMER_CHAIN_KEY is not set: run heads are not anchored, so a history rewritten "
+        "in the database (every hash recomputed) passes verify_chain."
+    )
+    hint = (
+        "Set RESUMER_CHAIN_KEY to a long random secret kept outside the database, the same on "
+        "every web and worker process"
+    )
+    if settings.RESUMER_ALLOW_UNANCHORED:
+        return [Warning(said, hint=hint + ".", id="runs.W002")]
     return [
-        Warning(
-            "RESUMER_CHAIN_KEY is not set: run heads are not anchored, so a history rewritten "
-            "in the database (every hash recomputed) passes verify_chain.",
-            hint="Set RESUMER_CHAIN_KEY to a long random secret kept outside the database, "
-            "the same on every web and worker process.",
-            id="runs.W002",
+        Error(
+            said,
+            hint=hint + " (or RESUMER_ALLOW_UNANCHORED=1 to run without it, knowingly).",
+            id="runs.E009",
         )
     ]
 

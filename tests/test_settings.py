@@ -130,7 +130,7 @@ def test_check_deploy_passes_in_production(tmp_path):
     assert "no issues" in result.stdout
 
 
-def test_production_without_a_chain_key_warns_that_heads_are_not_anchored(tmp_path):
+def test_production_refuses_to_start_without_a_chain_key(tmp_path):
     result = manage(
         "check",
         env={
@@ -140,8 +140,24 @@ def test_production_without_a_chain_key_warns_that_heads_are_not_anchored(tmp_pa
         },
         var_dir=tmp_path,
     )
+    assert result.returncode != 0
+    assert "runs.E009" in result.stderr
+    assert "RESUMER_CHAIN_KEY is not set" in result.stderr
+
+
+def test_production_without_a_chain_key_only_warns_when_it_opted_out(tmp_path):
+    result = manage(
+        "check",
+        env={
+            "RESUMER_ENV": "production",
+            "SECRET_KEY": secrets.token_urlsafe(50),
+            "ALLOWED_HOSTS": "example.com",
+            "RESUMER_ALLOW_UNANCHORED": "1",
+        },
+        var_dir=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
     assert "runs.W002" in result.stderr + result.stdout
-    assert "RESUMER_CHAIN_KEY is not set" in result.stderr + result.stdout
 
 
 def test_production_refuses_to_start_without_a_secret_key(tmp_path):
