@@ -356,13 +356,24 @@ class Pipeline:
             pinned[spec.name] = str(value)
         return pinned
 
-    def drift(self, pinned: dict[str, str]) -> dict[str, tuple[str, str]]:
-        """Versioned inputs whose current version differs from the pinned one."""
+    def drift(
+        self, pinned: dict[str, str], unresolved: dict[str, str] | None = None
+    ) -> dict[str, tuple[str, str]]:
+        """Versioned inputs whose current version differs from the pinned one. An input whose
+        resolver raises (its source lost the topic) is put in `unresolved` with why, when the
+        caller passes a dict for it, instead of raising: a plan can still say what is
+        possible without it."""
         changed = {}
         for spec in self.inputs:
             if not spec.versioned or spec.name not in pinned:
                 continue
-            now = spec.current(pinned)
+            try:
+                now = spec.current(pinned)
+            except Exception as exc:
+                if unresolved is None:
+                    raise
+                unresolved[spec.name] = str(exc) or type(exc).__name__
+                continue
             if now != pinned[spec.name]:
                 changed[spec.name] = (pinned[spec.name], now)
         return changed

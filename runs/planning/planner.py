@@ -292,8 +292,20 @@ def compute_plan(run: Run) -> Plan:
     skipped = [s for s in stages_all if s not in rerun]
     lines, blockers = _expected_lines(run, pipeline, rerun, after_seq)
 
-    drift = [DriftLine(name, old, new) for name, (old, new) in pipeline.drift(run.inputs).items()]
+    unresolved: dict[str, str] = {}
+    changed = pipeline.drift(run.inputs, unresolved)
+    drift = [DriftLine(name, old, new) for name, (old, new) in changed.items()]
     upgrade = _upgrade(run, pipeline, chosen, drift, resumable, lines)
+    if unresolved:
+        # A strict resume keeps what the run pinned and needs no resolver; an upgrade to
+        # inputs nobody can resolve now cannot be planned.
+        upgrade = Upgrade(
+            False,
+            "; ".join(
+                f"input {name} cannot be resolved now: {why}" for name, why in unresolved.items()
+            )
+            + ": no upgrade until it can (a strict resume keeps the pinned version)",
+        )
 
     plan = Plan(
         run=run.public_id,
