@@ -14,7 +14,8 @@ from runs.planning import stored_plans, triage
 
 
 def execute_stage(run_pk: int, stage: str, ticket: str) -> str:
-    close_old_connections()
+    # No close_old_connections() here: the worker opened this connection a moment ago to see
+    # that the database answers (ResumerWorker), and closing it would cost a connect per job.
     try:
         # RQ pickles the result: the plain word reads anywhere without importing Resumer.
         return engine.execute(run_pk, stage, ticket, hooks=hooks.installed()).value

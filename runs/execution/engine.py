@@ -12,23 +12,28 @@ nothing.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import time
 import uuid
+from datetime import UTC, datetime
 from enum import StrEnum
 
-from django.db import transaction
+import redis
+from django.db import DatabaseError, transaction
 from django.db.models.functions import Now
+from rq import get_current_job
 
 from runs import enqueue as enqueuing  # start_run takes an `enqueue` flag
+from runs.execution import outage, sweeper
 from runs.execution.asking import StageWaiting
 from runs.execution.context import StageContext
 from runs.execution.durable_call import StageStopped
 from runs.execution.hooks import CallHooks
 from runs.ledger import artifacts, leases
-from runs.ledger.append import LeaseLost, Writer, append, create_run
+from runs.ledger.append import HeadLost, LeaseLost, Writer, append, check_head, create_run
 from runs.ledger.checkpoints import write_checkpoint
 from runs.models import Event, Run
 from runs.pipeline import Pipeline, Stage, StageOutput, registry
@@ -58,6 +63,8 @@ class Outcome(StrEnum):
     VERIFICATION_FAILED = "verification-failed"
     # VERIFIED and the checkpoint are written; the next stage is queued.
     VERIFIED = "verified"
+    # The database went away while the stage ran: the run is interrupted, for a human.
+    INTERRUPTED = "interrupted"
 
 
 def worker_identity() -> str:
@@ -105,8 +112,28 @@ def execute(
     holder: str | None = None,
     hooks: CallHooks | None = None,
 ) -> Outcome:
-    """Run one stage of one run, calling `hooks` around each tool call (none by default)."""
+    """Run one stage of one run, calling `hooks` around each tool call (none by default).
+
+    If the database connection is lost before the stage started, the job waits for the
+    database and starts over: the run's ticket is still pending (or was consumed, and the
+    second try finds nothing to do), so the run simply goes on once it answers."""
     holder = holder or worker_identity()
+    while True:
+        try:
+            done = _execute(run_pk, stage_name, ticket, holder, hooks or CallHooks())
+        except DatabaseError as exc:
+            if not outage.connection_lost(exc):
+                raise
+            done = None
+        if done is not None:
+            return done
+        outage.wait_for_database(f"run-{run_pk}'s {stage_name} job", tick=_job_alive)
+
+
+def _execute(
+    run_pk: int, stage_name: str, ticket: str, holder: str, hooks: CallHooks
+) -> Outcome | None:
+    """execute() once; None when the connection was lost before the stage started."""
     try:
         held = _acquire_for_ticket(run_pk, ticket, holder)
     except leases.LeaseBusy:
@@ -119,12 +146,13 @@ def execute(
         return Outcome.BUSY
     writer = Writer(run_pk, held.token, holder)
     heartbeat = leases.Heartbeat(held)
+    run = None
     try:
         run = _begin(writer, stage_name, ticket)
         if run is None:
             return Outcome.NOTHING_TO_DO
         heartbeat.start()
-        return _run_stage(writer, held, run, stage_name, hooks or CallHooks())
+        return _run_stage(writer, held, run, stage_name, hooks)
     except StageWaiting as exc:
         log.info("run-%s in %s: %s", run_pk, stage_name, exc)
         return Outcome.WAITING
@@ -134,10 +162,51 @@ def execute(
     except LeaseLost as exc:
         log.warning("%s", exc)
         return Outcome.LEASE_LOST
+    except DatabaseError as exc:
+        if not outage.connection_lost(exc):
+            raise
+        if heartbeat.is_alive():
+            heartbeat.stop()
+        outage.wait_for_database(f"run-{run_pk}'s {stage_name} job", tick=_job_alive)
+        return None if run is None else _lost_mid_stage(writer, stage_name)
     finally:
         if heartbeat.is_alive():
             heartbeat.stop()
         leases.release(run_pk, held.token)
+
+
+def _lost_mid_stage(writer: Writer, stage_name: str) -> Outcome:
+    """The connection died while the stage ran, and the database answers again. Nothing of
+    the stage goes on (an operator decides, from the plan, as after a worker crash): the run
+    is interrupted now, saying why, unless another writer has taken it over meanwhile. First
+    the head is checked: writes this worker was told were committed may be gone with a
+    database crash (HeadLost), and the interruption says so."""
+    reason = "the database connection was lost while the stage ran"
+    try:
+        check_head(writer)
+    except HeadLost as exc:
+        log.warning("%s", exc)
+        reason = f"{reason}; {exc}"
+    version = (
+        Run.objects.filter(pk=writer.run_id, lease__token=writer.token)
+        .values_list("version", flat=True)
+        .first()
+    )
+    if version is None:
+        return Outcome.LEASE_LOST
+    finding = sweeper.Finding(writer.run_id, reason, {"stage": stage_name}, version)
+    sweeper.interrupt(finding, takeover=True)
+    return Outcome.INTERRUPTED
+
+
+def _job_alive() -> None:
+    """Tell RQ the stage job waiting for the database is alive: a job a worker took long ago
+    whose ticket is still pending looks like one its worker died with (runs/sweeper.py)."""
+    job = get_current_job()
+    if job is None:
+        return
+    with contextlib.suppress(redis.exceptions.RedisError):
+        job.heartbeat(datetime.now(UTC), int(leases.ttl_seconds() * 3))
 
 
 def _ticket_pending(run_pk: int, ticket: str) -> bool:
@@ -212,6 +281,8 @@ def _run_stage(
     except (LeaseLost, StageStopped):
         raise  # the run's status and its event are written already, or cannot be
     except Exception as exc:
+        if outage.connection_lost(exc):
+            raise  # not the stage's failure: the database went away (execute() sees to it)
         _fail(writer, stage_name, {"error": f"{type(exc).__name__}: {exc}"[:2000]})
         return Outcome.FAILED
 

@@ -11,18 +11,20 @@ thread closes notification windows and releases scheduled jobs (runs/notify.py).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import threading
 from pathlib import Path
 
+import redis
 from django.conf import settings
 from django.db import connection
 from rq.scheduler import RQScheduler
 from rq.worker import SimpleWorker
 
 from runs import notify
-from runs.execution import sweeper
+from runs.execution import outage, sweeper
 from runs.gates import timeouts as gate_timeouts
 
 log = logging.getLogger("runs.worker")
@@ -82,6 +84,27 @@ class ResumerWorker(SimpleWorker):
             return super().work(*args, **kwargs)
         finally:
             thread.stopping.set()
+
+    def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):  # type: ignore[override]
+        """Take a job only while the database answers. A job taken while it does not goes
+        back to the front of its queue untouched (its run's ticket still pending), and the
+        worker waits for the database (runs/execution/outage.py): run by then, every job
+        would fail at once and its run would wait for an operator though it never started."""
+        while True:
+            taken = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+            if taken is None or outage.database_answers():
+                return taken
+            job, queue = taken
+            with self.connection.pipeline() as pipe:
+                pipe.lrem(queue.intermediate_queue_key, 1, job.id)
+                queue.push_job_id(job.id, pipeline=pipe, at_front=True)
+                pipe.execute()
+            outage.wait_for_database(f"worker {self.name}", tick=self._alive)
+
+    def _alive(self) -> None:
+        # Seen alive by RQ while it waits; Redis may be away too, which its loop handles.
+        with contextlib.suppress(redis.exceptions.RedisError):
+            self.heartbeat()
 
 
 def command(*, queue: str | None = None, burst: bool = False) -> list[str]:

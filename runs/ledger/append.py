@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -40,6 +40,7 @@ __all__ = [
     "NewEvent",
     "Writer",
     "append",
+    "check_head",
     "create_run",
 ]
 
@@ -181,8 +182,20 @@ def _appended(
     connection, writer: Writer, head: Head, event: Event, new: NewEvent, *, committed: bool = False
 ) -> Event:
     _remember(connection, writer.token, head, event, new, committed)
+    if not committed and connection.in_atomic_block:
+        # Committed with the caller's transaction, if it is: only then may check_head() count
+        # on it (a rolled-back write is not a lost one).
+        key, seq = (connection.alias, head.pk, writer.token), event.seq
+        transaction.on_commit(lambda: _committed(key, seq), using=connection.alias)
     _after_append(event, head, new)
     return event
+
+
+def _committed(key: tuple[str, int, int], seq: int) -> None:
+    with _known_heads_lock:
+        known = _known_heads.get(key)
+        if known is not None and known.committed_seq < seq:
+            _known_heads[key] = replace(known, committed_seq=seq)
 
 
 def _remember(
@@ -261,6 +274,20 @@ class HeadLost(LeaseLost):
         )
         self.run_id = run_id
         self.token = token
+
+
+def check_head(writer: Writer) -> None:
+    """Raise HeadLost if the last write this process committed under the writer's token is
+    gone from the log. A worker whose connection died mid-stage asks this once the database
+    answers again, before anything else: its next write may never come (it stops), and the
+    run's INTERRUPTED would then fill the gap unnoticed."""
+    known = _known_heads.get((DEFAULT_DB_ALIAS, writer.run_id, writer.token))
+    if known is None or not known.committed_seq:
+        return
+    mine = Event.objects.filter(run_id=writer.run_id, seq=known.committed_seq, token=writer.token)
+    if not mine.exists():
+        head = Run.objects.filter(pk=writer.run_id).values_list("last_seq", flat=True).first()
+        raise HeadLost(writer.run_id, writer.token, head or 0, known.committed_seq)
 
 
 def _went_back(writer: Writer, known: Head | None, head: Head) -> HeadLost | None:

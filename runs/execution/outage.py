@@ -1,0 +1,66 @@
+"""A worker facing a database that does not answer pauses instead of draining its queue.
+
+Every job needs the database. A worker that took stage jobs while it was down failed each one
+at once, and the sweeper then put every such run in front of an operator (a job that failed
+before its stage started), so a minute's outage emptied the queue into the inbox. Instead a
+worker checks the database before it runs a job, puts the job back untouched when the
+database does not answer, and waits, backing off with jitter so a fleet does not knock on a
+recovering server in step. It says so once when it pauses and once when it goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
+
+log = logging.getLogger("runs.worker")
+
+# Seconds: the first wait, and the longest. Short enough that a run waits little past the
+# database's return; long enough that many workers polling a recovering server cost it little.
+FIRST_WAIT = 0.25
+LONGEST_WAIT = 5.0
+
+
+def database_answers() -> bool:
+    """Whether the database takes a query now, on this thread's connection (opened, or
+    opened again if the server dropped it): a job that follows uses that connection."""
+    try:
+        if connection.connection is not None and not connection.is_usable():
+            connection.close()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return True
+    except DatabaseError:
+        connection.close()
+        return False
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether `exc` says this thread's connection is gone (the server crashed, restarted or
+    dropped it), not that the database refused a statement (a constraint, SQLite's lock)."""
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return False
+    return connection.connection is None or not connection.is_usable()
+
+
+def wait_for_database(what: str, tick: Callable[[], None] | None = None) -> bool:
+    """Return once the database answers; True if it had to wait. `tick` is called on every
+    round while waiting (a worker tells Redis it is alive)."""
+    if database_answers():
+        return False
+    log.warning("database unreachable: %s paused until it answers", what)
+    started = time.monotonic()
+    wait = FIRST_WAIT
+    while True:
+        if tick is not None:
+            tick()
+        time.sleep(random.uniform(wait / 2, wait))
+        if database_answers():
+            break
+        wait = min(wait * 2, LONGEST_WAIT)
+    log.warning("database answers again: %s resumed after %.1f s", what, time.monotonic() - started)
+    return True

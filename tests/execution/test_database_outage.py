@@ -1,0 +1,104 @@
+"""A stage whose database connection dies while it runs (issue 29): once the database answers
+again the worker goes no further with the stage; the run is interrupted for a human, saying
+why, and a worker whose committed writes were lost with a database crash says that too
+(HeadLost) rather than build on a log missing them.
+
+The connection is really killed (pg_terminate_backend on the stage's own backend), and the
+loss of a write that did not wait for the disk is made the way a crash makes it: the event is
+gone and the run's head is back where it was before it. Stages run in-process through
+engine.execute on committed data (`transactional_db`)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from runs import engine
+from runs.ledger.chain import verify_chain
+from runs.ledger.maintenance import maintenance
+from runs.models import Event, ReplayPolicy, Run
+from runs.pipeline import Pipeline, Stage, StageOutput, Tool
+from tests.support.pipelines import registered
+
+pytestmark = pytest.mark.skipif(
+    "connection.vendor != 'postgresql'",
+    reason="needs a server connection to kill (PostgreSQL); a SQLite connection is its process",
+)
+
+
+def _look(args: dict, key: str) -> dict:
+    return {"external_id": f"look-{args['i']}"}
+
+
+def lose_last_event(run_pk: int) -> None:
+    """What a database crash does to an append that did not wait for the disk."""
+    last, before = Event.objects.filter(run_id=run_pk).order_by("-seq")[:2]
+    with maintenance(), connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {Event._meta.db_table} WHERE id = %s", [last.pk])
+        Run.objects.filter(pk=run_pk).update(last_seq=before.seq, head_hash=before.hash)
+
+
+def kill_own_connection() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+
+def _connection_dies(ctx) -> StageOutput:
+    ctx.call("look-0", "look", i=0)
+    if ctx.run.inputs["lose"] == "yes":
+        lose_last_event(ctx.run.pk)
+    kill_own_connection()
+    ctx.call("look-1", "look", i=1)
+    return StageOutput(outputs={"done": "yes"})
+
+
+outage = Pipeline(
+    name="outage",
+    inputs=(),
+    tools=(Tool("look", ReplayPolicy.SAFE, _look),),
+    stages=(Stage("calls", _connection_dies, tools=("look",)),),
+)
+
+
+@pytest.fixture
+def pipeline(transactional_db, settings):
+    with registered(settings, "tests.execution.test_database_outage.outage"):
+        yield
+
+
+def run_stage(lose: str) -> Run:
+    run = engine.start_run("outage", {}, actor="test", enqueue=False)
+    Run.objects.filter(pk=run.pk).update(inputs={"lose": lose})
+    outcome = engine.execute(run.pk, "calls", run.ticket, holder="worker:test")
+    assert outcome == engine.Outcome.INTERRUPTED
+    run.refresh_from_db()
+    return run
+
+
+def interruption(run: Run) -> dict:
+    return Event.objects.get(run=run, type=Event.Type.INTERRUPTED).payload
+
+
+def test_a_stage_whose_connection_died_is_interrupted_and_goes_no_further(pipeline):
+    run = run_stage(lose="no")
+    assert run.status == Run.Status.INTERRUPTED
+    assert interruption(run)["reason"] == "the database connection was lost while the stage ran"
+    calls = Event.objects.filter(run=run, type=Event.Type.TOOL_CALLED)
+    assert [e.payload["call"] for e in calls] == ["look-0"]
+    assert verify_chain(run.pk).ok
+
+
+def test_a_worker_whose_committed_write_was_lost_in_a_crash_stops_with_head_lost(pipeline):
+    run = run_stage(lose="yes")
+    assert run.status == Run.Status.INTERRUPTED
+    reason = interruption(run)["reason"]
+    assert "its last writes were lost" in reason
+    # The lost TOOL_RESULT of look-0 stays lost: the worker wrote nothing after it.
+    types = list(Event.objects.filter(run=run).order_by("seq").values_list("type", flat=True))
+    assert types == [
+        Event.Type.RUN_CREATED,
+        Event.Type.STARTED,
+        Event.Type.TOOL_CALLED,
+        Event.Type.INTERRUPTED,
+    ]
+    assert verify_chain(run.pk).ok
