@@ -21,13 +21,14 @@ from typing import Any
 
 from django.db import models
 
-from runs.models import EventType, ReplayPolicy
+from runs.models import EventType, GateKind, GateRole, ReplayPolicy
 from runs.planning.replay import Action
 
 
 class ReasonKind(models.TextChoices):
-    """What the inbox filters stopped runs by. Kinds overlap: a failed run's plan may also be
-    blocked or drifted. Every stopped run is interrupted or failed."""
+    """What the inbox filters runs that need a human by. Kinds overlap: a failed run's plan may
+    also be blocked or drifted. Every stopped run is interrupted or failed; a run that asked
+    a human before it acted is waiting, which is not a failure."""
 
     # The worker or its queued job went away (status interrupted).
     INTERRUPTED = "interrupted", "Interrupted: the worker went away"
@@ -40,6 +41,9 @@ class ReasonKind(models.TextChoices):
     DEVIATED = "deviated", "Deviated from its approved plan"
     # A pinned input has a newer version than the run was started with (the stored plan).
     DRIFTED = "drifted", "Inputs changed since pinned"
+    # A stage asked a human (a review, a confirmation of a call) and the run waits for the
+    # answer (status waiting, runs/gates/).
+    WAITING = "waiting", "Waiting for a decision"
 
 
 # The events that move a run into a status a human resolves.
@@ -91,6 +95,15 @@ def at_stake(planned: str, policy: str, verb: str = "call") -> str:
     if policy == ReplayPolicy.RECONCILE_FIRST:
         return "; the plan asks the target whether it happened"
     return ""
+
+
+def waiting_sentence(stage: str, gate_id: str, kind: str, role: str, call: dict | None) -> str:
+    """Why a waiting run needs a human, from the gate it waits at."""
+    call = call if isinstance(call, dict) else {}
+    if kind == GateKind.CONFIRM and call.get("tool"):
+        who = "a supervisor" if role == GateRole.SUPERVISOR else "an operator"
+        return _cut(f"waiting for {who} to confirm {call['tool']} at {stage}/{gate_id}")
+    return _cut(f"waiting for a decision at {stage}/{gate_id}")
 
 
 def sentence(

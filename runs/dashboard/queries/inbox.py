@@ -11,7 +11,7 @@ from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from runs.dashboard import stops
 from runs.dashboard.stops import ReasonKind
-from runs.models import Event, Run, StoredPlan
+from runs.models import Event, Gate, GateStatus, Run, StoredPlan
 from runs.pipeline import UnknownPipeline, registry
 from runs.planning import grouping
 
@@ -74,6 +74,8 @@ class StopFacts:
     plan: StoredPlan | None
     # The run moved since its plan was computed (a ledger edit): a new one is on its way.
     plan_changed: bool = False
+    # The gate a waiting run waits at (no plan: nothing broke, nothing to resume).
+    gate: Gate | None = None
 
 
 @dataclass
@@ -130,6 +132,8 @@ def _reason_filter(kind: str) -> Q:
             return stopped & Q(stored_plan__drifted=True)
         case ReasonKind.DEVIATED:
             return Q(attention=0, deviated=True)
+        case ReasonKind.WAITING:
+            return Q(attention=0, status=Run.Status.WAITING)
     raise ValueError(f"unknown reason kind {kind!r}")
 
 
@@ -152,7 +156,8 @@ def _filtered(filters: InboxFilters) -> QuerySet[Run]:
 
 def inbox_page(filters: InboxFilters, after: int | None, size: int = INBOX_PAGE_SIZE) -> InboxPage:
     """One page of runs, each with why it needs a human: three queries whatever the page
-    holds (the runs with their stored plans, their stopping events, the needs-a-human count)."""
+    holds (the runs with their stored plans, their stopping events, the needs-a-human count),
+    and a fourth when waiting runs are on it (the gates they wait at)."""
     order = _ordering(filters)
     runs = _filtered(filters).select_related("stored_plan").only(*INBOX_FIELDS, *INBOX_PLAN_FIELDS)
     if after is not None:
@@ -270,10 +275,46 @@ def stop_facts(run: Run, events: dict[str, Event]) -> StopFacts:
     )
 
 
+def waiting_facts(run: Run, gate: Gate | None, events: dict[str, Event]) -> StopFacts:
+    """Why a waiting run needs a human: the gate it waits at (and a deviation, if any)."""
+    why = []
+    deviation = events.get("deviated") if run.deviated else None
+    if deviation is not None:
+        why.append(_sentence(run, deviation, None))
+    if gate is not None:
+        why.append(
+            stops.waiting_sentence(gate.stage, gate.gate_id, gate.kind, gate.role, gate.call)
+        )
+    return StopFacts(
+        why=why,
+        stopped_at=gate.created_at if gate is not None else None,
+        plan=None,
+        gate=gate,
+    )
+
+
+def _open_gates(runs: list[Run]) -> dict[int, Gate]:
+    """The gate each waiting run of the page waits at: one query, none without one."""
+    waiting = [run.pk for run in runs if run.is_waiting]
+    if not waiting:
+        return {}
+    rows = Gate.objects.filter(run_id__in=waiting, status=GateStatus.OPEN).only(
+        "id", "run_id", "stage", "gate_id", "kind", "role", "call", "seq", "created_at"
+    )
+    return {gate.run_id: gate for gate in rows.order_by("seq")}
+
+
 def _attach_stops(runs: list[Run]) -> None:
     found = stopping_events(runs)
+    gates = _open_gates(runs)
     for run in runs:
-        run.stop = stop_facts(run, found.get(run.pk, {})) if run.attention == 0 else None
+        events = found.get(run.pk, {})
+        if run.attention != 0:
+            run.stop = None
+        elif run.is_waiting:
+            run.stop = waiting_facts(run, gates.get(run.pk), events)
+        else:
+            run.stop = stop_facts(run, events)
 
 
 def inbox_groups(filters: InboxFilters) -> grouping.Triage:
