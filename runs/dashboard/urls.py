@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.urls import path, register_converter
 
 from runs import ids
-from runs.dashboard import views
+from runs.dashboard import gate_views, views
 from runs.models import Run
 
 
@@ -75,6 +75,16 @@ urlpatterns = [
     path("<run:pk>/plan/", views.plan, name="plan"),
     path("<run:pk>/plan/check/", views.check_targets, name="check_targets"),
     path("<run:pk>/approve/", views.approve_plan, name="approve"),
+    path("<run:run_pk>/gates/<id:pk>/", gate_views.gate_detail, name="gate"),
+    path("<run:run_pk>/gates/<id:pk>/preview/", gate_views.gate_preview, name="gate_preview"),
+    path("<run:run_pk>/gates/<id:pk>/answer/", gate_views.gate_answer, name="gate_answer"),
+    # Identical gates across runs (runs/gates/decision.py shape: a sha256, like a fingerprint).
+    path("gate-groups/<fingerprint:shape>/", gate_views.gate_group, name="gate_group"),
+    path(
+        "gate-groups/<fingerprint:shape>/answer/",
+        gate_views.gate_group_answer,
+        name="gate_group_answer",
+    ),
     path("groups/<fingerprint:fingerprint>/", views.group_detail, name="group"),
     path("groups/<fingerprint:fingerprint>/approve/", views.approve_group, name="approve_group"),
     path("batches/<batch:batch_id>/", views.batch_detail, name="batch"),

@@ -25,6 +25,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from runs.dashboard import charts, roles, stats
 from runs.dashboard.forms import ApproveForm, GroupApproveForm, InboxFilterForm, PipelineWindowForm
 from runs.dashboard.queries.artifacts import artifact_view, get_artifact
+from runs.dashboard.queries.gates import waiting
 from runs.dashboard.queries.inbox import inbox_groups, inbox_page
 from runs.dashboard.queries.run_page import get_run, run_page, timeline_update
 from runs.ledger import artifacts as artifact_store
@@ -91,11 +92,13 @@ def _run(pk: int) -> Run:
 @viewer_required
 def inbox(request: HttpRequest) -> HttpResponse:
     form = InboxFilterForm(request.GET)
-    page = triaged = None
+    page = triaged = gates = None
     if form.is_valid():
         page = inbox_page(form.filters(), form.cleaned_data["after"])
         triaged = inbox_groups(form.filters())
-    context = {"form": form, "page": page, "triage": triaged}
+        # Runs that asked a human before they acted: first, oldest gate first.
+        gates = waiting(form.filters())
+    context = {"form": form, "page": page, "triage": triaged, "waiting": gates}
     # htmx swaps just the results (and the groups, out of band) when a filter changes; a
     # history restore wants the page.
     partial = request.htmx and not request.htmx.history_restore_request
@@ -325,7 +328,9 @@ INLINE_IMAGE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp", "ima
 def artifact_raw(request: HttpRequest, pk: int) -> HttpResponse:
     artifact = _found(get_artifact(pk), f"There is no artifact {pk}.")
     try:
-        data = artifact_store.read(artifact.uri)
+        # Only bytes that still hash to what was recorded are served: a tampered blob is
+        # never handed out as if it were the artifact (its page says it was altered).
+        data = artifact_store.read_verified(artifact.uri, artifact.sha256)
     except artifact_store.ArtifactMissing as exc:
         raise Http404(str(exc)) from exc
     if artifact.content_type in INLINE_IMAGE_TYPES:

@@ -9,9 +9,10 @@ from decimal import Decimal
 from typing import Any
 
 from runs.dashboard.queries.artifacts import ArtifactRow, artifact_rows
+from runs.dashboard.queries.gates import open_gate_of
 from runs.ledger import artifacts as artifact_store
 from runs.ledger.payload_summary import summarize
-from runs.models import Checkpoint, Effect, Event, Run, StoredPlan
+from runs.models import Checkpoint, Effect, Event, Gate, Run, StoredPlan
 from runs.pipeline import UnknownPipeline, registry
 from runs.planning import stored_plans
 from runs.planning.contract import Usage
@@ -177,6 +178,8 @@ class RunPage:
     # The verdict on the latest approved plan (PLAN_KEPT / PLAN_DEVIATED), if the resumed
     # work reached one.
     verdict: PlanVerdict | None = None
+    # The gate a waiting run waits at: the page links to it.
+    gate: Gate | None = None
 
 
 def resume_point(plan: Plan | None) -> tuple[str, int]:
@@ -206,6 +209,7 @@ def run_page(run: Run, after: int | None) -> RunPage:
         ),
         **shown,
         verdict=verdict(run),
+        gate=open_gate_of(run),
     )
 
 

@@ -1,0 +1,181 @@
+"""The gate pages: one gate (its question, the context a reviewer needs, the pending call,
+the form, a preview of the diff, its history), its answer, and identical gates answered
+together. Reading needs any role; answering needs operator or supervisor, and then the gate's
+own role (runs/gates/answers.py decides, whatever the page showed)."""
+
+from __future__ import annotations
+
+from django import forms as django_forms
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from runs.dashboard import roles
+from runs.dashboard.gate_forms import BulkScopeForm, bulk_answer_data, bulk_answer_form
+from runs.dashboard.queries import gates as gate_queries
+from runs.dashboard.views import _found, operator_required, viewer_required
+from runs.gates import answers
+from runs.models import Gate, GateRole
+
+
+def _gate(run_pk: int, pk: int) -> Gate:
+    return _found(gate_queries.get_gate(run_pk, pk), f"run-{run_pk} has no gate {pk}.")
+
+
+def _actor(request: HttpRequest) -> str:
+    return f"user:{request.user.get_username()}"
+
+
+def who_may_answer(gate: Gate) -> str:
+    supervisor = gate.role == GateRole.SUPERVISOR
+    who = "a supervisor" if supervisor else "an operator or a supervisor"
+    if gate.quorum > 1:
+        who += f" ({gate.quorum} different people must give the same answer)"
+    return who
+
+
+def _render_gate(
+    request: HttpRequest,
+    gate: Gate,
+    *,
+    form: django_forms.Form | None = None,
+    refusal: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    page = gate_queries.gate_page(gate)
+    may_answer = gate.is_open and gate.may_answer(roles.roles(request.user))
+    if may_answer and form is None:
+        form = answers.form_for(gate)
+    context = {
+        "page": page,
+        "gate": gate,
+        "run": gate.run,
+        "form": form if may_answer else None,
+        "may_answer": may_answer,
+        "who": who_may_answer(gate),
+        "refusal": refusal,
+        "answer_diff": gate_queries.diff_lines(gate.diff or {}),
+    }
+    return render(request, "runs/gate.html", context, status=status)
+
+
+@require_GET
+@viewer_required
+def gate_detail(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
+    return _render_gate(request, _gate(run_pk, pk))
+
+
+@require_POST
+@operator_required
+def gate_preview(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
+    """What the answer would change, before it is sent: answers.clean validates it with the
+    gate's form and diffs it against what was shown; nothing is written. Always 200, so
+    htmx swaps the errors in too."""
+    gate = _gate(run_pk, pk)
+    try:
+        _, diff = answers.clean(gate, request.POST)
+    except answers.InvalidAnswer as exc:
+        context = {"gate": gate, "form": exc.form, "problem": str(exc)}
+        return render(request, "runs/_gate_diff.html", context)
+    context = {"gate": gate, "diff": gate_queries.diff_lines(diff), "previewed": True}
+    return render(request, "runs/_gate_diff.html", context)
+
+
+@require_POST
+@operator_required
+def gate_answer(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
+    gate = _gate(run_pk, pk)
+    try:
+        done = answers.answer(
+            gate.pk, request.POST, actor=_actor(request), roles=roles.roles(request.user)
+        )
+    except answers.NotAllowed as exc:
+        raise PermissionDenied(f"{exc}; nothing was recorded.") from None
+    except answers.InvalidAnswer as exc:
+        form = exc.form if exc.form is not None else answers.form_for(gate, request.POST)
+        return _render_gate(request, gate, form=form, refusal=str(exc), status=400)
+    except answers.AnswerRefused as exc:  # AlreadyAnswered included
+        gate.refresh_from_db()
+        return _render_gate(request, gate, refusal=str(exc), status=409)
+    if done.final:
+        messages.success(
+            request,
+            f"Answered {gate.stage}/{gate.gate_id}: {gate.run.public_id} goes on at {gate.stage}.",
+        )
+    else:
+        messages.info(
+            request,
+            f"Your answer to {gate.stage}/{gate.gate_id} is recorded; "
+            f"{done.missing} more needed before {gate.run.public_id} goes on.",
+        )
+    return redirect("runs:run", pk=gate.run_id)
+
+
+# --- Identical gates, answered together ------------------------------------------------------
+
+
+def _render_group(
+    request: HttpRequest,
+    shape: str,
+    *,
+    scope: BulkScopeForm | None = None,
+    form: django_forms.Form | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    gates = _found(gate_queries.gate_group(shape), "No gate of this shape is waiting now.")
+    first = gates[0]
+    if form is None and roles.can_approve(request.user):
+        form = bulk_answer_form(first)
+    context = {
+        "shape": shape,
+        "gates": gates,
+        "first": first,
+        "form": form,
+        "scope": scope,
+        "who": who_may_answer(first),
+    }
+    return render(request, "runs/gate_group.html", context, status=status)
+
+
+@require_GET
+@viewer_required
+def gate_group(request: HttpRequest, shape: str) -> HttpResponse:
+    return _render_group(request, shape)
+
+
+@require_POST
+@operator_required
+def gate_group_answer(request: HttpRequest, shape: str) -> HttpResponse:
+    """One answer to the shown (or ticked) gates of a shape, each gate checked on its own by
+    answers.answer_many: its role, its form, still open. What was answered and what was
+    skipped, and why."""
+    scope = BulkScopeForm(request.POST)
+    first = gate_queries.gate_group(shape)
+    form = bulk_answer_form(first[0], request.POST) if first else None
+    if not scope.is_valid() or (form is not None and not form.is_valid()):
+        if first is None:
+            return render(request, "runs/gate_group_result.html", {"shape": shape}, status=409)
+        return _render_group(request, shape, scope=scope, form=form, status=400)
+    if form is None:
+        # Every gate of the shape was answered since the page was shown.
+        result = answers.BulkResult([], [(pk, "no longer waiting") for pk in scope.gate_pks()])
+    else:
+        result = answers.answer_many(
+            scope.gate_pks(),
+            bulk_answer_data(form),
+            shape=shape,
+            actor=_actor(request),
+            roles=roles.roles(request.user),
+        )
+    named = gate_queries.gates_by_pk(
+        [a.gate.pk for a in result.answered] + [pk for pk, _ in result.skipped]
+    )
+    context = {
+        "shape": shape,
+        "answered": [named.get(a.gate.pk, a.gate) for a in result.answered],
+        "skipped": [(named.get(pk), pk, why) for pk, why in result.skipped],
+    }
+    status = 200 if result.answered else 409
+    return render(request, "runs/gate_group_result.html", context, status=status)
