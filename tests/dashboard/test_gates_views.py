@@ -1,0 +1,322 @@
+"""The gate pages through Django's test client: who sees the form, who may answer, what an
+answer writes (and what a refused one does not), the preview that writes nothing, bulk
+answers, the inbox's "Waiting for a decision", and bad input.
+
+Reviewed demo runs (review=on) are executed in this process (seed_demo.run_inline), so the
+runs wait at real gates; an answer queues its stage after commit, hence transactional tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from demo.management.commands.seed_demo import run_inline
+from runs import engine
+from runs.gates import answers
+from runs.models import Event, Gate, GateStatus, Run
+from tests.support.web import client_as
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+OPERATOR = frozenset({"operator"})
+
+
+@pytest.fixture(autouse=True)
+def quick_settings(settings) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def reviewed() -> Run:
+    """A reviewed demo run, waiting at its review before publish."""
+    run = engine.start_run("content", {"review": "on"}, actor="test", enqueue=False)
+    run = run_inline(run.pk)
+    assert run.status == Run.Status.WAITING
+    return run
+
+
+def at_the_charge() -> Run:
+    """A reviewed run whose review is answered, waiting for a supervisor at the charge."""
+    run = reviewed()
+    review = Gate.objects.get(run=run, gate_id="review")
+    answers.answer(review.pk, dict(review.initial), actor="ana", roles=OPERATOR)
+    run = run_inline(run.pk)
+    assert run.status == Run.Status.WAITING
+    return run
+
+
+def gate_of(run: Run, gate_id: str) -> Gate:
+    return Gate.objects.get(run=run, gate_id=gate_id)
+
+
+def gate_url(gate: Gate, tail: str = "") -> str:
+    return f"/runs/{gate.run.public_id}/gates/{gate.pk}/{tail}"
+
+
+def answers_of(run: Run) -> int:
+    return Event.objects.filter(run=run, type=Event.Type.HUMAN_ANSWERED).count()
+
+
+def review_post(gate: Gate, **changes: str) -> dict[str, str]:
+    return {**gate.initial, **changes}
+
+
+# --- Reading ---------------------------------------------------------------------------------
+
+
+def test_viewer_sees_the_gate_page_without_a_form(facts):
+    gate = gate_of(reviewed(), "review")
+
+    page = client_as("viewer").get(gate_url(gate))
+
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert gate.question in html
+    assert "Send the answer" not in html and 'name="decision"' not in html
+    assert "This gate is for an operator or a supervisor to answer" in html
+
+
+def test_the_gate_page_shows_the_draft_and_the_cover_it_reviews(facts):
+    gate = gate_of(reviewed(), "review")
+
+    html = client_as("operator").get(gate_url(gate)).content.decode()
+
+    # The draft's markdown inline, the rendered cover as an image, the form to answer.
+    assert gate.initial["body"].splitlines()[0] in html
+    assert 'class="preview" src="/runs/artifacts/' in html
+    assert "Send the answer" in html and 'name="title"' in html
+
+
+def test_the_run_page_links_a_waiting_run_to_its_gate(facts):
+    run = reviewed()
+    gate = gate_of(run, "review")
+
+    html = client_as("viewer").get(f"/runs/{run.public_id}/").content.decode()
+
+    assert f"Waiting for a decision:</strong> {gate.question}" in html
+    assert f'href="{gate_url(gate)}"' in html
+
+
+def test_the_inbox_lists_the_waiting_group_first(facts):
+    run = reviewed()
+    gate = gate_of(run, "review")
+
+    html = client_as("viewer").get("/runs/").content.decode()
+
+    waiting, results = html.index('id="waiting-gates"'), html.index('id="inbox-results"')
+    assert waiting < html.index('id="triage-groups"') < results
+    assert f'href="{gate_url(gate)}"' in html[waiting:results]
+    assert "waiting for a decision at publish/review" in html[results:]
+
+
+def test_the_inbox_filters_runs_waiting_for_a_decision(facts):
+    run = reviewed()
+    engine.start_run("content", {}, actor="test", enqueue=False)
+
+    html = client_as("viewer").get("/runs/?reason=waiting").content.decode()
+
+    rows = html[html.index('id="inbox-results"') :]
+    assert rows.count('<tr class="attention-') == 1 and run.public_id in rows
+
+
+# --- Answering -------------------------------------------------------------------------------
+
+
+def test_a_viewers_answer_is_refused_and_nothing_is_written(facts):
+    run = reviewed()
+    gate = gate_of(run, "review")
+
+    response = client_as("viewer").post(gate_url(gate, "answer/"), review_post(gate))
+
+    assert response.status_code == 403
+    assert answers_of(run) == 0
+    assert gate_of(run, "review").status == GateStatus.OPEN
+
+
+def test_an_operators_answer_to_a_supervisor_gate_is_refused_and_nothing_is_written(facts):
+    run = at_the_charge()
+    gate = gate_of(run, "promote-charge")
+    before = Run.objects.get(pk=run.pk).last_seq
+
+    response = client_as("operator").post(gate_url(gate, "answer/"), {"decision": "approve"})
+
+    assert response.status_code == 403
+    assert Run.objects.get(pk=run.pk).last_seq == before
+    assert gate_of(run, "promote-charge").status == GateStatus.OPEN
+
+
+def test_an_operator_sees_no_form_on_a_supervisor_gate(facts):
+    gate = gate_of(at_the_charge(), "promote-charge")
+
+    html = client_as("operator").get(gate_url(gate)).content.decode()
+
+    assert "This gate is for a supervisor to answer" in html
+    assert "Send the answer" not in html
+    # The pending call, with what the supervisor may change.
+    assert "charge_card" in html and "NEVER" in html and "editable" in html
+
+
+def test_a_valid_answer_is_recorded_and_queues_the_stage(facts):
+    run = reviewed()
+    gate = gate_of(run, "review")
+
+    response = client_as("operator").post(
+        gate_url(gate, "answer/"), review_post(gate, title="A better title")
+    )
+
+    assert response.status_code == 302 and response["Location"] == f"/runs/{run.public_id}/"
+    answered = Event.objects.get(run=run, type=Event.Type.HUMAN_ANSWERED)
+    assert answered.actor == "user:operator"
+    assert answered.payload["diff"] == {"title": [gate.initial["title"], "A better title"]}
+    run.refresh_from_db()
+    assert (run.status, run.current_stage) == (Run.Status.RUNNING, "publish")
+    assert run.ticket != ""
+
+
+def test_a_second_answer_is_told_who_answered_first(facts):
+    run = reviewed()
+    gate = gate_of(run, "review")
+    client_as("operator").post(gate_url(gate, "answer/"), review_post(gate))
+
+    response = client_as("supervisor").post(gate_url(gate, "answer/"), review_post(gate))
+
+    assert response.status_code == 409
+    assert "already answered by user:operator" in response.content.decode()
+    assert answers_of(run) == 1
+
+
+def test_an_answer_that_does_not_fit_the_form_is_shown_with_its_errors(facts):
+    run = reviewed()
+    gate = gate_of(run, "review")
+
+    response = client_as("operator").post(gate_url(gate, "answer/"), review_post(gate, title=""))
+
+    assert response.status_code == 400
+    assert "This field is required." in response.content.decode()
+    assert answers_of(run) == 0
+
+
+# --- The preview -----------------------------------------------------------------------------
+
+
+def test_the_preview_shows_the_diff_and_writes_nothing(facts):
+    run = reviewed()
+    gate = gate_of(run, "review")
+    before = Run.objects.get(pk=run.pk).last_seq
+
+    response = client_as("operator").post(
+        gate_url(gate, "preview/"), review_post(gate, title="Edited"), HTTP_HX_REQUEST="true"
+    )
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "changes 1 value" in html and "<ins>Edited</ins>" in html
+    assert Run.objects.get(pk=run.pk).last_seq == before
+    assert gate_of(run, "review").status == GateStatus.OPEN
+
+
+def test_the_preview_is_a_post_for_operators_only(facts):
+    gate = gate_of(reviewed(), "review")
+
+    assert client_as("operator").get(gate_url(gate, "preview/")).status_code == 405
+    assert client_as("viewer").post(gate_url(gate, "preview/"), {}).status_code == 403
+
+
+def test_the_preview_of_an_answer_that_does_not_fit_shows_the_errors(facts):
+    gate = gate_of(reviewed(), "review")
+
+    response = client_as("operator").post(gate_url(gate, "preview/"), review_post(gate, title=""))
+
+    assert response.status_code == 200
+    assert "Title: This field is required." in response.content.decode()
+
+
+# --- Bulk ------------------------------------------------------------------------------------
+
+
+def test_bulk_answers_every_open_gate_of_the_shape_and_skips_those_no_longer_open(facts):
+    runs = [at_the_charge() for _ in range(3)]
+    gates = [gate_of(run, "promote-charge") for run in runs]
+    supervisor = client_as("supervisor")
+    page = supervisor.get(f"/runs/gate-groups/{gates[0].shape}/")
+    assert page.status_code == 200
+    assert all(run.public_id in page.content.decode() for run in runs)
+    # Someone answers one of them after the page was shown.
+    answers.answer(gates[0].pk, {"decision": "approve"}, actor="sam", roles={"supervisor"})
+
+    response = supervisor.post(
+        f"/runs/gate-groups/{gates[0].shape}/answer/",
+        {
+            "scope": "all",
+            "shown": ",".join(str(g.pk) for g in gates),
+            "answer-decision": "approve",
+            "answer-reason": "",
+        },
+    )
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Answered 2, skipped 1" in html and "already answered by sam" in html
+    for gate in gates[1:]:
+        gate.refresh_from_db()
+        assert (gate.status, gate.answered_by) == (GateStatus.ANSWERED, "user:supervisor")
+        assert gate.answer["args"] == gate.call["args"]  # each run's own call, unedited
+    assert (
+        Event.objects.filter(type=Event.Type.HUMAN_ANSWERED, actor="user:supervisor").count() == 2
+    )
+
+
+def test_bulk_by_an_operator_on_supervisor_gates_writes_nothing(facts):
+    gate = gate_of(at_the_charge(), "promote-charge")
+
+    response = client_as("operator").post(
+        f"/runs/gate-groups/{gate.shape}/answer/",
+        {"scope": "all", "shown": str(gate.pk), "answer-decision": "approve"},
+    )
+
+    assert response.status_code == 409
+    assert "for a supervisor to answer" in response.content.decode()
+    assert answers_of(gate.run) == 1  # the review's, before
+
+
+# --- Bad input -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/runs/run-1/gates/abc/",
+        "/runs/run-1/gates/-1/",
+        "/runs/run-1/gates/1234567890123456789012345/",
+        "/runs/run-1/gates/999999999999999999/",
+        "/runs/run-99999999999999999999/gates/1/",
+        "/runs/gate-groups/not-a-shape/",
+        "/runs/gate-groups/" + "0" * 64 + "/",
+        "/runs/gate-groups/" + "A" * 64 + "/",
+    ],
+)
+def test_bad_gate_addresses_are_404(path, db):
+    assert client_as("viewer").get(path).status_code == 404
+
+
+def test_a_gate_of_another_run_is_404(facts):
+    first, second = reviewed(), reviewed()
+    gate = gate_of(first, "review")
+
+    page = client_as("viewer").get(f"/runs/{second.public_id}/gates/{gate.pk}/")
+
+    assert page.status_code == 404
+
+
+@pytest.mark.parametrize(
+    "shown",
+    ["abc", "-1", "1" * 40, "1,,x", ""],
+)
+def test_a_malformed_bulk_answer_is_a_client_error(shown, facts):
+    gate = gate_of(reviewed(), "review")
+
+    response = client_as("operator").post(
+        f"/runs/gate-groups/{gate.shape}/answer/",
+        {"scope": "all", "shown": shown, "answer-decision": "approve"},
+    )
+
+    assert 400 <= response.status_code < 500
+    assert answers_of(gate.run) == 0
