@@ -8,6 +8,8 @@ import re
 
 PREFIX = "run-"
 DIGITS = r"[0-9]{1,18}"
+# The largest primary key a page or a form takes: 18 digits, inside any 64-bit key column.
+MAX_PK = 10**18 - 1
 # For URL converters: the public id as it appears in a path.
 URL_REGEX = rf"{PREFIX}{DIGITS}"
 _PUBLIC = re.compile(rf"^{PREFIX}({DIGITS})$")
@@ -23,3 +25,13 @@ def parse_run_id(value: str | None, *, bare: bool = False) -> int | None:
     anything else."""
     match = (_PUBLIC_OR_BARE if bare else _PUBLIC).match((value or "").strip())
     return int(match.group(1)) if match else None
+
+
+def parse_pk(value: str | None) -> int | None:
+    """A primary key as a person or a link sends it ("42"): ASCII digits, at most 18 of
+    them; None for anything else (another script's digits, a sign, a huge number)."""
+    value = (value or "").strip()
+    if not (value.isascii() and value.isdigit() and len(value) <= 18):
+        return None
+    pk = int(value)
+    return pk if pk >= 1 else None

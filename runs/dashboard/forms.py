@@ -15,6 +15,22 @@ from runs.models import ApprovalMode, Effect, Run
 from runs.pipeline import registry
 
 
+class PkField(forms.Field):
+    """A primary key in a query string (runs/ids.py parse_pk): anything else, a number too
+    large for the database among them, is a form error, never a database error."""
+
+    widget = forms.HiddenInput
+    default_error_messages = {"invalid": "Not an id: expected a number from 1 to 18 digits."}
+
+    def to_python(self, value: Any) -> int | None:
+        if value in self.empty_values:
+            return None
+        pk = ids.parse_pk(str(value))
+        if pk is None:
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
+        return pk
+
+
 class InboxFilterForm(forms.Form):
     q = forms.CharField(
         label="Run id",
@@ -36,9 +52,9 @@ class InboxFilterForm(forms.Form):
         },
     )
     # The id of the last run of the previous page (keyset paging).
-    after = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    after = PkField(required=False)
     # The runs of one notification: the link in a message about many runs (runs/notify.py).
-    notice = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    notice = PkField(required=False)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -292,20 +292,8 @@ def compute_plan(run: Run) -> Plan:
     skipped = [s for s in stages_all if s not in rerun]
     lines, blockers = _expected_lines(run, pipeline, rerun, after_seq)
 
-    unresolved: dict[str, str] = {}
-    changed = pipeline.drift(run.inputs, unresolved)
-    drift = [DriftLine(name, old, new) for name, (old, new) in changed.items()]
-    upgrade = _upgrade(run, pipeline, chosen, drift, resumable, lines)
-    if unresolved:
-        # A strict resume keeps what the run pinned and needs no resolver; an upgrade to
-        # inputs nobody can resolve now cannot be planned.
-        upgrade = Upgrade(
-            False,
-            "; ".join(
-                f"input {name} cannot be resolved now: {why}" for name, why in unresolved.items()
-            )
-            + ": no upgrade until it can (a strict resume keeps the pinned version)",
-        )
+    drift, unresolved = _drift(run, pipeline)
+    upgrade = unresolved or _upgrade(run, pipeline, chosen, drift, resumable, lines)
 
     plan = Plan(
         run=run.public_id,
@@ -336,6 +324,21 @@ def compute_plan(run: Run) -> Plan:
     )
     plan.fingerprint = digest(plan.fingerprint_basis())
     return plan
+
+
+def _drift(run: Run, pipeline: Pipeline) -> tuple[list[DriftLine], Upgrade | None]:
+    """The inputs that drifted, and the refused upgrade when one cannot be resolved now (its
+    source lost the topic): a strict resume keeps what the run pinned and needs no resolver,
+    an upgrade to inputs nobody can resolve cannot be planned."""
+    unresolved: dict[str, str] = {}
+    changed = pipeline.drift(run.inputs, unresolved)
+    drift = [DriftLine(name, old, new) for name, (old, new) in changed.items()]
+    if not unresolved:
+        return drift, None
+    why = "; ".join(f"input {name} cannot be resolved now: {e}" for name, e in unresolved.items())
+    return drift, Upgrade(
+        False, f"{why}: no upgrade until it can (a strict resume keeps the pinned version)"
+    )
 
 
 def _branch_point(

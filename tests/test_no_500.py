@@ -1,0 +1,129 @@
+"""The last 500s gone, and a tampered artifact never served. A fuzz pass over every form and query parameter the product takes: big integers, another
+script's digits, signs, empty, huge, a NUL. Each answer is the product's own 2xx/3xx/4xx with
+a message, never a 500, for the supervisor (who sees every page and form) against a database
+that has a run of every kind. Production settings: DEBUG off, errors not raised at the test."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from runs.dashboard import roles
+from runs.ledger import artifacts
+from runs.models import Artifact, Checkpoint, Effect, GroupApproval
+from tests.support.plans import stopped_with_plan, tampered
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NASTY = [
+    "9223372036854775808",
+    "9" * 30,
+    "١٢",
+    "²",
+    "-1",
+    "0",
+    "1.5",
+    "",
+    "x" * 5000,
+    "run-\x00",
+    "\u202e",
+]
+
+
+@pytest.fixture
+def stocked(facts, redis_conn) -> dict:
+    run = stopped_with_plan({"timeout": "publish/promote-charge/after"})
+    effect = Effect.objects.get(run=run, call_id="promote-charge")
+    artifact = Artifact.objects.filter(run=run).first()
+    return {"run": run, "effect": effect, "artifact": artifact}
+
+
+@pytest.fixture
+def supervisor() -> Client:
+    user, _ = roles.ensure_user("fuzz-supervisor", "fuzz-pass-123456", roles.SUPERVISOR)
+    client = Client(raise_request_exception=False)
+    client.force_login(user)
+    return client
+
+
+def get_pages(stocked: dict) -> list[tuple[str, list[str]]]:
+    run, effect, artifact = stocked["run"], stocked["effect"], stocked["artifact"]
+    return [
+        ("/runs/", ["q", "status", "pipeline", "stage", "reason", "after", "notice"]),
+        (f"/runs/{run.public_id}/", ["after"]),
+        (f"/runs/{run.public_id}/timeline/", ["after"]),
+        (f"/runs/{run.public_id}/plan/", ["after"]),
+        ("/pipelines/content/", ["runs"]),
+        (f"/runs/artifacts/{artifact.pk}/", ["x"]),
+        ("/admin/runs/run/", ["q", "p", "o", "status__exact", "id"]),
+        ("/admin/runs/effect/", ["q", "p", "o", "status__exact", "run__id__exact"]),
+        ("/admin/runs/event/", ["q", "p", "type__exact", "run__id__exact"]),
+        (f"/admin/runs/effect/{effect.pk}/change/", ["_changelist_filters"]),
+        ("/api/v1/runs", ["after", "limit", "notice", "status", "q"]),
+        (f"/api/v1/runs/{run.public_id}/events", ["after", "limit"]),
+        ("/api/v1/gates", ["after", "limit"]),
+    ]
+
+
+def test_no_query_parameter_value_is_a_500(stocked, supervisor):
+    found = []
+    for path, params in get_pages(stocked):
+        for name in params:
+            for value in NASTY:
+                status = supervisor.get(path, {name: value}).status_code
+                if status >= 500:
+                    found.append((path, name, value[:20], status))
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/runs/run-9223372036854775808/",
+        "/runs/artifacts/9223372036854775808/",
+        "/runs/artifacts/9223372036854775808/raw/",
+        "/admin/runs/run/9223372036854775808/change/",
+        "/admin/runs/effect/99999999999999999999999/change/",
+        "/admin/runs/event/-1/change/",
+        "/admin/runs/checkpoint/%00/change/",
+        "/admin/runs/gate/9223372036854775808/change/",
+        "/runs/batches/" + "f" * 32 + "/",
+        "/runs/groups/" + "f" * 64 + "/",
+    ],
+)
+def test_an_out_of_range_id_in_a_path_is_a_404_or_a_redirect_never_a_500(stocked, supervisor, path):
+    assert supervisor.get(path).status_code in (302, 404)
+
+
+def test_no_form_field_value_is_a_500(stocked, supervisor):
+    run, effect = stocked["run"], stocked["effect"]
+    forms = [
+        (f"/runs/{run.public_id}/approve/", ["action", "fingerprint", "confirm"]),
+        (f"/runs/{run.public_id}/plan/check/", ["x"]),
+        (f"/admin/runs/effect/{effect.pk}/change/", ["status", "external_id", "error", "reason"]),
+        ("/login/", ["username", "password"]),
+    ]
+    found = []
+    for path, fields in forms:
+        for name in fields:
+            for value in NASTY:
+                status = supervisor.post(path, {name: value}).status_code
+                if status >= 500:
+                    found.append((path, name, value[:20], status))
+    assert found == []
+    assert GroupApproval.objects.count() == 0
+
+
+def test_a_tampered_artifact_is_never_served_as_if_it_were_good(stocked, supervisor):
+    run = stocked["run"]
+    image = next(
+        a for a in Checkpoint.objects.get(run=run, stage="visual").artifacts if "cover" in a["name"]
+    )
+    artifact = artifacts.get(image["uri"])
+    with tampered(image["uri"], "alter"):
+        raw = supervisor.get(f"/runs/artifacts/{artifact.pk}/raw/")
+        page = supervisor.get(f"/runs/artifacts/{artifact.pk}/")
+
+    assert raw.status_code == 404
+    assert b"data-tampered" not in raw.content
+    assert page.status_code == 200 and b"altered" in page.content.lower()
