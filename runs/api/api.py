@@ -20,7 +20,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError
 from ninja.security import HttpBearer, SessionAuth
 
-from runs.api import gates, problems, tokens, triage
+from runs.api import deviations, gates, problems, tokens, triage
 from runs.api import runs as run_endpoints
 from runs.api.problems import Problem
 from runs.api.schemas import UserOut
@@ -101,5 +101,6 @@ def me(request: HttpRequest) -> dict[str, Any]:
 api.add_router("/runs", run_endpoints.router)
 api.add_router("/", triage.router)
 api.add_router("/gates", gates.router)
+api.add_router("/runs", deviations.router)
 
 urls = api.urls

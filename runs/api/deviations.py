@@ -1,0 +1,58 @@
+"""Deviations: a finished run that departed from its approved plan is acknowledged with a
+reason (runs/planning/acknowledge.py, the dashboard's button), and leaves the runs that need
+a human. An operator's act, recorded as an event under their name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+from ninja import Router, Schema
+from ninja.responses import codes_4xx
+from pydantic import Field
+
+from runs.api import idempotency
+from runs.api.common import actor, find_run, require
+from runs.api.problems import Problem
+from runs.api.schemas import ProblemOut
+from runs.dashboard import roles
+from runs.planning.acknowledge import MAX_REASON_CHARS, AcknowledgeRefused, acknowledge
+
+router = Router(tags=["deviations"])
+
+
+class AcknowledgeIn(Schema):
+    reason: str = Field(min_length=1, max_length=MAX_REASON_CHARS)
+
+
+class AcknowledgedOut(Schema):
+    run: str
+    seq: int
+    by: str
+    reason: str
+
+
+@router.post(
+    "/{run_id}/acknowledge",
+    response={200: AcknowledgedOut, codes_4xx: ProblemOut},
+    summary="Acknowledge how a finished run departed from its plan (Idempotency-Key)",
+)
+def acknowledge_deviation(request: HttpRequest, run_id: str, body: AcknowledgeIn) -> JsonResponse:
+    """The run must have finished after a PLAN_DEVIATED; the acknowledgement is an event in
+    its chain, and the run leaves the inbox. A run without a deviation is a 409."""
+    require(request, roles.can_approve)
+    run, who = find_run(run_id), actor(request)
+
+    def act() -> tuple[int, Any]:
+        try:
+            event = acknowledge(run.pk, body.reason, actor=who)
+        except AcknowledgeRefused as exc:
+            raise Problem(409, str(exc), kind="not-acknowledged") from None
+        return 200, {
+            "run": run.public_id,
+            "seq": event.seq,
+            "by": who,
+            "reason": event.payload["reason"],
+        }
+
+    return idempotency.run(request, body.model_dump(mode="json"), act)
