@@ -62,6 +62,16 @@ def describe(form_class: type[forms.Form]) -> list[dict[str, Any]]:
     return fields
 
 
+class TextField(forms.CharField):
+    """Text as the stage showed it: a browser sends a textarea's lines ending in CRLF (HTML's
+    form encoding), so an untouched multi-line value would read as changed (and be used with
+    CRs in it) unless its line endings are made LF again."""
+
+    def to_python(self, value: Any) -> Any:
+        value = super().to_python(value)
+        return value.replace("\r\n", "\n").replace("\r", "\n") if isinstance(value, str) else value
+
+
 def _field(spec: dict[str, Any]) -> forms.Field:
     common = {"label": spec["label"], "required": spec["required"], "help_text": spec["help"]}
     kind = spec["type"]
@@ -69,7 +79,7 @@ def _field(spec: dict[str, Any]) -> forms.Field:
         return forms.ChoiceField(choices=[tuple(c) for c in spec["choices"]], **common)
     if kind == "text":
         widget = forms.Textarea(attrs={"rows": 8}) if spec.get("multiline") else None
-        return forms.CharField(max_length=spec.get("max_length"), widget=widget, **common)
+        return TextField(max_length=spec.get("max_length"), widget=widget, **common)
     return FIELD_TYPES[kind](**common)
 
 

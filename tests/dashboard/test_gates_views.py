@@ -171,6 +171,19 @@ def test_a_valid_answer_is_recorded_and_queues_the_stage(facts):
     assert run.ticket != ""
 
 
+def test_a_body_sent_back_by_a_browser_is_not_a_change(facts):
+    # A browser sends a textarea's lines ending in CRLF; the draft's end in LF.
+    run = reviewed()
+    gate = gate_of(run, "review")
+    body = gate.initial["body"].replace("\n", "\r\n")
+
+    client_as("operator").post(gate_url(gate, "answer/"), review_post(gate, body=body, title="T"))
+
+    answered = Event.objects.get(run=run, type=Event.Type.HUMAN_ANSWERED)
+    assert answered.payload["diff"] == {"title": [gate.initial["title"], "T"]}
+    assert gate_of(run, "review").answer["body"] == gate.initial["body"]
+
+
 def test_a_second_answer_is_told_who_answered_first(facts):
     run = reviewed()
     gate = gate_of(run, "review")
