@@ -145,6 +145,15 @@ class Upstream:
     def outputs(self) -> dict[str, Any]:
         return self.checkpoint.outputs
 
+    @property
+    def shows_work(self) -> bool:
+        """Whether it holds what a reviewer looks at (an image, a text that is not data):
+        the page opens it."""
+        return any(
+            a.is_image or (a.text is not None and a.row.content_type.startswith("text/"))
+            for a in self.artifacts
+        )
+
 
 @dataclass
 class HistoryLine:
