@@ -7,24 +7,10 @@ import pytest
 
 from demo.management.commands.seed_demo import run_inline
 from runs import engine
-from runs.ledger import leases
-from runs.ledger.append import Writer, append
 from runs.models import Event, Run
+from tests.support.plans import finished_deviated
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def finished_deviated() -> Run:
-    run = run_inline(engine.start_run("content", {}, actor="test", enqueue=False).pk)
-    token = leases.acquire(run.pk, "test", takeover=True)
-    append(
-        Writer(run.pk, token, "test"),
-        Event.Type.PLAN_DEVIATED,
-        payload={"reason": "render_image: 2 calls, the plan said 1"},
-        deviated=True,
-    )
-    leases.release(run.pk, token)
-    return Run.objects.get(pk=run.pk)
 
 
 def acknowledged(run: Run) -> int:

@@ -14,8 +14,6 @@ from django.urls import reverse
 from rq.job import Job
 from rq.worker import Worker
 
-from demo import faults
-from demo.management.commands.seed_demo import run_inline
 from runs import engine
 from runs.dashboard import roles
 from runs.dashboard.forms import EffectLedgerForm
@@ -26,6 +24,7 @@ from runs.ledger.effects import record_intent
 from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run
 from runs.planning import stored_plans
 from runs.planning.planner import Action, compute_plan
+from tests.support.plans import charge_unknown
 
 pytestmark = pytest.mark.django_db
 
@@ -51,17 +50,6 @@ def supervisor(users) -> Client:
     client = Client()
     client.force_login(users["supervisor"])
     return client
-
-
-def charge_unknown() -> Run:
-    run = faults.start_run(
-        "content",
-        {},
-        actor="test",
-        faults={"timeout": "publish/promote-charge/after"},
-        enqueue=False,
-    )
-    return run_inline(run.pk)
 
 
 def change_url(obj) -> str:

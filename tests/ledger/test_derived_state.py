@@ -10,7 +10,6 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from demo import faults
 from demo.management.commands.seed_demo import run_inline
 from runs import engine
 from runs.ledger.maintenance import maintenance
@@ -18,6 +17,7 @@ from runs.ledger.verify import load_digest, make_digest, verify_chain
 from runs.models import Checkpoint, Effect, Event, Run
 from runs.planning.planner import compute_plan
 from runs.planning.replay import Action
+from tests.support.plans import charge_unknown
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,17 +25,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def raw(sql: str, params: list) -> None:
     with maintenance(), connection.cursor() as cursor:
         cursor.execute(sql, params)
-
-
-def charge_unknown() -> Run:
-    run = faults.start_run(
-        "content",
-        {},
-        actor="test",
-        faults={"timeout": "publish/promote-charge/after"},
-        enqueue=False,
-    )
-    return run_inline(run.pk)
 
 
 def test_an_untouched_run_verifies(facts):

@@ -5,25 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from demo import faults
 from demo.management.commands.seed_demo import run_inline
 from runs import engine
 from runs.ledger.append import LedgerError
 from runs.ledger.edits import edit_effect
 from runs.models import Effect, Event, Run
+from tests.support.plans import charge_unknown
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def charge_unknown() -> Run:
-    run = faults.start_run(
-        "content",
-        {},
-        actor="test",
-        faults={"timeout": "publish/promote-charge/after"},
-        enqueue=False,
-    )
-    return run_inline(run.pk)
 
 
 def edited(run: Run) -> int:

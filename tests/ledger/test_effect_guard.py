@@ -7,24 +7,12 @@ from __future__ import annotations
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from demo import faults
-from demo.management.commands.seed_demo import run_inline
 from runs.ledger.edits import edit_effect
 from runs.ledger.maintenance import maintenance
-from runs.models import Effect, Run
+from runs.models import Effect
+from tests.support.plans import charge_unknown
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def charge_unknown() -> Run:
-    run = faults.start_run(
-        "content",
-        {},
-        actor="test",
-        faults={"timeout": "publish/promote-charge/after"},
-        enqueue=False,
-    )
-    return run_inline(run.pk)
 
 
 def refused(sql: str, params: list) -> str:

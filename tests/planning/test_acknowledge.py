@@ -7,28 +7,11 @@ import pytest
 
 from demo.management.commands.seed_demo import run_inline
 from runs import engine
-from runs.ledger import leases
-from runs.ledger.append import Writer, append
 from runs.models import Event, Run
 from runs.planning.acknowledge import AcknowledgeRefused, acknowledge
+from tests.support.plans import finished_deviated
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def finished_deviated() -> Run:
-    """A succeeded run marked as departed from its plan, as the contract check does."""
-    run = run_inline(engine.start_run("content", {}, actor="test", enqueue=False).pk)
-    token = leases.acquire(run.pk, "test", takeover=True)
-    append(
-        Writer(run.pk, token, "test"),
-        Event.Type.PLAN_DEVIATED,
-        payload={"reason": "render_image: 2 calls, the plan said 1"},
-        deviated=True,
-    )
-    leases.release(run.pk, token)
-    run.refresh_from_db()
-    assert (run.deviated, run.attention) == (True, 0)
-    return run
 
 
 def test_an_acknowledged_deviation_is_an_event_and_the_run_leaves_the_inbox(facts):

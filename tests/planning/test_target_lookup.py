@@ -5,26 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from demo import faults
 from demo.management.commands.seed_demo import run_inline
 from runs import engine
-from runs.models import Effect, Event, Run
+from runs.models import Effect, Event
 from runs.planning.planner import compute_plan
 from runs.planning.target_lookup import LookupRefused, ask_target, record_answer
+from tests.support.plans import charge_unknown
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def charge_unknown() -> Run:
-    """The charge happened at the card processor; its answer never arrived."""
-    run = faults.start_run(
-        "content",
-        {},
-        actor="test",
-        faults={"timeout": "publish/promote-charge/after"},
-        enqueue=False,
-    )
-    return run_inline(run.pk)
 
 
 def test_asking_the_target_records_what_it_holds_with_exactly_one_lookup(facts, demo_service):

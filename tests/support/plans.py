@@ -77,6 +77,41 @@ def stopped_with_plan(options: dict[str, Any] | None = None, **inputs: str) -> R
     return run
 
 
+def charge_unknown() -> Run:
+    """A content run whose promotion charge happened at the card processor but whose answer
+    never arrived (a NEVER effect, unknown): failed, its plan blocked. Executed here stage by
+    stage (seed_demo.run_inline), nothing queued."""
+    from demo.management.commands.seed_demo import run_inline
+
+    run = faults.start_run(
+        "content",
+        {},
+        actor="test",
+        faults={"timeout": "publish/promote-charge/after"},
+        enqueue=False,
+    )
+    return run_inline(run.pk)
+
+
+def finished_deviated() -> Run:
+    """A content run that succeeded and was then marked as departed from its plan, as the
+    contract check marks resumed work that did more than promised."""
+    from demo.management.commands.seed_demo import run_inline
+    from runs.ledger import leases
+    from runs.ledger.append import Writer, append
+
+    run = run_inline(engine.start_run("content", {}, actor="test", enqueue=False).pk)
+    token = leases.acquire(run.pk, "test", takeover=True)
+    append(
+        Writer(run.pk, token, "test"),
+        Event.Type.PLAN_DEVIATED,
+        payload={"reason": "render_image: 2 calls, the plan said 1"},
+        deviated=True,
+    )
+    leases.release(run.pk, token)
+    return Run.objects.get(pk=run.pk)
+
+
 def interrupted_with_plan(**inputs: str) -> Run:
     """A run whose worker vanished before its first stage: interrupted at research, with its
     plan stored. The cheapest run that needs a human."""
