@@ -333,3 +333,31 @@ def test_a_malformed_bulk_answer_is_a_client_error(shown, facts):
 
     assert 400 <= response.status_code < 500
     assert answers_of(gate.run) == 0
+
+
+NASTY = ["9223372036854775808", "9" * 30, "١٢", "-1", "", "x" * 5000, "run-\x00", "\u202e"]
+
+
+def test_no_value_in_an_answer_preview_or_bulk_form_is_a_500(facts):
+    gate = gate_of(reviewed(), "review")
+    client = client_as("supervisor", raise_request_exception=False)
+    posts = []
+    for value in NASTY:
+        for field in ("decision", "title", "body", "notes"):
+            posts.append((gate_url(gate, "preview/"), review_post(gate, **{field: value})))
+        for field in ("scope", "shown", "gates", "answer-decision", "answer-title"):
+            posts.append((f"/runs/gate-groups/{gate.shape}/answer/", {field: value}))
+
+    statuses = [(url, sorted(data), client.post(url, data).status_code) for url, data in posts]
+
+    assert [s for s in statuses if s[2] >= 500] == []
+    assert answers_of(gate.run) == 0
+
+
+def test_an_answer_with_a_nul_character_is_not_a_500(facts):
+    gate = gate_of(reviewed(), "review")
+    client = client_as("operator", raise_request_exception=False)
+
+    response = client.post(gate_url(gate, "answer/"), review_post(gate, title="a\x00b"))
+
+    assert response.status_code < 500
