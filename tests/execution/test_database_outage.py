@@ -14,8 +14,8 @@ import pytest
 from django.db import connection
 
 from runs import engine
-from runs.ledger.verify import verify_chain
 from runs.ledger.maintenance import maintenance
+from runs.ledger.verify import verify_chain
 from runs.models import Event, ReplayPolicy, Run
 from runs.pipeline import Pipeline, Stage, StageOutput, Tool
 from tests.support.pipelines import registered
