@@ -161,9 +161,15 @@ def answer_many(
         if gate is None or gate.shape != shape:
             skipped.append((pk, "not a gate of this group"))
             continue
-        own = dict(data)
+        # Each gate keeps what it showed for whatever the bulk answer leaves out: a review
+        # approved in bulk publishes each run's own title and body, a confirmation each
+        # run's own arguments (edits are not given in bulk).
         if gate.kind == GateKind.CONFIRM:
-            own |= {f"arg_{n}": gate.call["args"].get(n, "") for n in gate.call.get("editable", [])}
+            own = dict(data) | {
+                f"arg_{n}": gate.call["args"].get(n, "") for n in gate.call.get("editable", [])
+            }
+        else:
+            own = {**gate.initial, **{k: v for k, v in dict(data).items() if v not in ("", None)}}
         try:
             done.append(answer(pk, own, actor=actor, roles=roles))
         except AnswerRefused as exc:

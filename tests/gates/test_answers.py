@@ -116,3 +116,22 @@ def test_a_rejected_charge_is_declined_by_the_demo_and_never_made(facts, demo_se
 def test_an_unknown_gate_is_refused(db):
     with pytest.raises(answers.AnswerRefused, match="no gate"):
         answers.answer(10**12, {}, actor="ana", roles=OPERATOR)
+
+
+def test_a_bulk_review_keeps_each_runs_own_title_and_body(facts, redis_conn):
+    first, second = waiting_at_review(), waiting_at_review()
+
+    result = answers.answer_many(
+        [first.pk, second.pk],
+        {"decision": "approve"},
+        shape=first.shape,
+        actor="ana",
+        roles=OPERATOR,
+    )
+
+    assert len(result.answered) == 2 and result.skipped == []
+    for gate in (first, second):
+        gate.refresh_from_db()
+        assert gate.answer["title"] == gate.initial["title"]
+        assert gate.answer["body"] == gate.initial["body"]
+        assert gate.diff == {}
