@@ -71,8 +71,23 @@ class RunStatus(models.TextChoices):
     SUPERSEDED = "superseded", "Superseded"
 
 
+class RunSeverity(models.IntegerChoices):
+    """How urgently a run that needs a human wants one: the inbox's order inside attention 0.
+    Waiting gates first (a person is asked before anything happened), then a blocked plan
+    (nobody can resume it until a supervisor decides), resumed work that departed from its
+    plan, failures, and interruptions (the plan usually resumes them as they are)."""
+
+    NONE = 0, "Needs no human"
+    WAITING = 1, "Waiting for a decision"
+    BLOCKED = 2, "Blocked"
+    DEVIATED = 3, "Deviated"
+    FAILED = 4, "Failed"
+    INTERRUPTED = 5, "Interrupted"
+
+
 class Run(models.Model):
     Status = RunStatus
+    Severity = RunSeverity
 
     ACTIVE = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.RESUMING)
     RESUMABLE = (RunStatus.INTERRUPTED, RunStatus.FAILED, RunStatus.NEEDS_APPROVAL)
@@ -83,6 +98,10 @@ class Run(models.Model):
     # 0 = needs a human, 1 = active, 2 = done. Stored (kept by the append path) so the inbox can
     # page on an index instead of sorting on a CASE expression.
     attention = models.PositiveSmallIntegerField(default=1)
+    # RunSeverity, for runs with attention 0: kept by the append path from the status and
+    # the deviation (severity_for), and raised to BLOCKED by the stored plan when its plan at
+    # the run's current version is blocked (stored_plans.store); 0 for the others.
+    severity = models.PositiveSmallIntegerField(default=RunSeverity.NONE)
     current_stage = models.CharField(max_length=64, blank=True)
     # Bumped by every append; approvals compare-and-set on it (optimistic concurrency).
     version = models.PositiveIntegerField(default=0)
@@ -118,8 +137,12 @@ class Run(models.Model):
 
     class Meta:
         indexes = [
-            # Inbox: needs-a-human first, then most recently changed; keyset paging.
-            models.Index(fields=["attention", "-updated_at", "-id"], name="run_inbox_idx"),
+            # Inbox (runs/dashboard/queries/inbox.py inbox_page, and its reason filters and
+            # counts on the attention=0 prefix): needs-a-human first, by severity, then most
+            # recently changed; keyset paging.
+            models.Index(
+                fields=["attention", "severity", "-updated_at", "-id"], name="run_inbox_idx"
+            ),
             # Inbox filters by status / pipeline with the same ordering.
             models.Index(fields=["status", "-updated_at", "-id"], name="run_status_idx"),
             # Sweeper: active runs whose lease or queued job may be gone.
@@ -150,6 +173,20 @@ class Run(models.Model):
         if status in cls.ACTIVE:
             return 1
         return 2
+
+    @classmethod
+    def severity_for(cls, status: str, deviated: bool = False) -> int:
+        """The severity the append path can know (a blocked plan comes later, from the
+        stored plan)."""
+        if status == RunStatus.WAITING:
+            return RunSeverity.WAITING
+        if cls.attention_for(status, deviated) != 0:
+            return RunSeverity.NONE
+        if deviated:
+            return RunSeverity.DEVIATED
+        if status == RunStatus.INTERRUPTED:
+            return RunSeverity.INTERRUPTED
+        return RunSeverity.FAILED
 
     @property
     def is_active(self) -> bool:

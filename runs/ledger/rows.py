@@ -175,6 +175,7 @@ def head_moves(connection, run: Head, new: NewEvent, row: EventRow) -> Moves:
         # A run whose resumed work departed from its plan stays with those that need a human.
         deviated = bool(new.run_fields.get("deviated", run.deviated))
         moves["attention"] = Run.attention_for(new.status or run.status, deviated)
+        moves["severity"] = Run.severity_for(new.status or run.status, deviated)
     for name, value in new.run_fields.items():
         field = Run._meta.get_field(name)
         moves[field.column] = (

@@ -57,7 +57,23 @@ def store(plan: Plan) -> StoredPlan | None:
             if StoredPlan.objects.filter(run_id=plan.run_pk).exists():
                 return None
             StoredPlan.objects.create(run_id=plan.run_pk, **values)
+        _rank(plan)
     return StoredPlan.objects.get(run_id=plan.run_pk)
+
+
+def _rank(plan: Plan) -> None:
+    """The inbox's severity follows a blocked plan (Run.severity): blocked while the plan of
+    the run as it stands is, back to what its status says once a plan is not. Only at the
+    run's current version and while it is stopped: a run that moved on has the severity the
+    append path gave it."""
+    stopped = Run.objects.filter(pk=plan.run_pk, version=plan.run_version, status__in=Run.RESUMABLE)
+    if plan.blocked:
+        stopped.update(severity=Run.Severity.BLOCKED)
+        return
+    for status, deviated in stopped.filter(severity=Run.Severity.BLOCKED).values_list(
+        "status", "deviated"
+    ):
+        stopped.update(severity=Run.severity_for(status, deviated))
 
 
 def refresh(run: Run) -> Plan:
