@@ -249,6 +249,11 @@ RESUMER_HTTP_INLINE_BODY_BYTES = 2 * 1024
 # run starts it there).
 DEMO_SERVICE_URL = os.environ.get("DEMO_SERVICE_URL", "http://127.0.0.1:8001").rstrip("/")
 
+# --- Monitoring (docs/monitoring.md) --------------------------------------------------------
+# /metrics answers `Authorization: Bearer <this>`; unset, only loopback and private-network
+# clients (runs/observability/views.py).
+RESUMER_METRICS_TOKEN = os.environ.get("RESUMER_METRICS_TOKEN", "")
+
 # --- Notifications (runs/notify.py) -------------------------------------------------------
 # Where links in messages point: the address people open the dashboard at.
 RESUMER_PUBLIC_URL = os.environ.get("RESUMER_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")

@@ -7,6 +7,7 @@ from runs.api import token_views
 from runs.api.api import api
 from runs.dashboard import queue_admin
 from runs.dashboard.urls import pipeline_urlpatterns
+from runs.observability import views as observability
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="runs:inbox", permanent=False)),
@@ -19,4 +20,6 @@ urlpatterns = [
     # The JSON API (runs/api/, docs/api.md) and the page where people make their tokens.
     path("api/v1/", api.urls),
     path("account/tokens/", include(token_views)),
+    # Prometheus (docs/monitoring.md): a bearer token, or local clients only.
+    path("metrics", observability.metrics, name="metrics"),
 ]

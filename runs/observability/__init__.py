@@ -1,0 +1,9 @@
+"""Prometheus metrics at /metrics (docs/monitoring.md). Traces live in runs/tracing.py.
+
+Owns `metrics` (a prometheus_client Collector that computes every figure from the database
+when Prometheus scrapes: the event log is the source of truth, so counters are exact across
+worker processes, machines and restarts) and `views` (the /metrics endpoint and its guard).
+
+May import runs.models, runs.pipeline (a tool's declared policy), runs.proxies (the client's
+address) and Django; nothing imports it but resumer/urls.py. It writes nothing.
+"""
