@@ -84,6 +84,14 @@ class InboxFilterForm(forms.Form):
         )
 
 
+class InboxNewsForm(InboxFilterForm):
+    """The inbox's poll for news: its filters, and when the rows it shows were read."""
+
+    since = forms.DateTimeField(
+        error_messages={"invalid": "Not a time: the page sends when it read its rows."}
+    )
+
+
 class PipelineWindowForm(forms.Form):
     """How many of a pipeline's most recent runs its page looks at (`?runs=100`)."""
 

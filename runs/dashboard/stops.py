@@ -46,6 +46,26 @@ class ReasonKind(models.TextChoices):
     WAITING = "waiting", "Waiting for a decision"
 
 
+# The reasons in the inbox's order (Run.severity), as its counts are shown; drifted is not a
+# severity of its own (a drifted run is ranked by why it stopped) and comes last.
+BY_SEVERITY = (
+    ReasonKind.WAITING,
+    ReasonKind.BLOCKED,
+    ReasonKind.DEVIATED,
+    ReasonKind.FAILED,
+    ReasonKind.INTERRUPTED,
+    ReasonKind.DRIFTED,
+)
+# Short names for the counts.
+SHORT = {
+    ReasonKind.WAITING: "Waiting",
+    ReasonKind.BLOCKED: "Blocked",
+    ReasonKind.DEVIATED: "Deviated",
+    ReasonKind.FAILED: "Failed",
+    ReasonKind.INTERRUPTED: "Interrupted",
+    ReasonKind.DRIFTED: "Drifted",
+}
+
 # The events that move a run into a status a human resolves.
 STOPPING = (EventType.INTERRUPTED, EventType.FAILED, EventType.NEEDS_APPROVAL)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.urls import path, register_converter
 
 from runs import ids
-from runs.dashboard import gate_views, views
+from runs.dashboard import gate_views, inbox_views, views
 from runs.models import Run
 
 
@@ -70,6 +70,7 @@ app_name = "runs"
 
 urlpatterns = [
     path("", views.inbox, name="inbox"),
+    path("news/", inbox_views.inbox_news, name="inbox_news"),
     path("<run:pk>/", views.run_detail, name="run"),
     path("<run:pk>/timeline/", views.run_timeline, name="timeline"),
     path("<run:pk>/plan/", views.plan, name="plan"),

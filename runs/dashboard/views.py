@@ -17,6 +17,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET, require_POST
@@ -35,6 +36,8 @@ from runs.planning.planner import Plan
 from runs.planning.resume import AlreadyApproved, ResumeRefused, approve
 
 View = Callable[..., HttpResponse]
+# How often the inbox asks whether runs came to need a human (runs/dashboard/inbox_views.py).
+INBOX_POLL_SECONDS = 15
 T = TypeVar("T")
 
 
@@ -93,12 +96,22 @@ def _run(pk: int) -> Run:
 def inbox(request: HttpRequest) -> HttpResponse:
     form = InboxFilterForm(request.GET)
     page = triaged = gates = None
+    # Taken before the rows are read: the "N new" notice counts what changed after it
+    # (inbox_views.inbox_news), so a run that moves during the read is never missed.
+    mark = timezone.now()
     if form.is_valid():
         page = inbox_page(form.filters(), form.cleaned_data["after"])
         triaged = inbox_groups(form.filters())
         # Runs that asked a human before they acted: first, oldest gate first.
         gates = waiting(form.filters())
-    context = {"form": form, "page": page, "triage": triaged, "waiting": gates}
+    context = {
+        "form": form,
+        "page": page,
+        "triage": triaged,
+        "waiting": gates,
+        "mark": mark,
+        "poll_seconds": INBOX_POLL_SECONDS,
+    }
     # htmx swaps just the results (and the groups, out of band) when a filter changes; a
     # history restore wants the page.
     partial = request.htmx and not request.htmx.history_restore_request

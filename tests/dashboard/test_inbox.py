@@ -280,7 +280,7 @@ def test_a_reason_filter_pages_by_keyset_and_visits_every_run_once(facts):
     run_one_stage_in_process()
     expected = list(
         Run.objects.filter(pk__in=[r.pk for r in made])
-        .order_by("attention", "-updated_at", "-id")
+        .order_by("attention", "severity", "-updated_at", "-id")
         .values_list("pk", flat=True)
     )
     filters = inbox.InboxFilters(reason=ReasonKind.INTERRUPTED)

@@ -217,7 +217,9 @@ def test_inbox_keyset_paging_visits_every_run_once(facts):
     made = [started() for _ in range(7)]
     made += [interrupted() for _ in range(3)]
     expected = list(
-        Run.objects.order_by("attention", "-updated_at", "-id").values_list("pk", flat=True)
+        Run.objects.order_by("attention", "severity", "-updated_at", "-id").values_list(
+            "pk", flat=True
+        )
     )
     for filters in (inbox.InboxFilters(), inbox.InboxFilters(status=Run.Status.PENDING)):
         seen, after = [], None

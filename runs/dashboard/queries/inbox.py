@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import reduce
 from operator import or_
 
-from django.db.models import OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
 from runs.dashboard import stops
 from runs.dashboard.stops import ReasonKind
@@ -15,7 +15,8 @@ from runs.models import Event, Gate, GateStatus, Run, StoredPlan
 from runs.pipeline import UnknownPipeline, registry
 from runs.planning import grouping
 
-INBOX_PAGE_SIZE = 50
+# Small enough that the pager is in reach on a phone, where every row is a card.
+INBOX_PAGE_SIZE = 20
 
 
 # Columns the inbox shows; the JSON column (inputs) stays in the database.
@@ -24,6 +25,7 @@ INBOX_FIELDS = (
     "pipeline",
     "status",
     "attention",
+    "severity",
     "deviated",
     "current_stage",
     "attempt",
@@ -85,14 +87,24 @@ class InboxPage:
     # The id of the last run shown, when there are more: the next page starts after it.
     next_after: int | None
     needs_human: int
+    # Runs that need a human, per stops.ReasonKind, as its filter finds them (a run counts
+    # under each reason it has: a blocked charge is also a failure).
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def by_reason(self) -> list[tuple[str, str, int]]:
+        """(kind, short name, count) in the inbox's order of severity."""
+        return [(kind, stops.SHORT[kind], self.counts.get(kind, 0)) for kind in stops.BY_SEVERITY]
 
 
 def _ordering(filters: InboxFilters) -> list[tuple[str, bool]]:
-    """(field, descending) pairs. Needs-a-human first (attention 0), then the most recently
-    changed. With a status filter attention is constant, so it is left out and the query can
-    walk run_status_idx (status, -updated_at, -id); otherwise run_inbox_idx."""
+    """(field, descending) pairs. Needs-a-human first (attention 0), the most severe first
+    (Run.severity: waiting, blocked, deviated, failed, interrupted), then the most recently
+    changed: run_inbox_idx (attention, severity, -updated_at, -id). With a status filter
+    attention is constant and severity nearly so, so both are left out and the query walks
+    run_status_idx (status, -updated_at, -id)."""
     order = [("updated_at", True), ("id", True)]
-    return order if filters.status else [("attention", False), *order]
+    return order if filters.status else [("attention", False), ("severity", False), *order]
 
 
 def _after(order: list[tuple[str, bool]], after_pk: int) -> Q:
@@ -167,12 +179,27 @@ def inbox_page(filters: InboxFilters, after: int | None, size: int = INBOX_PAGE_
     more = len(rows) > size
     rows = rows[:size]
     _attach_stops(rows)
+    counts = reason_counts()
     return InboxPage(
         runs=rows,
         next_after=rows[-1].pk if more else None,
-        # An index-only count of the attention=0 prefix of run_inbox_idx.
-        needs_human=Run.objects.filter(attention=0).count(),
+        needs_human=counts.pop("total"),
+        counts=counts,
     )
+
+
+def reason_counts() -> dict[str, int]:
+    """How many runs need a human, in all ("total") and per reason kind, each counted by the
+    reason's own filter so a count is what its link shows: one query over the attention=0
+    prefix of run_inbox_idx, joined to the stored plans by primary key."""
+    counts = {kind: Count("pk", filter=_reason_filter(kind)) for kind in ReasonKind.values}
+    return Run.objects.filter(attention=0).aggregate(total=Count("pk"), **counts)
+
+
+def new_since(filters: InboxFilters, since: datetime) -> int:
+    """Runs the filters let through that came to need a human (or changed while needing
+    one) after `since`: the inbox's "N new" notice, one count on run_inbox_idx."""
+    return _filtered(filters).filter(attention=0, updated_at__gt=since).count()
 
 
 def _newest_event_pk(types: tuple[str, ...]) -> Subquery:
@@ -307,7 +334,10 @@ def _open_gates(runs: list[Run]) -> dict[int, Gate]:
 def _attach_stops(runs: list[Run]) -> None:
     found = stopping_events(runs)
     gates = _open_gates(runs)
+    known = set(registry.names())
     for run in runs:
+        # A run of a pipeline this process does not load: its row says so.
+        run.pipeline_known = run.pipeline in known
         events = found.get(run.pk, {})
         if run.attention != 0:
             run.stop = None
