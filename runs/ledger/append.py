@@ -10,7 +10,9 @@ the SQL it runs is the vendor's (runs/ledger/sql/).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -42,6 +44,7 @@ __all__ = [
     "append",
     "check_head",
     "create_run",
+    "deferred_commit",
 ]
 
 # Event's fields in model order, as _write() builds its instance from what it wrote
@@ -81,8 +84,9 @@ def append(
     confirmed outcome (its intent is on disk, so the call is reconciled or retried under its
     key, never made blind), a re-use of a confirmed effect. Its commit is a commit (every
     reader sees it at once) but does not wait for the disk, unless RESUMER_DEFER_FLUSH is
-    off; the next flushed commit carries it there (sql/postgresql.py). It applies only to an
-    append that is its own transaction: inside a caller's, the caller's commit decides.
+    off; the next flushed commit carries it there (sql/postgresql.py). It applies to an
+    append that is its own transaction; inside a caller's, the caller's commit decides, and
+    waits unless the caller opened it with deferred_commit().
 
     Raises LeaseLost (nothing written) when the token is stale or expired (HeadLost, one of
     them, when the head went back behind this writer's last write), LedgerError for an
@@ -114,7 +118,8 @@ def append(
         if event is not None:
             return _appended(connection, writer, known, event, new, committed=True)
         guarded = False
-    return _append_locked(connection, writer, known, new, effect, guarded=guarded)
+    deferral = _deferral_of(connection, new, flush)
+    return _append_locked(connection, writer, known, new, effect, guarded, deferral)
 
 
 def _can_guard(connection, known: Head | None, new: NewEvent) -> bool:
@@ -136,11 +141,12 @@ def _append_locked(
     known: Head | None,
     new: NewEvent,
     effect: EffectWrite | None,
-    *,
     guarded: bool,
+    deferral: _Deferral | None,
 ) -> Event:
     """append() inside a transaction: the caller's, or one of its own. `guarded` when the
-    writer knows the head and the guarded write is worth a try before the locked read."""
+    writer knows the head and the guarded write is worth a try before the locked read;
+    `deferral` when the caller's transaction is a deferred_commit()."""
     refused: Exception | None
     # No savepoint when nested: most appends run inside a caller's transaction (a checkpoint,
     # an HTTP tool's exchanges), and a savepoint would cost two more round trips each. What
@@ -148,8 +154,12 @@ def _append_locked(
     # poisons the caller's transaction; only a database error (which breaks it anyway) does.
     with transaction.atomic(savepoint=False):
         if guarded:
-            event = _write(connection, known, new, guarded=True, effect=effect)
+            # A deferred transaction's setting rides in the guarded write's own statement.
+            flush = deferral is None or deferral.said
+            event = _write(connection, known, new, guarded=True, effect=effect, flush=flush)
             if event is not None:
+                if deferral is not None:
+                    deferral.said = True
                 return _appended(connection, writer, known, event, new)
         # The fencing check and the row lock are one statement (see runs/ledger/sql/ for what
         # each vendor locks).
@@ -166,9 +176,62 @@ def _append_locked(
             if refused is None:
                 event = _write(connection, head, new, effect=effect)
                 if event is not None:
+                    if deferral is not None:
+                        deferral.say()
                     return _appended(connection, writer, head, event, new)
                 refused = KeyTaken(f"delivery key {new.idempotency_key} has an effect already")
     raise refused
+
+
+@dataclass
+class _Deferral:
+    """A deferred_commit() open on `connection`; `said` once its transaction knows."""
+
+    connection: Any
+    said: bool = False
+
+    def say(self) -> None:
+        if not self.said:
+            with self.connection.cursor() as cursor:
+                for_connection(self.connection).defer_flush(cursor)
+            self.said = True
+
+
+_deferral: ContextVar[_Deferral | None] = ContextVar("resumer_deferral", default=None)
+
+
+def _deferral_of(connection, new: NewEvent, flush: bool) -> _Deferral | None:
+    """The deferred_commit() this append runs in, if any."""
+    deferral = _deferral.get()
+    if deferral is None or deferral.connection is not connection:
+        return None
+    if flush:
+        # Checked before anything is written: the transaction's commit will not wait, so a
+        # write that must (an intent, a stop) has no place in it.
+        raise LedgerError(f"a {new.type} that must wait for the disk, inside deferred_commit()")
+    return deferral
+
+
+@contextmanager
+def deferred_commit(flush: bool = False) -> Iterator[None]:
+    """A transaction of the caller's own whose commit need not wait for the disk: append's
+    `flush=False` said of a whole transaction (an append and what rides with it, an HTTP
+    tool's exchanges and their artifact rows), all of which a crash may lose. Appends inside
+    must say flush=False too (one that must wait raises LedgerError). On PostgreSQL the first
+    one turns synchronous_commit off in its own statement (no round trip more, unless it took
+    the locked path). A plain transaction.atomic() with `flush`, with RESUMER_DEFER_FLUSH off,
+    or inside a transaction already open: that one's commit decides, and waits."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    if flush or not settings.RESUMER_DEFER_FLUSH or connection.in_atomic_block:
+        with transaction.atomic():
+            yield
+        return
+    with transaction.atomic():
+        token = _deferral.set(_Deferral(connection))
+        try:
+            yield
+        finally:
+            _deferral.reset(token)
 
 
 # Run heads this process wrote last, per (database, run, token): what the guarded append

@@ -315,8 +315,9 @@ class AppendSQL:
         and its expiry) and check that the head is still the one the row chains to (guard())
         in the first statement; None, having written nothing, when anything moved or a
         claimed key is taken (the caller then takes the locked path, which tells the two
-        apart). Only vendors with `guarded` have it. `flush` as in write_alone(), which alone
-        passes False: inside a caller's transaction, the caller's commit decides."""
+        apart). Only vendors with `guarded` have it. `flush` as in write_alone(); inside a
+        caller's transaction, False says so of the whole transaction (append's
+        deferred_commit())."""
         raise NotImplementedError(f"{self.vendor} has no guarded append")
 
     def write_alone(
@@ -337,6 +338,11 @@ class AppendSQL:
         writes may). A vendor whose every commit already returns before the disk flush
         ignores it."""
         return self.write_guarded(cursor, row, moves, effect=effect, flush=flush)
+
+    def defer_flush(self, cursor) -> None:
+        """Let the open transaction's commit return before it reaches the disk, for a
+        deferred_commit() whose append could not say so in its own statement. A vendor
+        whose every commit already returns before the disk flush does nothing."""
 
     def read_effect(self, cursor, connection, key: str) -> list[Any] | None:
         """The values of the effect holding `key`, in `effect_fields` order and converted as

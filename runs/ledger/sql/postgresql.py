@@ -23,11 +23,13 @@ from runs.ledger.sql.base import (
 __all__ = ["PostgreSQLAppend"]
 
 # A write that need not reach the disk before it returns (flush=False) turns off
-# synchronous_commit for its own transaction, the statement, and no other: set_config with
-# is_local, evaluated in the head CTE, where it runs only once the fence held. PostgreSQL
-# writes WAL in order, so the next flushed commit (an intent, a checkpoint) carries it to the
-# disk too: a database crash can lose only a tail of such writes, never one from before a
-# flushed write, and leaves the database as if they had rolled back.
+# synchronous_commit for its own transaction and no other: set_config with is_local,
+# evaluated in the head CTE, where it runs only once the fence held. In autocommit that
+# transaction is the statement; inside a deferred_commit() it is the caller's, the exchanges'
+# artifact rows included. PostgreSQL writes WAL in order, so the next flushed commit (an
+# intent, a checkpoint) carries it to the disk too: a database crash can lose only a tail of
+# such writes, never one from before a flushed write, and leaves the database as if they had
+# rolled back.
 DEFER_FLUSH = ", set_config('synchronous_commit', 'off', true)"
 # The effect rows' trigger (migration 0014) lets a write through when the transaction says it
 # is the ledger's: said in the statement that writes the effect, so it costs no round trip,
@@ -164,6 +166,9 @@ class PostgreSQLAppend(AppendSQL):
         else:
             values = [*guard(row), *row, *params]
         return self.first_row(cursor, sql, values)
+
+    def defer_flush(self, cursor) -> None:
+        cursor.execute("SELECT set_config('synchronous_commit', 'off', true)")
 
     def set_ledger(self, connection, on: bool) -> None:
         # Transaction-local: an ORM write of the ledger's (effects.record_intent, an edit)
