@@ -22,7 +22,7 @@ from django.db import transaction
 
 from runs.execution.hooks import CallHooks
 from runs.ledger import effects, leases
-from runs.ledger.append import LeaseLost, LedgerError, Writer, append
+from runs.ledger.append import LeaseLost, LedgerError, Writer, append, deferred_commit
 from runs.ledger.chain import digest
 from runs.ledger.effects import (
     Intent,
@@ -111,8 +111,9 @@ class DurableCalls:
         }
         more = self._exchanges(seen, call_id)
         # A transaction only when an HTTP tool's exchanges may write artifact rows beside the
-        # event: alone, the append is one write (one round trip on PostgreSQL).
-        with transaction.atomic() if more is not None else nullcontext():
+        # event: alone, the append is one write (one round trip on PostgreSQL). Either way it
+        # does not wait for the disk.
+        with deferred_commit() if more is not None else nullcontext():
             append(
                 self.writer,
                 Event.Type.TOOL_RESULT,
@@ -284,10 +285,11 @@ class DurableCalls:
         except Exception as exc:
             self._record_failure(call_id, tool, effect, exc, seen)
             raise
-        # The outcome does not wait for the disk: its intent did, before the call. Lost in a
-        # database crash, the effect is back to intent, in doubt, as when a worker dies right
-        # after a call, and the resume's plan reconciles it or retries it under its key; the
-        # next flushed write (an intent, the checkpoint) takes it to the disk anyway.
+        # The outcome does not wait for the disk, nor do an HTTP tool's exchanges with it: its
+        # intent did, before the call. Lost in a database crash, the effect is back to intent,
+        # in doubt, as when a worker dies right after a call, and the resume's plan reconciles
+        # it or retries it under its key; the next flushed write (an intent, the checkpoint)
+        # takes it to the disk anyway.
         record_outcome(
             self.writer,
             effect,

@@ -14,7 +14,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from runs.ledger.append import KeyTaken, Writer, append
+from runs.ledger.append import KeyTaken, Writer, append, deferred_commit
 from runs.ledger.maintenance import ledger_writes
 from runs.ledger.sql import EffectClaim, EffectSettle, for_connection
 from runs.models import Effect, Event
@@ -158,7 +158,8 @@ def record_outcome(
     """Write back what the call produced (or what is known of it) with its event, in one
     write. A transaction only when more_payload may write artifact rows beside it. `flush` as
     in append(): False only for an outcome whose loss leaves the effect in doubt, which its
-    durable intent already lets reconcile resolve."""
+    durable intent already lets reconcile resolve; said of that transaction too
+    (deferred_commit()), since losing the exchanges with it leaves the same doubt."""
     settle = EffectSettle(
         effect.pk,
         {
@@ -169,7 +170,7 @@ def record_outcome(
             "cost": cost,
         },
     )
-    with transaction.atomic() if more_payload is not None else nullcontext():
+    with deferred_commit(flush) if more_payload is not None else nullcontext():
         return append(
             writer,
             event_type,

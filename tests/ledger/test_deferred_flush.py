@@ -2,7 +2,9 @@
 always do; a SAFE call's events, a confirmed outcome and a memoized re-use need not, since
 losing them in a database crash leaves a state the protocol already recovers from (as if the
 worker had died just before the write). On PostgreSQL such a write turns off
-synchronous_commit for its own transaction; SQLite's settings never wait for the disk.
+synchronous_commit for its own transaction; SQLite's settings never wait for the disk. An
+HTTP tool's result or outcome is written in a transaction with its exchanges (issue 29):
+deferred_commit() says the whole transaction need not wait.
 
 Stages run in-process through engine.execute on committed data (`transactional_db`)."""
 
@@ -11,15 +13,17 @@ from __future__ import annotations
 import contextlib
 
 import pytest
+from django.conf import settings as django_settings
 from django.db import connection, connections, transaction
 
 from runs import engine
 from runs.ledger import leases
-from runs.ledger.append import HeadLost, Writer, append
+from runs.ledger.append import HeadLost, LedgerError, Writer, append, deferred_commit
 from runs.ledger.maintenance import maintenance
 from runs.ledger.verify import verify_chain
-from runs.models import Event, ReplayPolicy, Run
+from runs.models import Artifact, Event, ReplayPolicy, Run
 from runs.pipeline import Input, KeyParts, Pipeline, Stage, StageOutput, Tool
+from runs.tools.http import http_tool
 from tests.support.pipelines import registered
 
 on_postgresql = pytest.mark.skipif(
@@ -60,25 +64,75 @@ flushing = Pipeline(
     stages=(Stage("calls", _calls, consumes=("batch",), tools=("look", "stamp")),),
 )
 
+
+def _http_calls(ctx) -> StageOutput:
+    ctx.call("look-0", "health")
+    ctx.call("render-0", "render", prompt=f"cover of {ctx.root_id}")
+    return StageOutput(outputs={"done": "yes"})
+
+
+def _service_url() -> str:
+    return django_settings.DEMO_SERVICE_URL
+
+
+flushing_http = Pipeline(
+    name="flushing-http",
+    tools=(
+        http_tool("health", ReplayPolicy.SAFE, method="GET", url="/_health", base_url=_service_url),
+        http_tool(
+            "render",
+            ReplayPolicy.IDEMPOTENT,
+            url="/v1/renders",
+            base_url=_service_url,
+            body=lambda args, key: {"prompt": args["prompt"]},
+            key=lambda ctx, a: KeyParts("acct", "renderer", f"{ctx.root_id}/cover", "1"),
+            external_id="id",
+            target="renderer",
+        ),
+    ),
+    stages=(Stage("calls", _http_calls, tools=("health", "render")),),
+)
+
 EVENT_TYPES = set(Event.Type.values)
+# synchronous_commit as the transaction of each event written inside one (not in autocommit)
+# will commit with it: read right after the event's statement, in the same transaction.
+COMMITTED_WITH: list[tuple[str, str]] = []
 
 
 def _record(execute, sql, params, many, context):
     types = [p for p in params or () if isinstance(p, str) and p in EVENT_TYPES]
-    if types and sql.lstrip().upper().startswith(("WITH", "INSERT")):
+    writes = types and sql.lstrip().upper().startswith(("WITH", "INSERT"))
+    if writes:
         WRITES.append((types[0], "synchronous_commit" in sql))
-    return execute(sql, params, many, context)
+    result = execute(sql, params, many, context)
+    if writes and not context["connection"].get_autocommit():
+        with context["connection"].connection.cursor() as raw:
+            raw.execute("SELECT current_setting('synchronous_commit')")
+            COMMITTED_WITH.append((types[0], raw.fetchone()[0]))
+    return result
 
 
 @pytest.fixture
 def pipeline(transactional_db, settings):
     with registered(settings, "tests.ledger.test_deferred_flush.flushing"):
         WRITES.clear()
+        COMMITTED_WITH.clear()
         yield
 
 
-def run_stage(**inputs: str) -> Run:
-    run = engine.start_run("flushing", inputs, actor="test", enqueue=False)
+@pytest.fixture
+def http_pipeline(transactional_db, settings, demo_service):
+    settings.DEMO_SERVICE_URL = demo_service.url
+    # Every body an artifact row, written in the event's transaction.
+    settings.RESUMER_HTTP_INLINE_BODY_BYTES = 0
+    with registered(settings, "tests.ledger.test_deferred_flush.flushing_http"):
+        WRITES.clear()
+        COMMITTED_WITH.clear()
+        yield
+
+
+def run_stage(pipeline: str = "flushing", **inputs: str) -> Run:
+    run = engine.start_run(pipeline, inputs, actor="test", enqueue=False)
     with connection.execute_wrapper(_record):
         outcome = engine.execute(run.pk, "calls", run.ticket, holder="worker:test")
     assert outcome == "verified"
@@ -130,6 +184,42 @@ def test_a_reuse_of_a_confirmed_effect_skips_the_wait_for_the_disk(pipeline):
     assert [(e.type, e.payload.get("reused")) for e in keyed] == [(Event.Type.TOOL_RESULT, True)]
 
 
+@on_postgresql
+def test_an_http_tools_result_and_outcome_commit_with_their_exchanges_without_waiting(
+    http_pipeline,
+):
+    run = run_stage("flushing-http")
+    assert WRITES == [
+        (Event.Type.STARTED, False),
+        (Event.Type.TOOL_CALLED, True),  # the SAFE call, before
+        (Event.Type.TOOL_RESULT, True),  # the SAFE call's result, with its exchanges
+        (Event.Type.TOOL_CALLED, False),  # the intent: on disk before the call
+        (Event.Type.TOOL_RESULT, True),  # the confirmed outcome, with its exchanges
+        (Event.Type.VERIFIED, False),
+        (Event.Type.SUCCEEDED, False),
+    ]
+    # The two results' transactions commit with synchronous_commit off, their exchanges'
+    # artifact rows with them; the stage's boundaries wait.
+    assert COMMITTED_WITH == [
+        (Event.Type.STARTED, "on"),
+        (Event.Type.TOOL_RESULT, "off"),
+        (Event.Type.TOOL_RESULT, "off"),
+        (Event.Type.VERIFIED, "on"),
+        (Event.Type.SUCCEEDED, "on"),
+    ]
+    assert Artifact.objects.filter(name__startswith=f"http/{run.public_id}/calls/").count() >= 2
+    assert verify_chain(run.pk).ok
+
+
+@on_postgresql
+def test_with_deferred_flush_off_an_http_tools_outcome_waits_for_the_disk(http_pipeline, settings):
+    settings.RESUMER_DEFER_FLUSH = False
+    run_stage("flushing-http")
+    assert len(WRITES) == 7
+    assert not [write for write in WRITES if write[1]]
+    assert {setting for _, setting in COMMITTED_WITH} == {"on"}
+
+
 def synchronous_commit_around(writer: Writer, **append_kwargs) -> tuple[str, str]:
     """synchronous_commit inside the transaction an append ran in, and after it. The
     transaction is one Django does not know of, so append() still writes as in autocommit."""
@@ -155,6 +245,48 @@ def test_a_flushed_append_leaves_synchronous_commit_on(pipeline):
     run, writer = held_writer()
     inside, _ = synchronous_commit_around(writer)
     assert inside == "on"
+
+
+def synchronous_commit_in_deferred_commit(writer: Writer) -> tuple[str, str]:
+    """synchronous_commit inside a deferred_commit() an append ran in, and after it."""
+    with deferred_commit(), connection.cursor() as cursor:
+        append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 2}, flush=False)
+        cursor.execute("SELECT current_setting('synchronous_commit')")
+        inside = cursor.fetchone()[0]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('synchronous_commit')")
+        return inside, cursor.fetchone()[0]
+
+
+@on_postgresql
+def test_a_deferred_commit_turns_off_synchronous_commit_for_its_whole_transaction(pipeline):
+    run, writer = held_writer()
+    append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 1})  # knows the head
+    assert synchronous_commit_in_deferred_commit(writer) == ("off", "on")
+
+
+@on_postgresql
+def test_a_deferred_commit_whose_append_takes_the_locked_path_turns_it_off_too(pipeline):
+    run, writer = held_writer()  # this process has written nothing under the token yet
+    assert synchronous_commit_in_deferred_commit(writer) == ("off", "on")
+
+
+@on_postgresql
+def test_a_deferred_commit_inside_a_transaction_leaves_its_commit_to_wait(pipeline, settings):
+    run, writer = held_writer()
+    append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 1})
+    with transaction.atomic():
+        assert synchronous_commit_in_deferred_commit(writer)[0] == "on"
+    settings.RESUMER_DEFER_FLUSH = False
+    assert synchronous_commit_in_deferred_commit(writer)[0] == "on"
+
+
+def test_a_write_that_must_wait_has_no_place_in_a_deferred_commit(pipeline):
+    run, writer = held_writer()
+    append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 1})
+    with pytest.raises(LedgerError, match="must wait for the disk"), deferred_commit():
+        append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 2})
+    assert list(Event.objects.filter(run=run).values_list("payload", flat=True))[-1] == {"n": 1}
 
 
 def test_a_deferred_append_is_committed_for_every_other_connection(pipeline):
