@@ -116,13 +116,30 @@ class PipelineWindowForm(forms.Form):
 class ApproveForm(forms.Form):
     # Posted as "action", the name PLAN_APPROVED records the mode under.
     action = forms.TypedChoiceField(choices=ApprovalMode.choices, coerce=ApprovalMode)
-    fingerprint = forms.RegexField(regex=r"^[0-9a-f]{64}$", max_length=64)
-    # The confirmation step that works without JavaScript: the operator ticks it after
-    # reading what the button will do.
-    confirm = forms.BooleanField(
-        label="I have read the plan",
-        error_messages={"required": "Tick “I have read the plan” to confirm."},
+    fingerprint = forms.RegexField(
+        regex=r"^[0-9a-f]{64}$",
+        max_length=64,
+        error_messages={
+            "invalid": "This is not a plan's fingerprint: reload the plan and approve it again."
+        },
     )
+    # The confirmation step that works without JavaScript: each option has its own box,
+    # ticked after reading what that button will do (an upgrade's box names its
+    # irreversible acts), so one tick never confirms the other option.
+    confirm = forms.BooleanField(required=False)
+
+    CONFIRM_ERRORS = {
+        ApprovalMode.STRICT: "Tick “I have read the plan” to confirm.",
+        ApprovalMode.UPGRADE: "Tick the box beside Upgrade, which says what the new branch "
+        "does to the outside world, to confirm.",
+    }
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        action = cleaned.get("action")
+        if action is not None and not cleaned.get("confirm"):
+            self.add_error("confirm", self.CONFIRM_ERRORS[action])
+        return cleaned
 
 
 class RunIdsField(forms.Field):

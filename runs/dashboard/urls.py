@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.urls import path, register_converter
 
 from runs import ids
-from runs.dashboard import gate_views, inbox_views, views
+from runs.dashboard import decision_views, gate_views, inbox_views, views
 from runs.models import Run
 
 
@@ -76,6 +76,12 @@ urlpatterns = [
     path("<run:pk>/plan/", views.plan, name="plan"),
     path("<run:pk>/plan/check/", views.check_targets, name="check_targets"),
     path("<run:pk>/approve/", views.approve_plan, name="approve"),
+    path("<run:pk>/acknowledge/", decision_views.acknowledge_deviation, name="acknowledge"),
+    path("<run:run_pk>/effects/<id:pk>/", decision_views.effect_detail, name="effect"),
+    path("<run:run_pk>/effects/<id:pk>/ask/", decision_views.effect_ask, name="effect_ask"),
+    path(
+        "<run:run_pk>/effects/<id:pk>/record/", decision_views.effect_record, name="effect_record"
+    ),
     path("<run:run_pk>/gates/<id:pk>/", gate_views.gate_detail, name="gate"),
     path("<run:run_pk>/gates/<id:pk>/preview/", gate_views.gate_preview, name="gate_preview"),
     path("<run:run_pk>/gates/<id:pk>/answer/", gate_views.gate_answer, name="gate_answer"),

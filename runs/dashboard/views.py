@@ -25,6 +25,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from runs.dashboard import charts, roles, stats
 from runs.dashboard.forms import ApproveForm, GroupApproveForm, InboxFilterForm, PipelineWindowForm
+from runs.dashboard.queries import batches
 from runs.dashboard.queries.artifacts import artifact_view, get_artifact
 from runs.dashboard.queries.gates import waiting
 from runs.dashboard.queries.inbox import inbox_groups, inbox_page
@@ -283,7 +284,7 @@ def approve_group(request: HttpRequest, fingerprint: str) -> HttpResponse:
     return render(
         request,
         "runs/group_result.html",
-        {"batch": batch, "approved": approved, "skipped": skipped},
+        {"batch": batch, "approved": batches.approved_now(approved), "skipped": skipped},
         status=200 if batch.approved else 409,
     )
 
@@ -291,12 +292,18 @@ def approve_group(request: HttpRequest, fingerprint: str) -> HttpResponse:
 @require_GET
 @viewer_required
 def batch_detail(request: HttpRequest, batch_id: str) -> HttpResponse:
-    """A group approval a worker carries out: its progress while it runs (the page polls
-    itself), then what was approved and what was skipped, with each skipped run's fresh
-    plan."""
+    """A group approval: approved in the request, or by a worker (then its progress while it
+    runs); what was approved and what became of each run, and what was skipped with each
+    skipped run's fresh plan. It polls itself while the batch or a run of it is moving."""
     row = get_object_or_404(GroupApproval, pk=batch_id)
+    approved = batches.approved_now(row.approved)
+    context = {
+        "row": row,
+        "approved": approved,
+        "moving": not row.finished or any(a.active for a in approved),
+    }
     template = "runs/_batch.html" if request.htmx else "runs/batch.html"
-    return render(request, template, {"row": row})
+    return render(request, template, context)
 
 
 # --- Pipelines -------------------------------------------------------------------------------

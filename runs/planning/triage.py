@@ -271,9 +271,9 @@ def approve_or_queue(
     job). Raises GroupRefused, changing nothing, as those refuse; NotQueued when the job could
     not be queued (the row then says FAILED)."""
     if len(run_ids) <= settings.RESUMER_GROUP_INLINE:
-        return GroupOutcome(
-            batch=approve_group(group_fingerprint, run_ids, action=mode, actor=actor)
-        )
+        batch = approve_group(group_fingerprint, run_ids, action=mode, actor=actor)
+        _record_inline(batch, run_ids, actor)
+        return GroupOutcome(batch=batch)
     row = start_batch(group_fingerprint, run_ids, action=mode, actor=actor)
     try:
         enqueue_batch(row.pk, row.total)
@@ -282,6 +282,21 @@ def approve_or_queue(
         _save(row)
         raise NotQueued(row.error) from exc
     return GroupOutcome(queued=row)
+
+
+def _record_inline(batch: Batch, run_ids: list[int], actor: str) -> None:
+    """An approval made in the request is recorded too, done, so the batch every
+    PLAN_APPROVED of it names has a page (/runs/batches/<id>/) like a queued one."""
+    row = GroupApproval(
+        id=batch.id,
+        group=batch.group,
+        action=batch.mode,
+        actor=actor,
+        run_ids=sorted(set(run_ids)),
+        state=GroupApproval.State.DONE,
+    )
+    _record(row, batch)
+    row.save(force_insert=True)
 
 
 def start_batch(

@@ -17,6 +17,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from demo.management.commands.seed_demo import run_inline
 from demo.simulators import publish_facts
 from runs import enqueue
 from runs.dashboard.queries import inbox
@@ -680,6 +681,12 @@ def test_the_batch_job_approves_each_run_and_lists_a_moved_one_with_its_fresh_pl
     assert "Approved 1, skipped 1" in html
     assert f"{moved.public_id}</a>: the plan changed since it was shown" in html
     assert stored_fingerprint(moved)[:12] in html
+    # The batch is done, but the run it approved is still resuming: the page follows it
+    # (issue 24) until it settles, then stops asking.
+    assert "still resuming" in html and 'hx-trigger="every 2s"' in html
+    run_inline(kept.pk)
+    html = client_as("viewer").get(f"/runs/batches/{row.pk}/").content.decode()
+    assert "finished: succeeded" in html
     assert "hx-trigger" not in html
 
 
