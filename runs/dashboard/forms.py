@@ -182,7 +182,17 @@ class GroupApproveForm(forms.Form):
     joined the group since is not approved: nobody saw it."""
 
     action = forms.TypedChoiceField(choices=ApprovalMode.choices, coerce=ApprovalMode)
-    fingerprint = forms.RegexField(regex=r"^[0-9a-f]{64}$", max_length=64)
+    fingerprint = forms.RegexField(
+        regex=r"^[0-9a-f]{64}$",
+        max_length=64,
+        error_messages={
+            "invalid": "This is not a group's fingerprint (64 hexadecimal characters): "
+            "reload the group and approve it again.",
+            "max_length": "This is not a group's fingerprint (64 hexadecimal characters): "
+            "reload the group and approve it again.",
+            "required": "The form did not say which group it approves: reload the group.",
+        },
+    )
     scope = forms.ChoiceField(choices=GROUP_SCOPES)
     shown = RunIdsField(required=False, widget=forms.HiddenInput)
     runs = RunIdsField(required=False)

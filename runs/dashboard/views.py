@@ -25,7 +25,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from runs.dashboard import charts, roles, stats
 from runs.dashboard.forms import ApproveForm, GroupApproveForm, InboxFilterForm, PipelineWindowForm
-from runs.dashboard.queries import batches
+from runs.dashboard.queries import batches, groups
 from runs.dashboard.queries.artifacts import artifact_view, get_artifact
 from runs.dashboard.queries.gates import waiting
 from runs.dashboard.queries.inbox import inbox_groups, inbox_page
@@ -237,6 +237,7 @@ def _render_group(
     context = {
         "fingerprint": fingerprint,
         "group": group,
+        "calls": groups.calls(group.shape) if group is not None else [],
         "members": members,
         "form": form,
         "refusal": refusal,
