@@ -173,7 +173,9 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = "UTC"
+# The zone every page shows times in, and names beside them (e.g. Europe/Paris): the
+# operators'. The database keeps UTC whatever it is.
+TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.urls import path, register_converter
 
 from runs import ids
-from runs.dashboard import decision_views, gate_views, inbox_views, views
+from runs.dashboard import decision_views, gate_views, inbox_views, pipeline_views, views
 from runs.models import Run
 
 
@@ -101,5 +101,6 @@ urlpatterns = [
 
 # Mounted at /pipelines/ by resumer/urls.py, as the "pipelines" namespace.
 pipeline_urlpatterns = [
+    path("", pipeline_views.pipeline_index, name="index"),
     path("<pipeline:name>/", views.pipeline_detail, name="detail"),
 ]
