@@ -83,6 +83,10 @@ run: $(STAMP)
 	$(MANAGE) collectstatic --noinput --verbosity 0
 	@# Redis first: seed_demo queues stage jobs, which must not be lost.
 	$(MANAGE) ensure_redis | tee $(VAR)/redis.info
+	@# The web server runs with DEBUG off unless DEBUG says otherwise (`DEBUG=1 make run`):
+	@# a bad URL gets the product's 404 page, not Django's list of URL patterns, and
+	@# WhiteNoise serves the static files collected above. Links in notifications follow
+	@# PORT (honcho gives each process a PORT of its own, so it is fixed here).
 	@# A chain key of this checkout's own, so the demo's run heads are anchored (kept in
 	@# var/, never in the database; RESUMER_CHAIN_KEY set in the environment wins).
 	@test -s $(VAR)/chain.key || $(PY) -c 'import secrets; print(secrets.token_urlsafe(32))' > $(VAR)/chain.key
@@ -106,6 +110,8 @@ run: $(STAMP)
 	  "===================================================================" \
 	  "")"; \
 	export RESUMER_CHAIN_KEY="$${RESUMER_CHAIN_KEY:-$$(cat $(VAR)/chain.key)}"; \
+	export RESUMER_PUBLIC_URL="$${RESUMER_PUBLIC_URL:-http://127.0.0.1:$(PORT)}"; \
+	export DEBUG="$${DEBUG:-0}"; \
 	export PATH="$(abspath $(VENV))/bin:$$PATH" PYTHONUNBUFFERED=1; \
 	exec honcho -f Procfile.dev start -p $(PORT)
 
