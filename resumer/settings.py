@@ -255,6 +255,16 @@ DEMO_SERVICE_URL = os.environ.get("DEMO_SERVICE_URL", "http://127.0.0.1:8001").r
 # /metrics answers `Authorization: Bearer <this>`; unset, only loopback and private-network
 # clients (runs/observability/views.py).
 RESUMER_METRICS_TOKEN = os.environ.get("RESUMER_METRICS_TOKEN", "")
+# OpenTelemetry traces (runs/tracing.py): on when the OTEL_* environment names an exporter,
+# unless this says otherwise.
+RESUMER_TRACING = env_bool(
+    "RESUMER_TRACING",
+    bool(
+        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or os.environ.get("OTEL_TRACES_EXPORTER", "none").strip().lower() != "none"
+    ),
+)
 
 # --- Notifications (runs/notify.py) -------------------------------------------------------
 # Where links in messages point: the address people open the dashboard at.
