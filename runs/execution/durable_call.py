@@ -20,6 +20,7 @@ from typing import Any
 
 from django.db import transaction
 
+from runs import tracing
 from runs.execution.hooks import CallHooks
 from runs.ledger import effects, leases
 from runs.ledger.append import LeaseLost, LedgerError, Writer, append, deferred_commit
@@ -79,9 +80,10 @@ class DurableCalls:
         if tool_name not in self._spec.tools:
             raise LedgerError(f"stage {self.stage} may not call tool {tool_name!r}")
         tool = self.pipeline.tool(tool_name)
-        if tool.policy == ReplayPolicy.SAFE:
-            return self._call_safe(call_id, tool, args)
-        return self._call_effect(call_id, tool, args)
+        with tracing.tool_call(self, call_id, tool):  # a span when tracing is on
+            if tool.policy == ReplayPolicy.SAFE:
+                return self._call_safe(call_id, tool, args)
+            return self._call_effect(call_id, tool, args)
 
     # SAFE calls ---------------------------------------------------------------------------
 
@@ -133,6 +135,7 @@ class DurableCalls:
             args, edited = self._confirmed(call_id, tool, args)
         parts = edited or tool.key(self, args)
         key = parts.key
+        tracing.note(key=key, action=Action.CALL)  # a decision below says otherwise
         req_hash = request_hash(tool.name, args)
         fields = {
             "delivery_key": key,
@@ -330,6 +333,7 @@ class DurableCalls:
         else:
             status, error = Effect.Status.UNKNOWN, f"{type(exc).__name__}: {exc}"[:2000]
             said = f"outcome unknown: {type(exc).__name__}: {exc}"[:2000]
+        tracing.note(outcome=status)
         record_outcome(
             self.writer,
             effect,
@@ -365,6 +369,7 @@ class DurableCalls:
         difference is recorded (PLAN_DEVIATED); a call the plan did not promise on a tool that
         must never be guessed about (replay.GUARDED_POLICIES) is not made: the run stops for
         a human before it."""
+        tracing.note(action=action)
         if self.contract is None:
             return
         difference = self.contract.difference(self.stage, call_id, tool.name, tool.policy, action)

@@ -27,6 +27,7 @@ from django.db.models.functions import Now
 from rq import get_current_job
 
 from runs import enqueue as enqueuing  # start_run takes an `enqueue` flag
+from runs import tracing
 from runs.execution import outage, sweeper
 from runs.execution.asking import StageWaiting
 from runs.execution.context import StageContext
@@ -130,6 +131,7 @@ def execute(
         outage.wait_for_database(f"run-{run_pk}'s {stage_name} job", tick=_job_alive)
 
 
+@tracing.stage_execution  # one span per stage job, when tracing is on
 def _execute(
     run_pk: int, stage_name: str, ticket: str, holder: str, hooks: CallHooks
 ) -> Outcome | None:
@@ -256,6 +258,7 @@ def _begin(writer: Writer, stage_name: str, ticket: str) -> Run | None:
                 "worker": writer.actor,
                 "token": writer.token,
                 "attempt": run.attempt,
+                **tracing.started(run, stage_name),  # {} unless tracing is on
             },
             status=Run.Status.RUNNING,
             ticket="",

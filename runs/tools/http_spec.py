@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import httpx
 
+from runs import tracing
 from runs.ledger import exchanges
 from runs.ledger.exchanges import Exchange, ExchangeOutcome
 from runs.models import ReplayPolicy
@@ -291,9 +292,10 @@ class HttpTool:
         return f"{base.rstrip('/')}/{path.lstrip('/')}"
 
     def _extra_headers(self) -> dict[str, str]:
+        # With tracing on, `traceparent` too: the target's trace joins the call's span.
         if self.headers is None:
-            return {}
-        return dict(self.headers() if callable(self.headers) else self.headers)
+            return tracing.inject({})
+        return tracing.inject(dict(self.headers() if callable(self.headers) else self.headers))
 
     def _target(self, request: httpx.Request) -> str:
         return self.target or request.url.host
