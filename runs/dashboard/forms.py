@@ -239,7 +239,25 @@ class EffectLedgerForm(forms.ModelForm):
         cleaned = super().clean()
         if self.refusal:
             raise forms.ValidationError(self.refusal)
+        if (
+            cleaned.get("status") == Effect.Status.CONFIRMED
+            and not (cleaned.get("external_id") or "").strip()
+        ):
+            # The ledger's rule, in its words, beside the field (the database's constraint
+            # says the same to a program, not to a person: see _get_validation_exclusions).
+            self.add_error(
+                "external_id",
+                "A confirmed effect needs the external id it produced: what the target "
+                "holds (ask it from the effect's page), e.g. ch-2.",
+            )
         return cleaned
+
+    def _get_validation_exclusions(self) -> Any:
+        # The model's check constraint on (status, external_id) is clean()'s rule above;
+        # left to the model it would show as "Constraint … is violated".
+        exclusions = super()._get_validation_exclusions()
+        exclusions.add("external_id")
+        return exclusions
 
     def is_valid(self) -> bool:
         if super().is_valid():

@@ -26,3 +26,15 @@ function measureDecision() {
 document.addEventListener("DOMContentLoaded", measureDecision);
 window.addEventListener("resize", measureDecision);
 document.addEventListener("htmx:afterSettle", measureDecision);
+
+// A banner that is true only while the run is active ("run-7 is resuming…", tagged
+// while-active by the view) leaves once the run page's decision says the run stopped or
+// finished.
+function dropStaleBanners() {
+  const bar = document.getElementById("decision");
+  if (!bar || bar.querySelector(".badge.status-pending, .badge.status-running, .badge.status-resuming")) return;
+  for (const item of document.querySelectorAll(".messages .message-while-active")) item.remove();
+  for (const list of document.querySelectorAll(".messages")) if (!list.children.length) list.remove();
+}
+document.addEventListener("DOMContentLoaded", dropStaleBanners);
+document.addEventListener("htmx:afterSettle", dropStaleBanners);

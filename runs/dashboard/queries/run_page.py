@@ -9,6 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 from runs.dashboard.queries.artifacts import ArtifactRow, artifact_rows
+from runs.dashboard.queries.decision import Decision, decision
 from runs.dashboard.queries.gates import open_gate_of
 from runs.ledger import artifacts as artifact_store
 from runs.ledger.payload_summary import summarize
@@ -94,10 +95,22 @@ class TimelinePage:
     def unsettled(self) -> list[Event]:
         return [e for e in self.events if e.seq > self.settled_until]
 
+    # How often the newest page asks again ("2s", "5s"), or "" when the run is finished
+    # (timeline_poll): a stopped run is followed too, through its plan, its approval and
+    # the resumed work, up to its verdict.
+    poll: str = ""
+
     @property
     def live(self) -> bool:
-        """Poll while the run can still append events to what this page shows."""
-        return self.run.is_active and self.newer_after is None
+        """Poll while the run can still move: the newest page of a run that is not done."""
+        return bool(self.poll) and self.newer_after is None
+
+    @property
+    def total(self) -> int:
+        """The events the run has: its head, or the newest event read when the run moved
+        between the two reads (never "#1–#3 of 2")."""
+        last = self.events[-1].seq if self.events else 0
+        return max(self.run.last_seq, last)
 
 
 def timeline(run: Run, after: int | None, size: int = TIMELINE_PAGE_SIZE) -> TimelinePage:
@@ -120,7 +133,19 @@ def timeline(run: Run, after: int | None, size: int = TIMELINE_PAGE_SIZE) -> Tim
         after=after,
         older_after=max(start - size, 0) if start > 0 else None,
         newer_after=newer,
+        poll=timeline_poll(run),
     )
+
+
+def timeline_poll(run: Run, plan_pending: bool = False) -> str:
+    """How often the run page asks for news: every 2 s while a worker moves the run or its
+    stop's plan is being computed; every 5 s while it waits for a human (an approval, a
+    gate's answer, an edit may come from elsewhere); never once it is done."""
+    if run.is_active or plan_pending:
+        return "2s"
+    if run.is_resumable or run.is_waiting:
+        return "5s"
+    return ""
 
 
 def shown_payload(event: Event) -> dict[str, Any]:
@@ -180,6 +205,20 @@ class RunPage:
     verdict: PlanVerdict | None = None
     # The gate a waiting run waits at: the page links to it.
     gate: Gate | None = None
+    # Both options with their cost and consequences, blockers, plan pending, worker silence.
+    decision: Decision | None = None
+
+    @property
+    def state(self) -> str:
+        return page_state(self.run, self.stored_plan)
+
+
+def page_state(run: Run, stored: StoredPlan | None) -> str:
+    """What the page's decision was rendered from: the run's version and the stored plan's
+    time. A poll that sends the same one back gets no new decision (the operator's ticked
+    box stays ticked)."""
+    computed = int(stored.computed_at.timestamp() * 1000) if stored is not None else 0
+    return f"{run.version}-{computed}"
 
 
 def resume_point(plan: Plan | None) -> tuple[str, int]:
@@ -197,6 +236,8 @@ def run_page(run: Run, after: int | None) -> RunPage:
     shown = _shown_plan(run)
     page = timeline(run, after)
     page.settled_checkpoint, page.settled_until = resume_point(shown.get("plan"))
+    found = decision(run, shown.get("plan"), shown.get("stored_plan"))
+    page.poll = timeline_poll(run, found.plan_pending)
     return RunPage(
         run=run,
         progress=progress(run, facts.checkpoint_stages),
@@ -210,6 +251,7 @@ def run_page(run: Run, after: int | None) -> RunPage:
         **shown,
         verdict=verdict(run),
         gate=open_gate_of(run),
+        decision=found,
     )
 
 
@@ -218,6 +260,13 @@ def _shown_plan(run: Run) -> dict[str, Any]:
     if shown is None:
         return {}
     return {"plan": shown[0], "stored_plan": shown[1]}
+
+
+def money(amount: Decimal) -> str:
+    """Dollars with as many decimals as they need, at least two ("5.14", "0.001")."""
+    text = f"{amount.quantize(Decimal('0.0001')):f}".rstrip("0")
+    whole, _, cents = text.partition(".")
+    return f"{whole}.{cents.ljust(2, '0')}"
 
 
 @dataclass(frozen=True)
@@ -235,16 +284,21 @@ class PlanVerdict:
 
     @property
     def summary(self) -> str:
-        used = self.used
+        used, promised = self.used, self.promised
         calls = f"{used.tool_calls} call{'s' if used.tool_calls != 1 else ''}"
         if self.kept:
-            return f"Plan kept: {calls}, ${used.money.quantize(Decimal('0.0001'))}, as approved"
-        promised = self.promised
+            if used.tool_calls == promised.tool_calls and used.money == promised.money:
+                return f"Plan kept: {calls}, ${money(used.money)}, as approved"
+            # An upper bound kept: less than promised (a reuse in place of a call).
+            return (
+                f"Plan kept: {used.tool_calls} of {promised.tool_calls} promised "
+                f"call{'s' if promised.tool_calls != 1 else ''}, "
+                f"${money(used.money)} of ${money(promised.money)}"
+            )
         return (
             f"Plan deviated: {self.reason or 'the resumed work departed from the plan'} "
-            f"(approved: {promised.tool_calls} calls, "
-            f"${promised.money.quantize(Decimal('0.0001'))}; so far: {calls}, "
-            f"${used.money.quantize(Decimal('0.0001'))})"
+            f"(approved: {promised.tool_calls} calls, ${money(promised.money)}; "
+            f"so far: {calls}, ${money(used.money)})"
         )
 
 
@@ -274,17 +328,37 @@ def verdict(run: Run) -> PlanVerdict | None:
 
 @dataclass
 class TimelineUpdate:
-    """What one poll of the timeline sends: the page of events and the header; once the run
-    stops being live, also its facts, so the whole page agrees without a reload."""
+    """What one poll of the timeline sends: the page of events and the header; when what the
+    decision was rendered from changed (`changed`), also the decision, the plan, the verdict
+    and (once the run stopped) its facts, so the whole page follows the run without a reload.
+    An unchanged stopped run's decision is not sent again: a ticked box stays ticked."""
 
-    run: Run
-    timeline: TimelinePage
-    progress: Progress
-    facts: RunFacts | None
+    page: RunPage
+    changed: bool
+
+    @property
+    def run(self) -> Run:
+        return self.page.run
 
 
-def timeline_update(run: Run, after: int | None) -> TimelineUpdate:
+def timeline_update(run: Run, after: int | None, seen: str) -> TimelineUpdate:
+    shown = _shown_plan(run)
     page = timeline(run, after)
-    facts = None if page.live else run_facts(run)
+    page.settled_checkpoint, page.settled_until = resume_point(shown.get("plan"))
+    found = decision(run, shown.get("plan"), shown.get("stored_plan"))
+    page.poll = timeline_poll(run, found.plan_pending)
+    changed = seen != page_state(run, shown.get("stored_plan"))
+    facts = run_facts(run) if changed and not run.is_active else None
     stages = facts.checkpoint_stages if facts is not None else None
-    return TimelineUpdate(run, page, progress(run, stages), facts)
+    update = RunPage(
+        run=run,
+        progress=progress(run, stages),
+        timeline=page,
+        facts=facts,  # type: ignore[arg-type]
+        branches=[],
+        **shown,
+        verdict=verdict(run),
+        gate=open_gate_of(run),
+        decision=found,
+    )
+    return TimelineUpdate(update, changed)

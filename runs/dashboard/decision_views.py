@@ -1,0 +1,90 @@
+"""The ways out of a stop that are not an approval: acknowledging a finished run's deviation
+(an operator, with a reason), and one effect's page, where a supervisor asks the effect's
+target what it holds (a POST, recorded as TARGET_ASKED) and records that answer in the ledger
+in one click. Each view: check who asks, call one domain function, redirect to the page that
+shows the result (a reload never posts twice)."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from runs.dashboard import roles
+from runs.dashboard.queries.effect_page import effect_page, get_effect
+from runs.dashboard.queries.run_page import run_page
+from runs.dashboard.views import _found, _run, operator_required, role_required, viewer_required
+from runs.ledger.append import LedgerError
+from runs.models import Effect
+from runs.planning.acknowledge import AcknowledgeRefused, acknowledge
+from runs.planning.target_lookup import LookupRefused, ask_target, record_answer
+
+supervisor_required = role_required(roles.can_edit_ledger)
+
+
+def _actor(request: HttpRequest) -> str:
+    return f"user:{request.user.get_username()}"
+
+
+@require_POST
+@operator_required
+def acknowledge_deviation(request: HttpRequest, pk: int) -> HttpResponse:
+    run = _run(pk)
+    try:
+        event = acknowledge(run.pk, request.POST.get("reason", ""), actor=_actor(request))
+    except AcknowledgeRefused as exc:
+        page = run_page(run, None)
+        context = {"page": page, "run": run, "ack_error": f"Not acknowledged: {exc}."}
+        return render(request, "runs/run_detail.html", context, status=409)
+    messages.success(
+        request,
+        f"{run.public_id}'s deviation is acknowledged (event #{event.seq}); "
+        "the run has left the inbox.",
+    )
+    return redirect("runs:run", pk=run.pk)
+
+
+def _effect(run_pk: int, pk: int) -> Effect:
+    return _found(get_effect(run_pk, pk), f"run-{run_pk} has no effect {pk}.")
+
+
+@require_GET
+@viewer_required
+def effect_detail(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
+    page = effect_page(_effect(run_pk, pk))
+    return render(request, "runs/effect.html", {"page": page, "run": page.run})
+
+
+@require_POST
+@supervisor_required
+def effect_ask(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
+    """Ask the effect's target what it holds: on this POST only, recorded."""
+    effect = _effect(run_pk, pk)
+    try:
+        event = ask_target(effect.pk, actor=_actor(request))
+    except LookupRefused as exc:
+        messages.error(request, f"Not asked: {exc}.")
+    else:
+        messages.info(request, f"The {effect.target} answered; recorded as event #{event.seq}.")
+    return redirect("runs:effect", run_pk=effect.run_id, pk=effect.pk)
+
+
+@require_POST
+@supervisor_required
+def effect_record(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
+    """Record the target's recorded answer in the ledger: one edit naming the question."""
+    effect = _effect(run_pk, pk)
+    asked = request.POST.get("asked", "")
+    try:
+        if not (asked.isascii() and asked.isdigit() and len(asked) <= 12):
+            raise LookupRefused("the form did not say which answer to record; ask again")
+        event = record_answer(effect.pk, int(asked), actor=_actor(request))
+    except (LookupRefused, LedgerError) as exc:
+        messages.error(request, f"Not recorded: {exc}.")
+        return redirect("runs:effect", run_pk=effect.run_id, pk=effect.pk)
+    messages.success(
+        request,
+        f"Recorded as event #{event.seq} (LEDGER_EDITED); the plan is being computed again.",
+    )
+    return redirect("runs:run", pk=effect.run_id)

@@ -1,0 +1,205 @@
+"""The run page's decision, read from the stored plan: both options with what each costs and
+what each does to the outside world, what blocks the plan and which effect a supervisor must
+resolve, whether the stop's plan is still being computed, and whether the worker has gone
+silent. Pure reads: nothing here asks a target."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.conf import settings
+from django.utils import timezone
+
+from runs.models import Effect, Event, Run, StoredPlan
+from runs.pipeline import UnknownPipeline, registry
+from runs.planning.planner import Plan
+from runs.planning.replay import STOPPING, Action
+
+# The events after which a stopped run's plan is computed again (a stop, a ledger edit).
+PLAN_TRIGGERS = (
+    Event.Type.INTERRUPTED,
+    Event.Type.FAILED,
+    Event.Type.NEEDS_APPROVAL,
+    Event.Type.LEDGER_EDITED,
+)
+# planner._made_again's sentence: "run-7 already made publish_article (publish) as art-1; …"
+MADE_AGAIN = re.compile(r"already made (?P<tool>[\w.-]+) \((?P<call>[^)]*)\) as (?P<made>\S+);")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way to move the run on: strict resume or upgrade."""
+
+    mode: str
+    available: bool
+    why_not: str = ""
+    stages: str = ""  # "visual → publish"
+    calls: int = 0
+    money: str = "0"
+    # What it does to the outside world that cannot be taken back.
+    acts: list[str] = field(default_factory=list)
+    # What it leaves alone or does safely, said beside the cost.
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """One reason the plan is blocked, with the effect a supervisor resolves (if it is one)."""
+
+    text: str
+    effect_pk: int | None = None
+    effect_run_pk: int | None = None
+    label: str = ""
+
+
+@dataclass
+class Decision:
+    strict: Option | None = None
+    upgrade: Option | None = None
+    blockers: list[Blocker] = field(default_factory=list)
+    # A stopped run whose plan for this stop is not stored yet: the page keeps asking.
+    plan_pending: bool = False
+    # Seconds since the worker's last heartbeat, when it is overdue; None otherwise.
+    silent_for: int | None = None
+
+    @property
+    def options(self) -> list[Option]:
+        return [o for o in (self.strict, self.upgrade) if o is not None]
+
+
+def _third_person(verb: str) -> str:
+    if verb.endswith(("s", "sh", "ch", "x", "z")):
+        return verb + "es"
+    return verb + "s"
+
+
+def _made_again(plan: Plan) -> list[str]:
+    """The upgrade's irreversible acts, from the planner's warnings: "publishes a second
+    article (the first, art-1, stays)"."""
+    try:
+        pipeline = registry.get(plan.pipeline)
+    except UnknownPipeline:
+        pipeline = None
+    acts = []
+    for warning in plan.upgrade.warnings:
+        found = MADE_AGAIN.search(warning)
+        if found is None:
+            acts.append(warning)
+            continue
+        name, made = found["tool"], found["made"]
+        verb = "make"
+        if pipeline is not None:
+            with contextlib.suppress(KeyError):  # a tool the pipeline no longer declares
+                verb = pipeline.tool(name).verb or verb
+        noun = name.removeprefix(f"{verb}_").replace("_", " ")
+        acts.append(f"{_third_person(verb)} a second {noun} (the first, {made}, stays)")
+    return acts
+
+
+def _strict(plan: Plan) -> Option:
+    if not plan.can_strict:
+        why = plan.not_resumable_reason if not plan.resumable else "the plan is blocked"
+        return Option("strict", False, why)
+    reused = sum(1 for e in plan.effects if e.action in (Action.REUSE, Action.RECORD_FOUND))
+    retried = sum(1 for e in plan.effects if e.action == Action.RETRY_SAME_KEY)
+    note = [f"reuses {reused}"] if reused else []
+    if retried:
+        note.append(f"retries {retried} with the same key")
+    note.append("makes nothing twice")
+    return Option(
+        "strict",
+        True,
+        stages=" → ".join(plan.stages_reexecuted) or plan.next_stage,
+        calls=plan.cost_resume.tool_calls,
+        money=plan.cost_resume.money,
+        note=", ".join(note),
+    )
+
+
+def _upgrade(plan: Plan) -> Option:
+    upgrade = plan.upgrade
+    if not plan.can_upgrade:
+        if not plan.resumable:
+            why = plan.not_resumable_reason
+        elif plan.blocked:
+            why = "the plan is blocked"
+        else:
+            why = upgrade.reason
+        return Option("upgrade", False, why)
+    stages = upgrade.stages_rerun
+    return Option(
+        "upgrade",
+        True,
+        stages=f"{stages[0]} → {stages[-1]}" if len(stages) > 1 else "".join(stages),
+        calls=upgrade.cost.tool_calls,
+        money=upgrade.cost.money,
+        acts=_made_again(plan),
+        note="at most: a call whose request comes out unchanged is reused",
+    )
+
+
+def _blockers(plan: Plan) -> list[Blocker]:
+    lines = [e for e in plan.effects if e.action in STOPPING]
+    keys = [e.delivery_key for e in lines if e.delivery_key]
+    rows = {
+        key: (pk, run_pk)
+        for key, pk, run_pk in Effect.objects.filter(delivery_key__in=keys).values_list(
+            "delivery_key", "pk", "run_id"
+        )
+    }
+    found = []
+    for line in lines:
+        pk, run_pk = rows.get(line.delivery_key, (None, None))
+        found.append(
+            Blocker(
+                text=line.answer,
+                effect_pk=pk,
+                effect_run_pk=run_pk,
+                label=f"{line.tool} ({line.stage}/{line.call_id})",
+            )
+        )
+    # What blocks the plan without being one call (a ledger row its events do not explain).
+    said = {b.text for b in found}
+    found += [Blocker(text=text) for text in plan.blockers if text not in said]
+    return found
+
+
+def plan_pending(run: Run, stored: StoredPlan | None, plan: Plan | None) -> bool:
+    """Whether the stopped run's plan is not stored yet for the facts it stopped with."""
+    if not run.is_resumable:
+        return False
+    if stored is None or plan is None:
+        return True
+    last = (
+        Event.objects.filter(run=run, type__in=PLAN_TRIGGERS)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    return last is not None and plan.last_seq < last
+
+
+def silent_for(run: Run, now: datetime | None = None) -> int | None:
+    """Seconds since the worker holding an active run last renewed its lease, once that is
+    more than a third of the lease's TTL (it renews every third): before the sweeper's
+    verdict, which comes when the lease has run out."""
+    lease = getattr(run, "lease", None)
+    if not run.is_active or lease is None or not lease.holder or lease.heartbeat_at is None:
+        return None
+    silence = ((now or timezone.now()) - lease.heartbeat_at).total_seconds()
+    return int(silence) if silence > float(settings.RESUMER_LEASE_TTL) / 3 else None
+
+
+def decision(run: Run, plan: Plan | None, stored: StoredPlan | None) -> Decision:
+    found = Decision(plan_pending=plan_pending(run, stored, plan), silent_for=silent_for(run))
+    if plan is not None and run.is_resumable:
+        found.strict = _strict(plan)
+        found.upgrade = _upgrade(plan)
+        found.blockers = _blockers(plan) if plan.blocked else []
+    return found
+
+
+__all__ = ["Blocker", "Decision", "Option", "decision", "plan_pending", "silent_for"]

@@ -1,0 +1,120 @@
+"""One effect's page: what the ledger holds for a call, what the run's stored plan does about
+it, and what its target said each time a supervisor asked (TARGET_ASKED). Reads only: the
+target is asked on the page's POST (runs/planning/target_lookup.py), never here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from runs.models import Effect, Event, Run, StoredPlan
+from runs.pipeline import UnknownPipeline, registry
+from runs.planning.planner import EffectLine, Plan
+from runs.planning.replay import UNSETTLED
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One recorded answer of the effect's target."""
+
+    seq: int
+    by: str
+    found: bool
+    matches: bool
+    external_id: str
+    detail: str
+    error: str
+
+    @property
+    def recordable(self) -> bool:
+        """One click records it: it says what the target holds, or that it holds nothing."""
+        return not self.error and (self.matches or not self.found)
+
+
+@dataclass
+class EffectPage:
+    effect: Effect
+    run: Run
+    askable: bool
+    # What the tool calls its target ("card processor"); the row's own target otherwise.
+    target: str
+    asked: Asked | None
+    line: EffectLine | None
+
+    @property
+    def unsettled(self) -> bool:
+        return self.effect.status in UNSETTLED
+
+    @property
+    def can_ask(self) -> bool:
+        return self.askable and self.run.is_resumable and self.unsettled
+
+    @property
+    def can_record(self) -> bool:
+        return self.can_ask and self.asked is not None and self.asked.recordable
+
+
+def get_effect(run_pk: int, pk: int) -> Effect | None:
+    return Effect.objects.filter(pk=pk, run_id=run_pk).first()
+
+
+def _tool(run: Run, name: str) -> Any:
+    try:
+        return registry.get(run.pipeline).tool(name)
+    except (UnknownPipeline, KeyError):
+        return None
+
+
+def _last_asked(effect: Effect) -> Asked | None:
+    """The target's newest answer, unless the ledger was edited after it (then it is what
+    was asked before the last correction, and asking again is the way to a fresh answer)."""
+    row = (
+        Event.objects.filter(
+            run_id=effect.run_id,
+            type__in=(Event.Type.TARGET_ASKED, Event.Type.LEDGER_EDITED),
+            payload__effect=effect.pk,
+        )
+        .order_by("-seq")
+        .values_list("seq", "type", "payload")
+        .first()
+    )
+    if row is None or row[1] != Event.Type.TARGET_ASKED:
+        return None
+    seq, _, said = row
+    said: dict[str, Any] = said if isinstance(said, dict) else {}
+    return Asked(
+        seq=seq,
+        by=str(said.get("by", "")),
+        found=bool(said.get("found")),
+        matches=bool(said.get("matches")),
+        external_id=str(said.get("external_id", "")),
+        detail=str(said.get("detail", "")),
+        error=str(said.get("error", "")),
+    )
+
+
+def _plan_line(run: Run, effect: Effect) -> EffectLine | None:
+    stored = StoredPlan.objects.filter(run=run).first()
+    if stored is None:
+        return None
+    plan = Plan.from_dict(stored.data)
+    return next((e for e in plan.effects if e.delivery_key == effect.delivery_key), None)
+
+
+def _target_name(tool: Any) -> str:
+    """What an HTTP tool calls its target ("card processor"): its spec's, behind its call."""
+    spec = getattr(getattr(tool, "call", None), "__self__", None)
+    return str(getattr(spec, "target", "") or "")
+
+
+def effect_page(effect: Effect) -> EffectPage:
+    run = Run.objects.select_related("parent").get(pk=effect.run_id)
+    tool = _tool(run, effect.tool)
+    return EffectPage(
+        effect=effect,
+        run=run,
+        askable=tool is not None and tool.reconcile is not None,
+        target=_target_name(tool) or effect.target,
+        asked=_last_asked(effect),
+        line=_plan_line(run, effect),
+    )

@@ -1,0 +1,381 @@
+"""The run page's decision (issue 24): every run that needs a human offers on its page the
+action that moves it on, or says who must act and links straight there; both options show
+their cost and consequences at the button, each with its own confirmation; a blocked plan
+names the effect and who unblocks it; a finished deviated run is acknowledged there; the
+effect's page asks its target on a POST and records the answer in one click.
+
+Runs are executed in this process (seed_demo.run_inline), as in test_views.py."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from demo.management.commands.seed_demo import run_inline
+from demo.simulators import publish_facts
+from runs import engine
+from runs.dashboard import roles
+from runs.dashboard.queries import decision as decision_q
+from runs.dashboard.queries.run_page import PlanVerdict, money
+from runs.ledger import leases
+from runs.ledger.append import Writer, append
+from runs.models import Effect, Event, Gate, Lease, Run
+from runs.planning import stored_plans
+from runs.planning.contract import Usage
+from tests.support.plans import (
+    TOPIC,
+    charge_unknown,
+    finished_deviated,
+    interrupted_with_plan,
+    stopped_with_plan,
+)
+from tests.support.web import client_as
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def quick_settings(settings) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.RESUMER_LEASE_TTL = 120
+
+
+def page_of(client, run: Run) -> str:
+    response = client.get(f"/runs/{run.public_id}/")
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def decision_of(html: str) -> str:
+    return html[html.index('<aside id="decision"') : html.index("</aside>")]
+
+
+def deviated(run: Run) -> Run:
+    token = leases.acquire(run.pk, "test", takeover=True)
+    append(
+        Writer(run.pk, token, "test"),
+        Event.Type.PLAN_DEVIATED,
+        payload={"reason": "upload_asset: 2 calls, the plan said 1"},
+        deviated=True,
+    )
+    leases.release(run.pk, token)
+    return Run.objects.get(pk=run.pk)
+
+
+def drifted() -> Run:
+    run = stopped_with_plan({"timeout": "publish/promote-charge/after"})
+    run = Run.objects.get(pk=run.pk)
+    return run
+
+
+# --- every stop has a way out ----------------------------------------------------------------
+
+
+def way_out(kind: str) -> tuple[Run, str, str]:
+    """A run that needs a human for `kind`, the role that moves it on, and the form action or
+    link its page must offer that role."""
+    if kind == "interrupted":
+        run = interrupted_with_plan()
+        return run, "operator", f'action="/runs/{run.public_id}/approve/"'
+    if kind == "failed":
+        run = stopped_with_plan({"timeout": "visual/render-cover/after"})
+        assert run.status == Run.Status.FAILED
+        return run, "operator", f'action="/runs/{run.public_id}/approve/"'
+    if kind == "blocked":
+        run = charge_unknown()
+        stored_plans.refresh(run)
+        charge = Effect.objects.get(run=run, call_id="promote-charge")
+        return run, "supervisor", f'href="/runs/{run.public_id}/effects/{charge.pk}/"'
+    if kind == "deviated-finished":
+        run = finished_deviated()
+        return run, "operator", f'action="/runs/{run.public_id}/acknowledge/"'
+    if kind == "deviated-stopped":
+        run = deviated(interrupted_with_plan())
+        assert run.is_resumable and run.deviated
+        return run, "operator", f'action="/runs/{run.public_id}/approve/"'
+    if kind == "waiting":
+        run = run_inline(engine.start_run("content", {"review": "on"}, actor="t", enqueue=False).pk)
+        gate = Gate.objects.get(run=run, status=Gate.Status.OPEN)
+        return run, "operator", f'href="/runs/{run.public_id}/gates/{gate.pk}/"'
+    if kind == "drifted":
+        run = interrupted_with_plan()
+        publish_facts(TOPIC)
+        stored_plans.refresh(run)
+        return run, "operator", 'name="action" value="upgrade"'
+    raise AssertionError(kind)
+
+
+KINDS = [
+    "interrupted",
+    "failed",
+    "blocked",
+    "deviated-finished",
+    "deviated-stopped",
+    "waiting",
+    "drifted",
+]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_run_that_needs_a_human_offers_its_way_out(kind, facts):
+    run, role, control = way_out(kind)
+    run.refresh_from_db()
+    assert Run.attention_for(run.status, run.deviated) == 0, "it needs a human"
+    html = page_of(client_as(role), run)
+    assert control in decision_of(html), f"{kind}: {control} not in the decision"
+    # A viewer is told who acts, and is offered no control that would be refused.
+    viewer = decision_of(page_of(client_as("viewer"), run))
+    assert "<form" not in viewer and "<button" not in viewer
+    if kind == "blocked":
+        assert "a supervisor resolves this effect" in viewer
+        assert control in viewer  # the link to the effect itself, not the run's list
+    if kind == "deviated-finished":
+        assert "An operator acknowledges the deviation" in viewer
+
+
+# --- consequences at the button --------------------------------------------------------------
+
+
+def test_upgrade_shows_its_cost_and_irreversible_acts_at_its_own_confirmation(facts):
+    run = stopped_with_plan({"timeout": "publish/promote-charge/after"})
+    # promote-charge's outcome is unknown: confirm it so the plan is not blocked.
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+    from runs.ledger.edits import edit_effect
+
+    edit_effect(charge.pk, {"status": "confirmed", "external_id": "ch-x"}, reason="r", actor="t")
+    publish_facts(TOPIC)
+    plan = stored_plans.refresh(Run.objects.get(pk=run.pk))
+    assert plan.can_upgrade
+    html = decision_of(page_of(client_as("operator"), run))
+    upgrade = html[html.index("option-upgrade") :]
+    cost = f"up to {plan.upgrade.cost.tool_calls} calls, ${plan.upgrade.cost.money}"
+    assert cost in upgrade
+    assert "re-runs research → publish" in upgrade
+    assert re.search(r"publishes a second article \(the first, \S+, stays\)", upgrade)
+    label = re.search(r"I accept that it ([^<]*)</label>", upgrade)[1]
+    assert re.search(r"publishes a second article \(the first, \S+, stays\)", label)
+    assert "charges a second card (the first, ch-x, stays)" in label
+    strict = html[html.index("option-strict") : html.index("option-upgrade")]
+    assert "I have read the plan" in strict and "publishes" not in strict
+    # Two forms, two boxes: one tick never confirms the other option.
+    assert html.count('name="confirm"') == 2
+    assert html.count("<form") == 2
+    assert 'name="action" value="upgrade">Upgrade</button>' in upgrade
+
+
+def test_the_upgrade_without_its_own_tick_is_refused_with_its_own_message(facts):
+    run = interrupted_with_plan()
+    publish_facts(TOPIC)
+    plan = stored_plans.refresh(run)
+    response = client_as("operator").post(
+        f"/runs/{run.public_id}/approve/", {"action": "upgrade", "fingerprint": plan.fingerprint}
+    )
+    assert response.status_code == 400
+    assert "Tick the box beside Upgrade" in response.content.decode()
+    assert Run.objects.get(pk=run.pk).status == Run.Status.INTERRUPTED
+
+
+def test_a_blocked_plan_names_what_blocks_it_and_links_the_effect_not_a_price(facts):
+    run = charge_unknown()
+    stored_plans.refresh(run)
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+    html = decision_of(page_of(client_as("operator"), run))
+    assert "Blocked: a supervisor decides first" in html
+    assert "charge_card (publish/promote-charge)" in html
+    assert f'href="/runs/{run.public_id}/effects/{charge.pk}/"' in html
+    assert "$0.0000" not in html and "Resume:" not in html
+    assert "admin/runs/effect/?run=" not in page_of(client_as("supervisor"), run)
+
+
+def test_finished_runs_offer_no_approval_on_the_run_page_or_the_plan_page(facts):
+    run = interrupted_with_plan()
+    run = run_inline(run.pk) if False else run
+    done = run_inline(engine.start_run("content", {}, actor="t", enqueue=False).pk)
+    assert done.status == Run.Status.SUCCEEDED
+    operator = client_as("operator")
+    assert "/approve/" not in page_of(operator, done)
+    # A stored plan from before it finished must not tempt anyone on the plan page either.
+    stored_plans.store(stored_plans.compute_plan(run))
+    from runs.models import StoredPlan
+
+    StoredPlan.objects.filter(run=run).update(run_id=done.pk)
+    plan_page = operator.get(f"/runs/{done.public_id}/plan/").content.decode()
+    assert ">Strict resume</button>" not in plan_page
+    assert "there is nothing to approve" in plan_page
+
+
+# --- acknowledging a deviation ---------------------------------------------------------------
+
+
+def test_an_operator_acknowledges_a_finished_deviation_with_a_reason(facts):
+    run = finished_deviated()
+    operator = client_as("operator")
+    refused = operator.post(f"/runs/{run.public_id}/acknowledge/", {"reason": "  "})
+    assert refused.status_code == 409
+    assert "Not acknowledged: say why" in refused.content.decode()
+    assert client_as("viewer").post(f"/runs/{run.public_id}/acknowledge/", {"reason": "x"}).status_code == 403  # fmt: skip
+    done = operator.post(
+        f"/runs/{run.public_id}/acknowledge/", {"reason": "the reuse saved money"}, follow=True
+    )
+    assert "deviation is acknowledged" in done.content.decode()
+    run.refresh_from_db()
+    assert not run.deviated and Run.attention_for(run.status, run.deviated) == 2
+    event = Event.objects.filter(run=run, type=Event.Type.ACKNOWLEDGED).get()
+    assert event.payload["by"] == "user:operator"
+    assert "/acknowledge/" not in decision_of(page_of(operator, run))
+
+
+# --- the effect's page -----------------------------------------------------------------------
+
+
+def test_the_effect_page_asks_the_target_on_the_post_only_and_records_in_one_click(
+    facts, demo_service
+):
+    run = charge_unknown()
+    stored_plans.refresh(run)
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+    url = f"/runs/{run.public_id}/effects/{charge.pk}/"
+    supervisor = client_as("supervisor")
+    before = demo_service.count("charge.lookup", outcome=None)
+    html = supervisor.get(url).content.decode()
+    assert "Ask the card processor what it holds" in html
+    assert demo_service.count("charge.lookup", outcome=None) == before  # a GET asks nothing
+    # Operators and viewers read the page; only a supervisor asks.
+    for role in ("viewer", "operator"):
+        assert client_as(role).get(url).status_code == 200
+        assert client_as(role).post(url + "ask/").status_code == 403
+    assert supervisor.get(url + "ask/").status_code == 405
+    asked = supervisor.post(url + "ask/", follow=True).content.decode()
+    assert demo_service.count("charge.lookup", outcome=None) == before + 1
+    held = demo_service.charges()[0]["id"]
+    assert f"Record what the card processor holds: {held}" in asked
+    event = Event.objects.get(run=run, type=Event.Type.TARGET_ASKED)
+    recorded = supervisor.post(url + "record/", {"asked": event.seq})
+    assert recorded.status_code == 302 and recorded["Location"] == f"/runs/{run.public_id}/"
+    charge.refresh_from_db()
+    assert (charge.status, charge.external_id) == (Effect.Status.CONFIRMED, held)
+    assert demo_service.count("charge.lookup", outcome=None) == before + 1
+    edit = Event.objects.get(run=run, type=Event.Type.LEDGER_EDITED)
+    assert f"event #{event.seq}" in edit.payload["reason"]
+    assert "nothing to resolve" in supervisor.get(url).content.decode()
+
+
+def test_an_effect_of_another_run_is_a_404(facts):
+    run = charge_unknown()
+    other = interrupted_with_plan()
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+    assert client_as("viewer").get(f"/runs/{other.public_id}/effects/{charge.pk}/").status_code == 404  # fmt: skip
+
+
+# --- the verdict, the heartbeat, the events count ---------------------------------------------
+
+
+def test_a_kept_upper_bound_says_how_much_of_the_promise_was_used():
+    def usage(calls: int, amount: str) -> Usage:
+        return Usage({"render_image": calls}, {}, Decimal(amount))
+
+    kept = PlanVerdict(True, 9, "f" * 64, "upgrade", usage(10, "5.1830"), usage(9, "5.14"), "")
+    assert kept.summary == "Plan kept: 9 of 10 promised calls, $5.14 of $5.183"
+    exact = PlanVerdict(True, 9, "f" * 64, "strict", usage(3, "5.001"), usage(3, "5.001"), "")
+    assert exact.summary == "Plan kept: 3 calls, $5.001, as approved"
+    assert (money(Decimal("5")), money(Decimal("0.0010"))) == ("5.00", "0.001")
+
+
+def test_a_silent_worker_shows_before_the_sweeper_s_verdict(facts, settings):
+    settings.RESUMER_LEASE_TTL = 30
+    run = engine.start_run("content", {}, actor="test", enqueue=False)
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.RUNNING)
+    now = timezone.now()
+    Lease.objects.filter(run=run).update(
+        holder="worker-1", heartbeat_at=now - timedelta(seconds=12), expires_at=now
+    )
+    run = Run.objects.select_related("lease").get(pk=run.pk)
+    assert decision_q.silent_for(run, now) == 12
+    assert "worker silent for 1" in decision_of(page_of(client_as("viewer"), run))
+    Lease.objects.filter(run=run).update(heartbeat_at=now - timedelta(seconds=5))
+    run = Run.objects.select_related("lease").get(pk=run.pk)
+    assert decision_q.silent_for(run, now) is None
+
+
+def test_the_events_count_never_says_fewer_than_it_shows(facts):
+    from runs.dashboard.queries.run_page import timeline
+
+    run = interrupted_with_plan()
+    stale = Run.objects.get(pk=run.pk)
+    deviated(run)  # one more event after the page read the run
+    page = timeline(stale, None)
+    assert page.total == page.events[-1].seq > stale.last_seq
+
+
+# --- the page follows the run ----------------------------------------------------------------
+
+
+def test_a_stopped_run_keeps_polling_until_its_plan_is_stored_then_the_poll_brings_it(facts):
+    from runs.execution import sweeper
+
+    run = engine.start_run("content", {}, actor="test", enqueue=False)
+    sweeper.interrupt(sweeper.Finding(run.pk, "test: gone", {}), takeover=True)
+    viewer = client_as("viewer")
+    html = page_of(viewer, run)
+    assert 'hx-trigger="every 2s"' in html
+    assert "computing the plan" in decision_of(html)
+    seen = re.search(r'"seen": "([0-9-]+)"', html)[1]
+    quiet = viewer.get(f"/runs/{run.public_id}/timeline/?seen={seen}").content.decode()
+    assert 'id="decision"' not in quiet  # nothing moved: the decision is left as it is
+    stored_plans.refresh(Run.objects.get(pk=run.pk))
+    news = viewer.get(f"/runs/{run.public_id}/timeline/?seen={seen}").content.decode()
+    assert 'id="plan-slot" hx-swap-oob="true"' in news and "Reconcile plan" in news
+    assert 'hx-trigger="every 5s"' in news  # still following: an approval may come
+    assert "Resumable at" in news
+
+
+def test_a_finished_run_page_does_not_poll(facts):
+    done = run_inline(engine.start_run("content", {}, actor="t", enqueue=False).pk)
+    assert "hx-trigger" not in page_of(client_as("viewer"), done)
+
+
+def test_roles_helper_is_used(facts):
+    assert roles.can_edit_ledger(roles.ensure_user("supervisor", "p", "supervisor")[0])
+
+
+# --- the admin's ledger form: refusals are form errors ----------------------------------------
+
+
+def admin_post(effect: Effect, **data: str):
+    return client_as("supervisor").post(
+        f"/admin/runs/effect/{effect.pk}/change/",
+        {"error": effect.error, "reason": "checked", "_save": "Save", **data},
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"status": "confirmed", "external_id": ""}, "A confirmed effect needs the external id"),
+        ({"status": "intent", "external_id": ""}, "only the engine records"),
+        ({"status": "unknown", "external_id": ""}, "nothing changed"),
+    ],
+)
+def test_the_admin_shows_the_ledger_s_refusals_as_form_errors(facts, data, message):
+    run = charge_unknown()
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+    response = admin_post(charge, **data)
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert message in html and "errorlist" in html
+    assert "Constraint" not in html and "is violated" not in html
+    assert not Event.objects.filter(run=run, type=Event.Type.LEDGER_EDITED).exists()
+
+
+def test_a_finished_run_s_ledger_edit_is_refused_as_a_form_error(facts):
+    done = run_inline(engine.start_run("content", {}, actor="t", enqueue=False).pk)
+    charge = Effect.objects.get(run=done, call_id="promote-charge")
+    response = admin_post(charge, status="failed", external_id="")
+    assert response.status_code == 200
+    assert "its ledger is edited only while the run is stopped" in response.content.decode()
+    charge.refresh_from_db()
+    assert charge.status == Effect.Status.CONFIRMED
