@@ -27,6 +27,7 @@ from runs.dashboard import charts, roles, stats
 from runs.dashboard.forms import ApproveForm, GroupApproveForm, InboxFilterForm, PipelineWindowForm
 from runs.dashboard.queries import batches, groups
 from runs.dashboard.queries.artifacts import artifact_view, get_artifact
+from runs.dashboard.queries.decision import decision
 from runs.dashboard.queries.gates import waiting
 from runs.dashboard.queries.inbox import inbox_groups, inbox_page
 from runs.dashboard.queries.run_page import get_run, run_page, timeline_update
@@ -135,14 +136,18 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 @viewer_required
 def run_timeline(request: HttpRequest, pk: int) -> HttpResponse:
-    """The polled partial: the timeline page, with the run's header (and, once the run
-    stopped, its checkpoints, artifacts and effects) swapped in out of band."""
-    update = timeline_update(_run(pk), _after(request))
+    """The polled partial: the timeline page, with the run's header swapped in out of band;
+    when the run moved since the page was drawn (`?seen=`), also its decision, plan, verdict
+    and (once it stopped) its checkpoints, artifacts and effects."""
+    update = timeline_update(_run(pk), _after(request), request.GET.get("seen", "")[:40])
+    page = update.page
     context = {
-        "run": update.run,
-        "timeline": update.timeline,
-        "progress": update.progress,
-        "facts": update.facts,
+        "page": page,
+        "run": page.run,
+        "timeline": page.timeline,
+        "progress": page.progress,
+        "facts": page.facts,
+        "changed": update.changed,
         "oob": True,
     }
     return render(request, "runs/_timeline.html", context)
@@ -185,6 +190,8 @@ def _render_plan(
         "stored_plan": stored,
         "refusal": refusal,
         "form": form,
+        # What the plan panel says beside its buttons: blockers' effects, upgrade's acts.
+        "page": {"decision": decision(run, plan, stored)},
     }
     return render(request, "runs/plan.html", context, status=status)
 
@@ -215,7 +222,13 @@ def approve_plan(request: HttpRequest, pk: int) -> HttpResponse:
             f"which starts at {approval.branch.current_stage} with the upgraded inputs.",
         )
     else:
-        messages.success(request, f"{run.public_id} is resuming with its pinned inputs.")
+        # Said while the run is resuming: the run page drops it (app.js) once the run it
+        # follows is no longer active, so it never stays above "Succeeded".
+        messages.success(
+            request,
+            f"{run.public_id} is resuming with its pinned inputs.",
+            extra_tags="while-active",
+        )
     return redirect("runs:run", pk=approval.resumed.pk)
 
 
