@@ -145,7 +145,7 @@ class RunAdmin(ReadOnlyAdmin):
     list_select_related = ["parent"]
     search_fields = ["=id"]
     search_help_text = "Run id, e.g. run-42"
-    ordering = ["attention", "-updated_at", "-id"]
+    ordering = ["attention", "severity", "-updated_at", "-id"]
 
     def view_on_site(self, obj: Run) -> str:
         return reverse("runs:run", args=[obj.pk])
