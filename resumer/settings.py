@@ -8,6 +8,7 @@ reported by the system checks (runs/checks.py), not by an exception here.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -250,6 +251,13 @@ RESUMER_HTTP_INLINE_BODY_BYTES = 2 * 1024
 # Where the demo pipeline's HTTP tools find the demo service (python -m demo_service; make
 # run starts it there).
 DEMO_SERVICE_URL = os.environ.get("DEMO_SERVICE_URL", "http://127.0.0.1:8001").rstrip("/")
+# Model tools' prices (runs/tools/model.py), in dollars per million tokens, as JSON:
+# {"gpt-4o-mini": {"prompt": "0.15", "completion": "0.60", "cached": "0.075"}}. A model
+# without a price costs $0 in plans and usage (its tokens are still counted).
+RESUMER_MODEL_PRICES = json.loads(os.environ.get("RESUMER_MODEL_PRICES", "") or "{}")
+# The model the demo pipeline pins when a run starts (its `model` input): change it and the
+# demo's runs show model drift.
+DEMO_MODEL = os.environ.get("DEMO_MODEL", "demo-writer-1")
 
 # --- Monitoring (docs/monitoring.md) --------------------------------------------------------
 # /metrics answers `Authorization: Bearer <this>`; unset, only loopback and private-network

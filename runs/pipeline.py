@@ -202,6 +202,25 @@ class Context(Protocol):
         form class (default: approve or reject, with notes)."""
         ...
 
+    def converse(
+        self,
+        loop_id: str,
+        *,
+        model: str,
+        task: str,
+        facts: dict[str, Any] | None = None,
+        tools: dict[str, dict[str, Any]] | None = None,
+        model_tool: str = "model",
+        max_turns: int = 8,
+        params: dict[str, Any] | None = None,
+    ) -> Any:
+        """An agent loop (runs/execution/agent_loop.py): the model is asked with the facts
+        first, may request the named tools (each request goes through call(), with that
+        tool's policy, key and gates), and answers. Every turn is a recorded call: on a
+        resume the recorded turns and tool results are replayed, never asked again. Returns
+        a Conversation (its final text, its messages, its turns)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Tool:
@@ -221,6 +240,12 @@ class Tool:
     verb: str = "call"
     # A human confirms each first call (True: always, by an operator).
     confirm: Confirm | bool | None = None
+    # metered(result) -> (money, tokens): what a call that is billed by what it consumed (a
+    # model's tokens) cost, read from its result; `cost` is then the price of the call alone.
+    metered: Callable[[dict[str, Any]], tuple[Decimal, dict[str, int]]] | None = None
+    # What a plan says about retrying an unknown outcome of this tool under the same key
+    # ("may be billed twice: model APIs do not deduplicate").
+    caveat: str = ""
 
     @property
     def confirmation(self) -> Confirm | None:

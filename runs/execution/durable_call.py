@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
@@ -293,19 +294,21 @@ class DurableCalls:
         # in doubt, as when a worker dies right after a call, and the resume's plan reconciles
         # it or retries it under its key; the next flushed write (an intent, the checkpoint)
         # takes it to the disk anyway.
+        cost, tokens = self._metered(tool, result)
         record_outcome(
             self.writer,
             effect,
             status=Effect.Status.CONFIRMED,
             external_id=str(result["external_id"]),
             result=result,
-            cost=tool.cost,
+            cost=cost,
             event_payload={
                 "call": call_id,
                 "tool": tool.name,
                 "status": "confirmed",
                 "external_id": str(result["external_id"]),
-                "cost": str(tool.cost),
+                "cost": str(cost),
+                **({"usage": tokens} if tokens else {}),
                 "duration_ms": _ms(started),
                 "result": _summary(result),
             },
@@ -313,6 +316,15 @@ class DurableCalls:
             flush=False,
         )
         return result
+
+    def _metered(self, tool: Tool, result: dict[str, Any]) -> tuple[Decimal, dict[str, int]]:
+        """What a confirmed call cost, and the tokens it used: a tool billed by what it
+        consumed (a model) says so in its answer, added to the stage's usage here."""
+        if tool.metered is None:
+            return tool.cost, {}
+        money, tokens = tool.metered(result)
+        self.usage.add_metered(money, tokens)
+        return tool.cost + money, tokens
 
     def _record_failure(
         self, call_id: str, tool: Tool, effect: Effect | Intent, exc: Exception, seen: list

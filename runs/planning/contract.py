@@ -33,13 +33,20 @@ def _kind(action: str) -> str:
     return "no call"
 
 
+TOKEN_KINDS = ("prompt", "completion", "cached")
+
+
 @dataclass
 class Usage:
-    """What resumed work used: calls and reconcile questions per tool, and money."""
+    """What resumed work used: calls and reconcile questions per tool, and money; for tools
+    billed by what they consume (a model's tokens), the tokens (prompt, completion, cached)
+    and the part of the money they cost."""
 
     calls: dict[str, int] = field(default_factory=dict)
     queries: dict[str, int] = field(default_factory=dict)
     money: Decimal = Decimal(0)
+    tokens: dict[str, int] = field(default_factory=dict)
+    metered_money: Decimal = Decimal(0)
 
     def add_call(self, tool: str, cost: Decimal) -> None:
         self.calls[tool] = self.calls.get(tool, 0) + 1
@@ -48,23 +55,39 @@ class Usage:
     def add_query(self, tool: str) -> None:
         self.queries[tool] = self.queries.get(tool, 0) + 1
 
+    def add_metered(self, money: Decimal, tokens: dict[str, int]) -> None:
+        """What a metered call consumed, once its answer says (its call is counted before)."""
+        for kind, n in tokens.items():
+            if n:
+                self.tokens[kind] = self.tokens.get(kind, 0) + int(n)
+        self.money += money
+        self.metered_money += money
+
     def add(self, other: Usage) -> None:
         for tool, n in other.calls.items():
             self.calls[tool] = self.calls.get(tool, 0) + n
         for tool, n in other.queries.items():
             self.queries[tool] = self.queries.get(tool, 0) + n
+        for kind, n in other.tokens.items():
+            self.tokens[kind] = self.tokens.get(kind, 0) + n
         self.money += other.money
+        self.metered_money += other.metered_money
 
     @property
     def tool_calls(self) -> int:
         return sum(self.calls.values())
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "calls": dict(sorted(self.calls.items())),
             "queries": dict(sorted(self.queries.items())),
             "money": str(self.money.quantize(Decimal("0.0001"))),
         }
+        if self.tokens or self.metered_money:
+            # Only where something was metered: usage without it reads as it always did.
+            data["tokens"] = {k: self.tokens[k] for k in TOKEN_KINDS if k in self.tokens}
+            data["metered_money"] = str(self.metered_money.quantize(Decimal("0.0001")))
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Usage:
@@ -73,6 +96,8 @@ class Usage:
             dict(data.get("calls", {})),
             dict(data.get("queries", {})),
             Decimal(data.get("money", 0)),
+            dict(data.get("tokens", {})),
+            Decimal(data.get("metered_money", 0)),
         )
 
 
@@ -123,7 +148,13 @@ class Contract:
             fingerprint=fingerprint,
             mode=mode,
             lines={f"{e.stage}/{e.call_id}": str(e.action) for e in effects},
-            promised=Usage(dict(cost.calls), dict(cost.queries), Decimal(cost.money)),
+            promised=Usage(
+                dict(cost.calls),
+                dict(cost.queries),
+                Decimal(cost.money),
+                dict(cost.tokens),
+                Decimal(cost.metered_money),
+            ),
             gates={f"{g.stage}/{g.gate_id}": str(g.action) for g in gates},
         )
 
@@ -200,7 +231,12 @@ class Contract:
                     problems.append(
                         f"{tool}: {actual.get(tool, 0)} {what}, the plan said {planned.get(tool, 0)}"
                     )
-        if used.money > self.promised.money:
+        # Tokens, and the money they cost, are estimated before a model answers (from the
+        # same call's last answer): not a departure when a model says more or less; the
+        # verdict records both. What is priced per call is held to the plan.
+        fixed_used = used.money - used.metered_money
+        fixed_promised = self.promised.money - self.promised.metered_money
+        if fixed_used > fixed_promised:
             problems.append(f"cost ${used.money} is above the plan's ${self.promised.money}")
         return "; ".join(problems)
 
