@@ -4,6 +4,7 @@ the durable call it inherits (durable_call.py)."""
 
 from __future__ import annotations
 
+from runs.execution.agent_loop import AgentLoops
 from runs.execution.asking import Asking
 from runs.execution.durable_call import DurableCalls
 from runs.execution.hooks import CallHooks
@@ -15,9 +16,9 @@ from runs.pipeline import Pipeline
 from runs.planning.contract import Contract, Usage
 
 
-class StageContext(DurableCalls, Asking):
+class StageContext(DurableCalls, Asking, AgentLoops):
     """What a stage function may do: read its pinned inputs and upstream outputs, call tools
-    through the effect ledger, and ask a human."""
+    through the effect ledger, ask a human, and run an agent loop (agent_loop.py)."""
 
     def __init__(
         self,
