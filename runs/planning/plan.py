@@ -4,9 +4,12 @@ keeps (to_dict/from_dict) and an approval compares by fingerprint."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from runs.planning.replay import Action
+
+FOUR = Decimal("0.0001")
 
 
 @dataclass
@@ -59,6 +62,10 @@ class Cost:
     # Per tool: the calls made, and the reconcile questions asked before a call.
     calls: dict[str, int] = field(default_factory=dict)
     queries: dict[str, int] = field(default_factory=dict)
+    # Model calls (runs/planning/model_lines.py): the tokens they are expected to use
+    # (prompt, completion, cached), and the part of `money` those tokens cost. Estimates.
+    tokens: dict[str, int] = field(default_factory=dict)
+    metered_money: str = "0"
 
 
 @dataclass
@@ -157,4 +164,12 @@ class Plan:
             del data["gates"]
         if not data["upgrade"]["gates"]:
             del data["upgrade"]["gates"]
+        # Model tokens and what they cost are estimates from the pipeline's latest answers
+        # (model_lines.py), not facts of this run: another run's answer must not move the
+        # fingerprint. A plan without model calls keeps the fingerprint it always had.
+        for cost in (data["cost_resume"], data["cost_fresh"], data["upgrade"]["cost"]):
+            estimated = Decimal(cost.pop("metered_money"))
+            del cost["tokens"]
+            if estimated:
+                cost["money"] = str((Decimal(cost["money"]) - estimated).quantize(FOUR))
         return data

@@ -20,7 +20,7 @@ from runs.ledger.chain import digest
 from runs.ledger.checkpoints import latest_checkpoint, manifest_problems
 from runs.models import Checkpoint, Effect, Event, Run
 from runs.pipeline import Call, Pipeline, registry
-from runs.planning import gate_lines
+from runs.planning import gate_lines, model_lines
 from runs.planning.plan import ArtifactLine, Cost, DriftLine, EffectLine, Plan, Upgrade
 from runs.planning.replay import (
     CALLING,
@@ -110,7 +110,7 @@ def _effect_line(stage: str, call_id: str, tool, effect: Effect | None) -> tuple
         status=effect.status if effect else "none",
         delivery_key=effect.delivery_key if effect else "",
         external_id=decision.external_id or (effect.external_id if effect else ""),
-        answer=decision.answer,
+        answer=model_lines.answer(tool, decision),
         action=str(decision.action),
         cost=str(tool.cost) if decision.calls else "0",
         # The answer was "not there": the engine asks once more before it calls.
@@ -134,6 +134,7 @@ def _cost(pipeline: Pipeline, lines: list[EffectLine]) -> Cost:
         money += tool.cost
         if tool.meter:
             cost.meters[tool.meter] = cost.meters.get(tool.meter, 0) + 1
+    money += model_lines.price(pipeline, lines, cost)
     cost.money = str(money.quantize(Decimal("0.0001")))
     return cost
 

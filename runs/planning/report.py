@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from runs.planning.model_lines import tokens_text
 from runs.planning.planner import Plan
 
 
@@ -27,8 +28,10 @@ def plan_as_text(plan: Plan) -> str:
         out.append("  input drift:")
         out += [f"    {d.input}: pinned {d.pinned}, now {d.current}" for d in plan.drift]
     out.append(
-        f"  cost of this resume: {plan.cost_resume.tool_calls} calls, ${plan.cost_resume.money}"
-        f"  (a fresh retry: {plan.cost_fresh.tool_calls} calls, ${plan.cost_fresh.money})"
+        f"  cost of this resume: {plan.cost_resume.tool_calls} calls"
+        f"{tokens_text(plan.cost_resume)}, ${plan.cost_resume.money}"
+        f"  (a fresh retry: {plan.cost_fresh.tool_calls} calls"
+        f"{tokens_text(plan.cost_fresh)}, ${plan.cost_fresh.money})"
     )
     if plan.blockers:
         out.append("  BLOCKED:")
