@@ -19,6 +19,8 @@ class Operation(models.TextChoices):
     UPLOAD = "upload"
     PUBLISH = "publish"
     CHARGE = "charge"
+    # The demo's language model (demo_service/chat.py): never deduplicated, like any model API.
+    CHAT = "chat"
     FIND_RENDER = "render.lookup"
     FIND_ASSET = "upload.lookup"
     FIND_ARTICLE = "publish.lookup"

@@ -10,6 +10,7 @@ urlpatterns = [
     path("v1/articles", views.articles),
     path("v1/articles/by-key/<str:key>", views.article_by_key),
     path("v1/articles/<str:article_id>", views.article),
+    path("v1/chat/completions", views.chat_completions),
     path("v1/charges", views.charges),
     path("v1/charges/by-key/<str:key>", views.charge_by_key),
     path("_health", views.health),

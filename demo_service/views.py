@@ -10,7 +10,7 @@ from django.db.models import Count, Max, QuerySet, Sum
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from demo_service import faults, systems
+from demo_service import chat, faults, systems
 from demo_service.idempotency import Invalid, error, handle_create, handle_lookup, parse_body
 from demo_service.models import (
     Article,
@@ -86,6 +86,13 @@ def charges(request: HttpRequest) -> JsonResponse:
     if request.method == "POST":
         return handle_create(request, Operation.CHARGE, systems.charge)
     return _listing(request, Charge.objects.all(), ("account", "delivery_key"))
+
+
+@require_POST
+def chat_completions(request: HttpRequest) -> JsonResponse:
+    """OpenAI-compatible chat completions (demo_service/chat.py): metered, faults armed on op
+    "chat" by the Idempotency-Key the model tool sends, never deduplicated."""
+    return handle_create(request, Operation.CHAT, chat.complete)
 
 
 # --- reconcile lookups by delivery key ---------------------------------------------------------
