@@ -49,6 +49,7 @@ from runs.execution.hooks import CallHooks
 from runs.models import Effect, Run
 from runs.pipeline import Context, InvalidInput, OutcomeUnknown, Pipeline, registry
 from runs.tools.http import spec_of
+from runs.tools.model import spec_of as model_spec_of
 
 log = logging.getLogger("demo.faults")
 
@@ -64,6 +65,9 @@ SERVICE_OPERATIONS = {
     "upload_asset": "upload",
     "publish_article": "publish",
     "charge_card": "charge",
+    # The language model (runs/tools/model.py): its requests carry the delivery key as
+    # Idempotency-Key, which the service's faults go by (it deduplicates nothing).
+    "model": "chat",
 }
 # How long a "down" call waits for someone to stop the service before it goes ahead.
 MAX_DOWN_WAIT = 120
@@ -257,7 +261,8 @@ def _network_fault(ctx: Context, call_id: str, mode: str) -> None:
     if mode == "drop":
         service.arm(operation, "drop", key=key)
     elif mode == "late":
-        spec = spec_of(ctx.pipeline.tool(effect.tool))
+        tool = ctx.pipeline.tool(effect.tool)
+        spec = spec_of(tool) or model_spec_of(tool)
         late = (spec.read_timeout if spec is not None else 5.0) + 1
         service.arm(operation, "delay", key=key, seconds=late)
     elif mode == "5xx":

@@ -10,11 +10,13 @@ The renderer, the asset store, the platform and the card processor are the demo 
 (demo_service/, `python -m demo_service`, at settings.DEMO_SERVICE_URL), reached only through
 HTTP tools (runs/tools/http.py): the delivery key travels as Idempotency-Key (the platform
 ignores it and stores the key sent in the body, which is why publish reconciles first), and a
-request whose answer is lost is a real unknown outcome. The search source and the language
-model stay in-process SAFE functions (demo/simulators.py): the facts are the run's pinned,
-versioned input, read when a run starts and whenever a plan checks for drift, which must not
-wait on a network service; and a SAFE call has nothing for an HTTP tool to add (no key, no
-reconcile, re-run freely).
+request whose answer is lost is a real unknown outcome. The language model is the demo
+service's OpenAI-compatible /v1/chat/completions, reached with the model tool
+(runs/tools/model.py): research runs a short agent loop in which the model asks for the SAFE
+search tool, and draft has the model write the article; the model is a pinned input (`model`,
+settings.DEMO_MODEL when a run starts). The search source stays an in-process SAFE function
+(demo/simulators.py): the facts are the run's pinned, versioned input, read when a run starts
+and whenever a plan checks for drift, which must not wait on a network service.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from runs.pipeline import (
     Tool,
 )
 from runs.tools.http import Lookup, http_tool
+from runs.tools.model import Price, model_tool
 
 IMAGE_SLOTS = ("body-1", "body-2", "cover")
 PROMOTION_FEE = Decimal("5.00")
@@ -112,6 +115,12 @@ INPUTS = (
     ),
     Input("account", _constant("acct-42"), _nonempty("account"), versioned=False),
     Input("platform", _constant("devblog"), _nonempty("platform"), versioned=False),
+    Input(
+        "model",
+        lambda pinned: settings.DEMO_MODEL,
+        _nonempty("model"),
+        help="the language model research and draft ask (pinned: a strict resume keeps it)",
+    ),
     Input(
         "review",
         _constant("off"),
@@ -204,18 +213,46 @@ def _same_article(request: dict[str, Any], found: dict[str, Any]) -> bool:
     return found["content_hash"] == request["content_hash"] and found["title"] == request["title"]
 
 
+def _model_url() -> str:
+    return f"{settings.DEMO_SERVICE_URL}/v1"
+
+
+# What the demo service bills per million tokens (demo_service/chat.py CHAT_PRICES), for
+# every demo model ("demo-" is a prefix of their names).
+MODEL_PRICES = {"demo-": Price("2.50", "10.00", cached="1.25")}
+SEARCH_SCHEMA = {
+    "description": "The topic's sourced fact sheet, at a version of the search source",
+    "parameters": {
+        "type": "object",
+        "properties": {"topic": {"type": "string"}, "version": {"type": "string"}},
+        "required": ["topic", "version"],
+    },
+}
+
+
 def _charge_key(ctx: Context, args: dict) -> KeyParts:
     return KeyParts(args["account"], "card", f"{ctx.root_id}/promotion", args["article"])
 
 
 TOOLS = (
     Tool("search", ReplayPolicy.SAFE, _search, cost=sim.PRICES["search"], meter="search"),
+    # The simulated writer the draft used before it asked the model: no stage calls it now;
+    # bench/engine_overhead.py's bare side still does.
     Tool(
         "generate_draft",
         ReplayPolicy.SAFE,
         _generate,
         cost=sim.PRICES["llm"],
         meter="llm",
+    ),
+    model_tool(
+        "model",
+        base_url=_model_url,
+        api_key_env="DEMO_MODEL_API_KEY",
+        prices=MODEL_PRICES,
+        read_timeout=5,
+        target="language model",
+        account=lambda ctx: ctx.run.inputs["account"],
     ),
     http_tool(
         "render_image",
@@ -291,26 +328,74 @@ TOOLS = (
 
 
 def research(ctx: Context) -> StageOutput:
-    result = ctx.call("search", "search", topic=ctx.inputs["topic"], version=ctx.inputs["facts"])
-    facts = result["facts"]
+    """A short agent loop: the model, given the pinned inputs first, asks for the search tool
+    (SAFE) and summarises what it found. The facts are the tool's result (evidence); the
+    model's summary is context."""
+    loop = ctx.converse(
+        model=ctx.inputs["model"],
+        task=f"Research {ctx.inputs['topic']}: fetch its sourced facts with the search tool "
+        "at the pinned version, then summarise them.",
+        facts={"version": ctx.inputs["facts"]},
+        tools={"search": SEARCH_SCHEMA},
+        max_turns=4,
+        params={"temperature": 0},
+    )
+    searches = [c for c in loop.tool_calls if c["tool"] == "search"]
+    facts = searches[-1]["result"]["facts"] if searches else []
     return StageOutput(
-        outputs={"fact_count": len(facts), "facts_version": ctx.inputs["facts"]},
+        outputs={
+            "fact_count": len(facts),
+            "facts_version": ctx.inputs["facts"],
+            "searched": searches[-1]["args"].get("version", "") if searches else "",
+            "turns": loop.turns,
+            "summary": loop.final[:500],
+        },
         artifacts={"facts": (json.dumps(facts, indent=2).encode(), "application/json")},
     )
 
 
+def draft_title(topic: str) -> str:
+    return f"Resumable agents: what {topic} teaches us"
+
+
 def draft(ctx: Context) -> StageOutput:
+    """The model writes the article, from the facts first: the verified research output and
+    the pinned inputs, then the request."""
     facts = json.loads(ctx.upstream_artifact("research", "facts"))
-    result = ctx.call("generate", "generate_draft", topic=ctx.run.inputs["topic"], facts=facts)
-    body = result["body"]
-    revision = "r-" + hashlib.sha256(f"{result['title']}\n{body}".encode()).hexdigest()[:12]
+    topic = ctx.run.inputs["topic"]
+    known = {"topic": topic, **ctx.upstream("research").outputs, "model": ctx.inputs["model"]}
+    known.pop("summary", None)  # the research model's words: context, not a fact
+    prompt = "\n".join(
+        [
+            f"Title: {draft_title(topic)}",
+            "Facts:",
+            *(f"{i}. {f['claim']} — {f['source']}" for i, f in enumerate(facts, start=1)),
+            "Write the article. Cite each fact as [n] and list the sources.",
+        ]
+    )
+    result = ctx.call(
+        "generate",
+        "model",
+        model=ctx.inputs["model"],
+        messages=[
+            {"role": "system", "content": "Facts (verified): " + json.dumps(known, sort_keys=True)},
+            {"role": "user", "content": prompt},
+        ],
+        temperature=0,
+        max_tokens=1200,
+    )
+    body = result["content"]
+    first = body.splitlines()[0] if body else ""
+    title = first[2:].strip() if first.startswith("# ") else draft_title(topic)
+    revision = "r-" + hashlib.sha256(f"{title}\n{body}".encode()).hexdigest()[:12]
     return StageOutput(
         outputs={
-            "title": result["title"],
+            "title": title,
             "revision": revision,
             "draft_id": f"{ctx.root_id}/draft",
             "fact_count": len(facts),
             "words": len(body.split()),
+            "model": ctx.inputs["model"],
         },
         artifacts={"draft": (body.encode(), "text/markdown")},
     )
@@ -427,11 +512,15 @@ content_pipeline = Pipeline(
         Stage(
             "research",
             research,
-            consumes=("topic", "facts"),
-            tools=("search",),
-            calls=(Call("search", "search"),),
+            consumes=("topic", "facts", "model"),
+            tools=("model", "search"),
+            calls=(Call("turn-1", "model"), Call("search-1", "search"), Call("turn-2", "model")),
             rules=(
                 Rule("facts.count >= 3", lambda o: o.outputs["fact_count"] >= 3),
+                Rule(
+                    "facts.version == pinned",
+                    lambda o: o.outputs["searched"] == o.outputs["facts_version"],
+                ),
                 Rule(
                     "facts.all_sourced",
                     lambda o: all(f.get("source") for f in json.loads(o.artifacts["facts"][0])),
@@ -441,8 +530,9 @@ content_pipeline = Pipeline(
         Stage(
             "draft",
             draft,
-            tools=("generate_draft",),
-            calls=(Call("generate", "generate_draft"),),
+            consumes=("model",),
+            tools=("model",),
+            calls=(Call("generate", "model"),),
             rules=(
                 Rule("draft.has_title", lambda o: bool(o.outputs["title"].strip())),
                 Rule("draft.words >= 40", lambda o: o.outputs["words"] >= 40),

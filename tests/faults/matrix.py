@@ -48,7 +48,9 @@ FULL_MATRIX_ENV = "RESUMER_FULL_MATRIX"
 # What plain `make test` runs: one SAFE call, one idempotent upload, the RECONCILE_FIRST
 # publish after the article went live, and the NEVER charge after the card was charged.
 REPRESENTATIVE = (
-    "research/search/before",
+    # Inside research's agent loop: after the model asked for the search tool (its turn
+    # recorded), before the tool ran.
+    "research/search-1/before",
     "visual/upload-cover/before",
     "publish/publish/after",
     "publish/promote-charge/after",
@@ -71,7 +73,8 @@ INVARIANTS: dict[str, str] = {
     "artifacts-equal": "final artifacts equal a run without a crash",
     "seq-gap-free": "event seq gap-free, hash chain intact",
     "checkpoints-verified": "every checkpoint seals its VERIFIED event",
-    "plan-kept": "the resume made exactly the calls, target requests and money its plan priced",
+    "plan-kept": "the resume made exactly the calls, target requests, tokens and money its plan "
+    "priced",
     "gate-asked-once": "no gate asked twice: one GATE_OPENED per stage and gate, unless it expired",
     "gate-answered-once": "each gate answered once: one final HUMAN_ANSWERED per gate asked",
 }
@@ -91,6 +94,8 @@ METERED_TOOLS = {
     "publish.lookup": "publish_article",
     "charge": "charge_card",
     "charge.lookup": "charge_card",
+    # The language model (demo_service/chat.py): the research loop's turns and the draft
+    "chat": "model",
     # SimCall systems
     "search": "search",
     "llm": "generate_draft",
@@ -381,9 +386,7 @@ def plan_kept_problems(run, plan, approved: Marks) -> list[str]:
     from decimal import Decimal
 
     from runs.models import Event
-    from runs.pipeline import registry
 
-    pipeline = registry.get(run.pipeline)
     problems = []
     resumed = Event.objects.filter(run=run, type=Event.Type.RESUMED).order_by("-seq").first()
     if resumed is None:
@@ -393,9 +396,17 @@ def plan_kept_problems(run, plan, approved: Marks) -> list[str]:
     predicted = plan.cost_resume
     if dict(calls) != predicted.calls:
         problems.append(f"calls {dict(calls)}, the plan said {predicted.calls}")
-    money = sum((pipeline.tool(t).cost * n for t, n in calls.items()), Decimal(0))
-    if money != Decimal(predicted.money):
+    # What each call cost as its outcome recorded it (a model call's money follows from its
+    # tokens), and the tokens the model answers said they used.
+    results = [event_payload(e) for e in after.filter(type=Event.Type.TOOL_RESULT)]
+    money = sum((Decimal(r.get("cost", "0")) for r in results), Decimal(0))
+    if money.quantize(Decimal("0.0001")) != Decimal(predicted.money):
         problems.append(f"calls cost ${money}, the plan said ${predicted.money}")
+    tokens = Counter()
+    for r in results:
+        tokens.update(r.get("usage") or {})
+    if {k: v for k, v in tokens.items() if v} != predicted.tokens:
+        problems.append(f"tokens {dict(tokens)}, the plan said {predicted.tokens}")
     metered = metered_per_tool(approved)
     expected = dict(Counter(predicted.calls) + Counter(predicted.queries))
     if metered != expected:

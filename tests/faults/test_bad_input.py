@@ -537,7 +537,7 @@ def test_an_input_version_that_does_not_exist_is_refused(inputs, transactional_d
         {"stall": {"visual": 1}},
         {"stall": {"visual/no-such-call": 3}},
         {"network": {"publish/publish": "explode"}},
-        {"network": {"research/search": "drop"}},
+        {"network": {"research/search-1": "drop"}},
         {"network": {"publish/nope": "drop"}},
         {"network": "publish/publish"},
         {"retries": 3},

@@ -57,7 +57,10 @@ def test_plan_prints_a_readable_plan(in_process):
     assert "re-execute: visual, prefill, publish" in text
     assert "visual/render-body-1 [IDEMPOTENT] confirmed → reuse" in text
     assert "visual/upload-cover [IDEMPOTENT] unknown → retry-same-key" in text
-    assert "cost of this resume: 3 calls, $5.0010  (a fresh retry: 10 calls, $5.1830)" in text
+    assert (
+        "cost of this resume: 3 calls, $5.0010  (a fresh retry: 12 calls, 798 tokens, $5.1369)"
+        in text
+    )
     assert printed_fingerprint(text) == compute_plan(run).fingerprint
 
 

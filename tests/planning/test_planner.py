@@ -125,7 +125,7 @@ def test_planner_reads_only_the_events_after_the_checkpoint(in_process):
 
 
 def test_without_a_checkpoint_the_plan_starts_at_the_first_stage(in_process):
-    run = run_in_process({"timeout": "research/search/after"})
+    run = run_in_process({"timeout": "research/search-1/after"})
     plan = compute_plan(run)
 
     assert plan.checkpoint is None
@@ -133,7 +133,7 @@ def test_without_a_checkpoint_the_plan_starts_at_the_first_stage(in_process):
     assert plan.stages_skipped == []
     assert plan.stages_reexecuted == ALL_STAGES
     assert plan.tail_events == run.last_seq
-    assert lines_by_call(plan)["search"].action == Action.RERUN
+    assert lines_by_call(plan)["search-1"].action == Action.RERUN
 
 
 # --- artifacts ---------------------------------------------------------------------------------

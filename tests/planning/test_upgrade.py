@@ -58,7 +58,7 @@ def test_plan_shows_the_facts_drift_and_an_upgrade_that_reruns_research_onward(i
 
 def test_strict_resume_after_drift_keeps_facts_v3_in_every_later_stage(workers):
     # Killed inside research, so the stage that reads the facts runs again after the resume.
-    run = crashed_run(workers, {"crash": "research/search/after"})
+    run = crashed_run(workers, {"crash": "research/search-1/after"})
     publish_facts(TOPIC)
     plan = compute_plan(run)
     assert [(d.pinned, d.current) for d in plan.drift] == [("v3", "v4")]
