@@ -216,3 +216,13 @@ def test_credentials_are_in_no_event_artifact_or_effect(service, monkeypatch):
         if x["tool"] == "model"
     ]
     assert exchanges and all("authorization" not in x["request"]["headers"] for x in exchanges)
+
+
+def test_the_run_page_shows_the_conversation_as_context(service):
+    from tests.support.web import client_as
+
+    run = started({"timeout": "research/search-1/after"})
+    html = client_as("viewer").get(f"/runs/{run.public_id}/").content.decode()
+    assert "Conversation — context, not evidence" in html
+    assert "asks for search(" in html
+    assert "Facts (verified and pinned" in html
