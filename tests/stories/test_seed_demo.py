@@ -68,6 +68,13 @@ def test_seed_demo_creates_users_and_runs_in_every_state(
     plan = compute_plan(story)
     assert plan.next_stage == "visual" and plan.can_strict
 
+    # Killed inside research's agent loop: the recorded model turn is reused, the search
+    # re-runs (SAFE) and only the missing turn is called.
+    loop = RunFaults.objects.get(crash="research/search-1/before").run
+    assert loop.status == Run.Status.INTERRUPTED
+    actions = {e.call_id: e.action for e in compute_plan(loop).effects if e.stage == "research"}
+    assert actions == {"turn-1": Action.REUSE, "search-1": Action.RERUN, "turn-2": Action.CALL}
+
     # The unknown charge blocks its plan until a supervisor edits the ledger.
     blocked = RunFaults.objects.get(timeout="publish/promote-charge/after").run
     assert compute_plan(blocked).blocked

@@ -10,6 +10,8 @@ Runs (only when the ledger has none yet):
     pending        queued with a delay per call, to watch live once the worker starts
     failed         the cover render timed out: outcome unknown, the plan retries with the same key
     interrupted    the protocol's story: the worker dies (SIGKILL) uploading the cover
+    interrupted    inside research's agent loop, once the model asked for the search tool:
+                   the plan reuses the recorded turn and calls only the one missing
     failed+blocked the promotion charge (NEVER) timed out: a supervisor must resolve it first
     failed+drift   publish timed out (the article is live); facts v4 appeared since the run
                    pinned v3, so the plan offers strict resume or an upgrade branch
@@ -179,6 +181,22 @@ class Command(BaseCommand):
         if exitcode == -signal.SIGKILL:
             story = interrupt_killed(story, exitcode, "(SIGKILL) while uploading the cover")
         self._say(story, "the story: the worker died uploading the cover; read its plan")
+
+        loop = faults.start_run(
+            "content",
+            {},
+            actor=SEED_ACTOR,
+            faults={"crash": "research/search-1/before"},
+            enqueue=False,
+        )
+        exitcode = run_until_killed(loop.pk)
+        if exitcode == -signal.SIGKILL:
+            loop = interrupt_killed(loop, exitcode, "(SIGKILL) inside research's agent loop")
+        self._say(
+            loop,
+            "killed inside research's loop: its plan reuses the model's recorded turn and "
+            "calls the one turn missing",
+        )
 
         charge = faults.start_run(
             "content",
