@@ -15,7 +15,7 @@ from demo import faults
 from demo.management.commands.seed_demo import run_inline
 from demo.simulators import publish_facts
 from runs.ledger.edits import edit_effect
-from runs.models import Effect, Event, Run
+from runs.models import Effect, Event, Run, StoredPlan
 from runs.planning import stored_plans
 from tests.dashboard.test_browser import (  # noqa: F401 (fixtures)
     ARTIFACTS,
@@ -27,6 +27,7 @@ from tests.dashboard.test_browser import (  # noqa: F401 (fixtures)
     users,
 )
 from tests.support.plans import TOPIC
+from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -99,6 +100,10 @@ def test_the_run_page_follows_a_run_to_plan_kept_then_an_upgrade_is_read_before_
     charge = Effect.objects.get(run=drifted, call_id="promote-charge")
     edit_effect(charge.pk, {"status": "confirmed", "external_id": "ch-1"}, reason="r", actor="t")
     publish_facts(TOPIC)
+    # The worker stores the plan the stop and the edit asked for; computed again here (the
+    # facts moved since) only once its row exists: two first stores of one run's plan race
+    # on the row's insert (stored_plans.store).
+    wait_for(lambda: StoredPlan.objects.filter(run=drifted).exists(), what="the stored plan")
     plan = stored_plans.refresh(Run.objects.get(pk=drifted.pk))
     page.goto(f"{live_server.url}/runs/{drifted.public_id}/")
     upgrade = bar.locator(".option-upgrade")
