@@ -13,7 +13,7 @@ import logging
 from decimal import Decimal
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
 from runs import enqueue
@@ -53,12 +53,29 @@ def store(plan: Plan) -> StoredPlan | None:
         updated = StoredPlan.objects.filter(
             run_id=plan.run_pk, run_version__lte=plan.run_version
         ).update(**values)
-        if not updated:
-            if StoredPlan.objects.filter(run_id=plan.run_pk).exists():
-                return None
-            StoredPlan.objects.create(run_id=plan.run_pk, **values)
+        if not updated and not _first(plan, values):
+            return None
         _rank(plan)
     return StoredPlan.objects.get(run_id=plan.run_pk)
+
+
+def _first(plan: Plan, values: dict[str, Any]) -> bool:
+    """Store the run's first plan. Two processes may both find no row (a worker's plan job and
+    an operator's "Check targets again"): the second insert waits for the first on the unique
+    key, fails, and then goes the way of any update, the newer version winning. The savepoint
+    keeps the caller's transaction usable after that failure."""
+    if StoredPlan.objects.filter(run_id=plan.run_pk).exists():
+        return False
+    try:
+        with transaction.atomic():
+            StoredPlan.objects.create(run_id=plan.run_pk, **values)
+        return True
+    except IntegrityError:
+        return bool(
+            StoredPlan.objects.filter(run_id=plan.run_pk, run_version__lte=plan.run_version).update(
+                **values
+            )
+        )
 
 
 def _rank(plan: Plan) -> None:

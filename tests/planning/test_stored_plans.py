@@ -99,3 +99,39 @@ def test_the_migration_fills_calls_and_unsettled_of_plans_stored_before_it(
     assert (
         StoredPlan.objects.values("resume_calls", "fresh_calls", "unsettled").get(run=run) == kept
     )
+
+
+def test_a_first_plan_stored_by_two_processes_at_once_leaves_one_row_and_no_error(
+    transactional_db, facts, redis_conn
+):
+    """The second insert of a run's first plan waits on the unique key for the first one's
+    commit (PostgreSQL; SQLite serialises the two), then goes the way of an update."""
+    import threading
+
+    from django.db import connection, transaction
+
+    from runs.planning import stored_plans
+    from tests.support.plans import charge_unknown
+
+    run = charge_unknown()
+    StoredPlan.objects.filter(run=run).delete()  # as before a worker's plan job stored one
+    plan = compute_plan(run)
+    failures: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            stored_plans.store(plan)
+        except BaseException as exc:  # the failure to report, whatever it is
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    with transaction.atomic():
+        assert stored_plans.store(plan) is not None  # inserted, not committed yet
+        other = threading.Thread(target=second)
+        other.start()
+        other.join(timeout=0.5 if connection.vendor == "postgresql" else 0)
+    other.join(timeout=30)
+
+    assert failures == []
+    assert StoredPlan.objects.filter(run=run).count() == 1
