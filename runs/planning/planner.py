@@ -356,6 +356,13 @@ def _branch_point(
     return point
 
 
+def _verb_of(run: Run, tool: str) -> str:
+    try:
+        return registry.get(run.pipeline).tool(tool).verb
+    except KeyError:  # a tool the pipeline no longer declares
+        return "call"
+
+
 def _made_again(run: Run, rerun: list[str], strict_lines: list[EffectLine]) -> list[str]:
     """Effects the parent already made in stages the branch re-runs would happen again under a
     new key whenever the branch's request differs (new facts → new draft → new revision):
@@ -375,10 +382,11 @@ def _made_again(run: Run, rerun: list[str], strict_lines: list[EffectLine]) -> l
             if not made_as:
                 continue
         if effect.policy in GUARDED_POLICIES:
+            verb = _verb_of(run, effect.tool)
             warnings.append(
                 f"{run.public_id} already made {effect.tool} ({call_id}) as {made_as}; "
-                f"the branch re-runs {stage} with new inputs and will make it again under a new "
-                f"key (e.g. a second article for the new revision)"
+                f"the branch re-runs {stage} with new inputs and will {verb} again under a new "
+                "key: a second one, the first stays"
             )
     return warnings
 
