@@ -37,6 +37,9 @@ class Step:
 class Progress:
     steps: list[Step]
     verified: int
+    # The run's pipeline is not registered in this process (RESUMER_PIPELINES): its stages
+    # cannot be listed, and nothing of it can be planned or resumed here.
+    unknown_pipeline: bool = False
 
     @property
     def total(self) -> int:
@@ -48,7 +51,7 @@ def progress(run: Run, checkpoint_stages: set[str] | None = None) -> Progress:
     try:
         stage_names = registry.get(run.pipeline).stage_names
     except UnknownPipeline:
-        stage_names = ()
+        return Progress([], 0, unknown_pipeline=True)
     if checkpoint_stages is None:
         checkpoint_stages = set(
             Checkpoint.objects.filter(run=run).values_list("stage", flat=True).distinct()
