@@ -3,6 +3,7 @@ own floor (one plain one-row INSERT committed).
 
     .venv/bin/python bench/tool_call.py                      # SQLite and PostgreSQL
     .venv/bin/python bench/tool_call.py --db sqlite --rounds 3
+    .venv/bin/python bench/tool_call.py --cases http,http-flushed  # the HTTP tool alone
 
 The unit is the one ../shared/peers/ measures for DBOS and LangGraph: one stage makes N calls
 of a trivial tool (`{"external_id": i + 1}`) through ctx.call, run in-process through
@@ -26,6 +27,13 @@ load hits all alike:
                      intent does: runs/append.py); these show what that buys. SQLite's
                      settings never wait for the disk, so there they would repeat safe and
                      idempotent;
+  * http, http-flushed: an IDEMPOTENT http_tool (runs/tools/http.py) POSTing to a tiny local
+                     HTTP target the bench starts (a process of its own answering
+                     {"id": n} at once), so the call, its recorded exchanges and the
+                     transaction its outcome is written in are all counted; http-flushed is
+                     the same with RESUMER_DEFER_FLUSH off. The ratio printed is what the
+                     deferred outcome buys a real HTTP call (issue 29). Run on SQLite too,
+                     where no commit waits for the disk: there the ratio is the noise;
   * append:          one runs.append.append() of a TOOL_RESULT-sized event, in its own
                      transaction, by a lease holder;
   * event-row:       one INSERT of that event's row into the ledger's event table, committed,
@@ -46,27 +54,34 @@ prints a cProfile of one case instead (BENCH_PROFILE_SORT=tottime to sort by own
 
 Each database is a scratch one (a SQLite file in a temp folder with the settings' WAL and
 IMMEDIATE options; PostgreSQL database `resumer_toolcallbench` on BENCH_PG_URL's server,
-created and dropped). Redis: BENCH_REDIS_URL (default redis://127.0.0.1:6379/12), which the
-resume's job dispatch writes to; it is flushed afterwards.
+created and dropped; BENCH_PG_DATABASE names another, for a server others bench on too).
+Redis: BENCH_REDIS_URL (default redis://127.0.0.1:6379/12), which the resume's job dispatch
+writes to; it is flushed afterwards, so give it a database nobody else uses.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common
 
-PG_DATABASE = "resumer_toolcallbench"
+PG_DATABASE = os.environ.get("BENCH_PG_DATABASE", "resumer_toolcallbench")
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
 CASES = ("safe", "idempotent", "reconcile-first", "never", "reuse")
 FLUSHED = ("safe-flushed", "idempotent-flushed")
+HTTP = ("http", "http-flushed")  # on both databases
 POLICIES = {
     "safe": "SAFE",
     "idempotent": "IDEMPOTENT",
@@ -89,9 +104,11 @@ RESULT_PAYLOAD = {"call": "c17", "tool": "inc", "result": {"external_id": "18"},
 # --- child: one database ---------------------------------------------------------------------
 
 
-def child(db: str, n_lo: int, n_hi: int, rounds: int, profile: str = "") -> None:
+def child(
+    db: str, n_lo: int, n_hi: int, rounds: int, profile: str = "", only: tuple[str, ...] = ()
+) -> None:
     _common.setup_django(migrate=False)
-    from contextlib import contextmanager, nullcontext
+    from contextlib import nullcontext
 
     from django.conf import settings
     from django.core.management import call_command
@@ -118,6 +135,7 @@ def child(db: str, n_lo: int, n_hi: int, rounds: int, profile: str = "") -> None
     )
     from runs.planning import resume
     from runs.planning.planner import compute_plan
+    from runs.tools.http import http_tool
 
     call_command("migrate", verbosity=0)
 
@@ -136,8 +154,8 @@ def child(db: str, n_lo: int, n_hi: int, rounds: int, profile: str = "") -> None
             ctx.call(f"c{i}", "inc", i=i)
         return StageOutput(outputs={"n": n})
 
-    def pipeline(name: str, policy: str, calls: int = 0) -> Pipeline:
-        tool = Tool(
+    def pipeline(name: str, policy: str, calls: int = 0, tool: Tool | None = None) -> Pipeline:
+        tool = tool or Tool(
             "inc",
             ReplayPolicy(policy),
             call=inc,
@@ -161,6 +179,28 @@ def child(db: str, n_lo: int, n_hi: int, rounds: int, profile: str = "") -> None
         )
 
     pipelines = {case: pipeline(f"bench_{case}", policy) for case, policy in POLICIES.items()}
+    # The HTTP case's target: a process of its own, so its serving takes no turn of this
+    # one's interpreter.
+    target = subprocess.Popen(
+        [sys.executable, __file__, "--target"], stdout=subprocess.PIPE, text=True
+    )
+    atexit.register(target.terminate)
+    target_url = target.stdout.readline().strip()
+    pipelines["http"] = pipeline(
+        "bench_http",
+        "IDEMPOTENT",
+        tool=http_tool(
+            "inc",
+            ReplayPolicy.IDEMPOTENT,
+            url="/calls",
+            base_url=target_url,
+            body=lambda args, key: {"i": args["i"]},
+            key=key,
+            external_id="id",
+            target="bench target",
+            trust_env=False,
+        ),
+    )
     for n in (n_lo, n_hi):
         pipelines[f"reuse-{n}"] = pipeline(f"bench_reuse_{n}", "IDEMPOTENT", calls=n)
     registry._pipelines = {p.name: p for p in pipelines.values()}
@@ -178,7 +218,7 @@ def child(db: str, n_lo: int, n_hi: int, rounds: int, profile: str = "") -> None
 
     def stage_time(case: str, n: int, probe=nullcontext) -> float:
         """Seconds one stage of n calls takes in engine.execute (`probe` wraps just that)."""
-        if case in FLUSHED:
+        if case.endswith("-flushed"):
             settings.RESUMER_DEFER_FLUSH = False
             try:
                 return stage_time(case.removesuffix("-flushed"), n, probe)
@@ -258,7 +298,8 @@ def child(db: str, n_lo: int, n_hi: int, rounds: int, profile: str = "") -> None
                 append(writer, Event.Type.TOOL_RESULT, stage="loop", payload=RESULT_PAYLOAD)
             return time.perf_counter() - t0
 
-    cases = (*CASES, *FLUSHED) if connection.vendor == "postgresql" else CASES
+    cases = (*CASES, *FLUSHED, *HTTP) if connection.vendor == "postgresql" else (*CASES, *HTTP)
+    cases = tuple(case for case in cases if not only or case in only)
     # Warm every path (imports, the registry, statement caches) before measuring.
     for case in cases:
         stage_time(case, n_lo)
@@ -362,11 +403,42 @@ def child(db: str, n_lo: int, n_hi: int, rounds: int, profile: str = "") -> None
             "db": db,
             "ms": ms,
             "spread": spread,
+            "rounds": marginal,
             "statements": statements,
             "commits": transactions,
             "runs": runs_done,
         }
     )
+
+
+# --- the HTTP case's target ------------------------------------------------------------------
+
+
+class _Answer(BaseHTTPRequestHandler):
+    """Answers every POST with the next id at once: a target that costs as little as one can."""
+
+    protocol_version = "HTTP/1.1"
+    count = 0
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        _Answer.count += 1
+        body = json.dumps({"id": str(_Answer.count)}).encode()
+        self.send_response(201)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args) -> None:
+        pass
+
+
+def serve_target() -> None:
+    """Serve on a free local port until killed; the first line printed is its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
+    print(f"http://127.0.0.1:{server.server_address[1]}", flush=True)
+    server.serve_forever()
 
 
 # --- parent ----------------------------------------------------------------------------------
@@ -379,6 +451,9 @@ GOALS = (
 )
 # Printed beside the goals, not held to them: the same ratio with every commit flushed.
 AS_WELL = (("  (every commit flushed)", "idempotent-flushed", "safe-flushed"),)
+# What the deferred confirmed outcome buys an HTTP call: the same call, its outcome and its
+# exchanges' transaction not waiting for the disk, against every commit waiting.
+HTTP_RATIO = ("HTTP call, deferred / waiting", "http", "http-flushed")
 
 
 def main() -> None:
@@ -389,13 +464,27 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
         "--profile",
-        choices=(*CASES, *FLUSHED, "append"),
+        choices=(*CASES, *FLUSHED, *HTTP, "append"),
         help="print a cProfile of one case (N = --n-hi calls) instead of the figures",
     )
+    parser.add_argument(
+        "--cases",
+        default="",
+        help="comma-separated stage cases to measure (default: all); append, event-row and "
+        "floor are always measured",
+    )
     parser.add_argument("--child", choices=("sqlite", "postgres"), help=argparse.SUPPRESS)
+    parser.add_argument("--target", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.target:
+        serve_target()
+        return
+    only = tuple(case for case in args.cases.split(",") if case)
+    unknown = set(only) - {*CASES, *FLUSHED, *HTTP}
+    if unknown:
+        parser.error(f"unknown cases: {', '.join(sorted(unknown))}")
     if args.child:
-        child(args.child, args.n_lo, args.n_hi, args.rounds, args.profile or "")
+        child(args.child, args.n_lo, args.n_hi, args.rounds, args.profile or "", only)
         return
 
     print(
@@ -423,6 +512,7 @@ def main() -> None:
                         "--rounds",
                         str(args.rounds),
                         *(["--profile", args.profile] if args.profile else []),
+                        *(["--cases", args.cases] if only else []),
                     ],
                     env,
                 )
@@ -442,15 +532,18 @@ def main() -> None:
             f"  {'case':<18} {'ms':>7} {'rounds min-max':>15} {'x floor':>8} {'statements':>11} "
             f"{'commits':>8}"
         )
-        for name in (*CASES, *(c for c in FLUSHED if c in ms), "append", "event-row", "floor"):
+        for name in (*CASES, *FLUSHED, *HTTP, "append", "event-row", "floor"):
+            if name not in ms:
+                continue
             low, high = result["spread"][name]
             print(
                 f"  {name:<18} {ms[name]:7.3f} {f'{low:.3f}-{high:.3f}':>15} "
                 f"{ms[name] / floor:8.1f} {st[name]:11.1f} {commits[name]:8.1f}"
             )
-        ms = dict(ms, **{"worst non-safe": max(ms[c] for c in POLICIES if c != "safe")})
+        non_safe = [ms[c] for c in POLICIES if c != "safe" and c in ms]
+        ms = dict(ms, **({"worst non-safe": max(non_safe)} if non_safe else {}))
         for what, num, den, limit in GOALS:
-            if num not in ms:
+            if num not in ms or den not in ms:
                 continue
             if ms[num] <= 0 or ms[den] <= 0:
                 # The larger N took no longer: outside load swamped it; no ratio to claim.
@@ -464,6 +557,21 @@ def main() -> None:
         for what, num, den in AS_WELL:
             if num in ms and ms[num] > 0 and ms[den] > 0:
                 print(f"  {what:<28} {ms[num] / ms[den]:5.2f}x  (no goal)")
+        what, num, den = HTTP_RATIO
+        if num in ms and den in ms and ms[num] > 0 and ms[den] > 0:
+            # Each round measured both cases back to back: the ratio within a round cancels
+            # the load that moved the whole round, so its median is printed beside.
+            pairs = zip(result["rounds"][num], result["rounds"][den], strict=True)
+            per_round = sorted(a / b for a, b in pairs if a > 0 and b > 0)
+            why = (
+                "SQLite never waits for the disk: the same writes, so this is the noise"
+                if result["db"] == "sqlite"
+                else f"{ms[den] - ms[num]:.3f} ms saved per call"
+            )
+            print(
+                f"  {what:<28} {ms[num] / ms[den]:5.2f}x  ({why}); per round: median "
+                f"{statistics.median(per_round):.2f}x, {per_round[0]:.2f}-{per_round[-1]:.2f}x"
+            )
         if ms["append"] > 0 and ms["floor"] > 0:
             print(f"  {'append / floor INSERT':<28} {ms['append'] / ms['floor']:5.2f}x  (no goal)")
     print(
