@@ -144,7 +144,8 @@ def test_a_run_completes_through_a_worker_process_with_a_consistent_ledger(worke
         assert all(rule["passed"] for rule in checkpoint.manifest["rules"])
 
     effects = list(Effect.objects.filter(run=run))
-    assert len(effects) == 8  # 3 renders, 3 uploads, the publish and the charge
+    # The loop's two model turns and the draft's, 3 renders, 3 uploads, the publish, the charge
+    assert len(effects) == 11
     for effect in effects:
         assert effect.status == Effect.Status.CONFIRMED and effect.external_id
         told = Event.objects.filter(run=run, idempotency_key=effect.delivery_key)

@@ -63,7 +63,7 @@ def test_m2_a_head_written_back_after_deleting_later_events_is_reported(facts, t
     digest = tmp_path / "heads.json"
     run = run_inline(run.pk)
     digest.write_text(json.dumps(make_digest()))
-    assert Effect.objects.filter(run=run).count() == 8
+    assert Effect.objects.filter(run=run).count() == 11
 
     raw("DELETE FROM runs_event WHERE run_id = %s AND seq > %s", [run.pk, saved["last_seq"]])
     raw(
@@ -74,7 +74,9 @@ def test_m2_a_head_written_back_after_deleting_later_events_is_reported(facts, t
     report = verify_chain(run.pk)
     assert not report.ok
     orphans = [p for p in report.problems if "has no event that wrote it" in p]
-    assert len(orphans) == 8  # the eight effects (a $5 charge among them) refer past the head
+    # The nine effects after research (the draft's model call, a $5 charge among them) refer
+    # past the head; research's two model turns are before it.
+    assert len(orphans) == 9
     assert any("past the log's last event" in p for p in report.problems)
     against = verify_chain(run.pk, against=load_digest(digest))
     assert any("rolled back" in p for p in against.problems)
