@@ -42,6 +42,7 @@ import httpx
 import openai
 from django.conf import settings
 
+from runs import tracing
 from runs.ledger import artifacts, exchanges
 from runs.ledger.chain import digest
 from runs.ledger.exchanges import Exchange, ExchangeOutcome
@@ -160,15 +161,19 @@ class ModelTool:
         for number in range(1, self.attempts + 1):
             started = time.monotonic()
             try:
-                raw = client.chat.completions.with_raw_response.create(
-                    **request, extra_headers={"Idempotency-Key": key} if key else None
-                )
+                with tracing.model_call(request["model"], self.target) as span:
+                    raw = client.chat.completions.with_raw_response.create(
+                        **request, extra_headers={"Idempotency-Key": key} if key else None
+                    )
+                    completion = raw.parse()
+                    if completion.usage is not None:
+                        usage = completion.usage
+                        span.usage(usage.prompt_tokens, usage.completion_tokens, completion.model)
             except openai.APIError as exc:
                 if self._failed(exc, number, started) and number < self.attempts:
                     time.sleep(min(0.5 * 2 ** (number - 1), 5))
                     continue
                 raise self._error(exc) from exc
-            completion = raw.parse()
             self._note(raw.http_request, raw.http_response, number, started)
             return self._result(args, key, completion)
         raise AssertionError("unreachable: the last attempt returns or raises")
