@@ -90,6 +90,7 @@ if USES_DEMO:
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "runs.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -92,7 +92,8 @@ def test_no_query_parameter_value_is_a_500(stocked, supervisor):
     ],
 )
 def test_an_out_of_range_id_in_a_path_is_a_404_or_a_redirect_never_a_500(stocked, supervisor, path):
-    assert supervisor.get(path).status_code in (302, 404)
+    # A NUL in the path is a 400 with a message (runs/middleware.py RejectNulMiddleware).
+    assert supervisor.get(path).status_code in (302, 400, 404)
 
 
 def test_no_form_field_value_is_a_500(stocked, supervisor):
@@ -127,3 +128,17 @@ def test_a_tampered_artifact_is_never_served_as_if_it_were_good(stocked, supervi
     assert raw.status_code == 404
     assert b"data-tampered" not in raw.content
     assert page.status_code == 200 and b"altered" in page.content.lower()
+
+
+def test_a_nul_character_is_a_400_that_says_so_and_changes_nothing(stocked, supervisor):
+    run = stocked["run"]
+    before = run.last_seq
+
+    query = supervisor.get("/admin/runs/run/", {"q": "run-\x00"})
+    form = supervisor.post(f"/runs/{run.public_id}/approve/", {"fingerprint": "a\x00"})
+
+    for response in (query, form):
+        assert response.status_code == 400
+        assert b"NUL character is not accepted" in response.content
+    run.refresh_from_db()
+    assert run.last_seq == before
