@@ -135,7 +135,7 @@ def test_operator_resumes_the_story_and_watches_it_succeed(page, live_server, us
         has=page.get_by_role("link", name=run.public_id, exact=True)
     )
     expect(row).to_contain_text("Interrupted")
-    expect(page.get_by_text("1 run needs a human.")).to_be_visible()
+    expect(page.get_by_text("1 run needs a human")).to_be_visible()
     shot(page, "inbox.png")
 
     # The run page: where it stopped, and what it did before.
@@ -245,8 +245,10 @@ def test_supervisor_resolves_a_blocked_never_effect_and_the_plan_unblocks(page, 
     expect(blockers).to_contain_text("charge_card (promote-charge) is NEVER")
     expect(page.get_by_role("button", name="Strict resume")).to_be_disabled()
 
-    blockers.get_by_role("link", name="Resolve it in the effect ledger").click()
-    page.get_by_role("link", name="charge_card:promote-charge [unknown]").click()
+    # The blocker links straight to the unsettled effect; its page leads to the ledger edit.
+    blockers.get_by_role("link", name=re.compile(r"^Resolve ")).click()
+    expect(page).to_have_url(re.compile(r"/effects/\d+/$"))
+    page.get_by_role("link", name="edit the ledger with a reason").click()
     expect(page.get_by_role("heading", name="Change effect")).to_be_visible()
     page.get_by_label("Status").select_option("failed")
 

@@ -85,7 +85,11 @@ def test_a_resumed_run_traces_each_stage_and_call_and_links_the_resumed_attempt(
         (s for s in finished if s.name.startswith("stage ")), key=lambda s: s.start_time
     )
     tools = [s for s in finished if s.name.startswith("execute_tool ")]
-    assert len(stages) + len(tools) == len(finished)
+    # A model tool's request is a GenAI "chat <model>" span of its own, inside its call's.
+    chats = [s for s in finished if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert len(stages) + len(tools) + len(chats) == len(finished)
+    tool_spans = {t.context.span_id for t in tools}
+    assert chats and all(chat.parent.span_id in tool_spans for chat in chats)
 
     # The tree: a stage job is a root span; each call is its child, in its trace, same stage.
     roots = {s.context.span_id: s for s in stages}
