@@ -8,20 +8,19 @@ from __future__ import annotations
 from django.db import close_old_connections, connections
 
 from runs import notify
-from runs.execution import engine, hooks
+from runs.execution import engine, hooks, outage
 from runs.models import Run
 from runs.planning import stored_plans, triage
 
 
 def execute_stage(run_pk: int, stage: str, ticket: str) -> str:
-    # No close_old_connections() here: the worker opened this connection a moment ago to see
+    # No close_old_connections() here: the worker checked this connection a moment ago to see
     # that the database answers (ResumerWorker), and closing it would cost a connect per job.
     try:
         # RQ pickles the result: the plain word reads anywhere without importing Resumer.
         return engine.execute(run_pk, stage, ticket, hooks=hooks.installed()).value
     finally:
-        # The worker's process lives on between jobs; never carry a connection across them.
-        connections.close_all()
+        outage.keep_for_next_job()
 
 
 def compute_plan(run_pk: int) -> str:

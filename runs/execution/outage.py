@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Callable
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, connections
 
 log = logging.getLogger("runs.worker")
 
@@ -26,17 +26,36 @@ LONGEST_WAIT = 5.0
 
 
 def database_answers() -> bool:
-    """Whether the database takes a query now, on this thread's connection (opened, or
-    opened again if the server dropped it): a job that follows uses that connection."""
-    try:
-        if connection.connection is not None and not connection.is_usable():
+    """Whether the database takes a query now, on this thread's connection (the one kept
+    from the last job, opened again if the server dropped it): a job that follows uses that
+    connection. The query is the health check: a kept connection that fails it is replaced
+    once before the answer is no."""
+    for _ in range(2 if connection.connection is not None else 1):
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            return True
+        except DatabaseError:
             connection.close()
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-        return True
-    except DatabaseError:
-        connection.close()
-        return False
+    return False
+
+
+def keep_for_next_job() -> None:
+    """After a stage job: keep this thread's connection for the next job, unless it may be
+    in a state a job must not inherit. A new connection per job cost more than the stage's
+    own statements, on both sides: the client's connect, and on PostgreSQL a new backend
+    whose caches start cold and whose prepared statements (prepare_threshold) were never
+    reused. What could carry over is closed instead: a transaction left open (an atomic
+    block a crash unwound badly), an error the connection saw (Django's errors_occurred),
+    or autocommit switched off. Session settings do not carry over: the ledger's are
+    transaction-local (sql/postgresql.py), and maintenance() restores its own."""
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None:
+            continue
+        if conn.in_atomic_block or conn.errors_occurred or not conn.get_autocommit():
+            conn.close()
+        elif conn.vendor == "postgresql" and conn.connection.info.transaction_status:
+            conn.close()  # not idle: a statement or transaction still open on the server
 
 
 def connection_lost(exc: BaseException) -> bool:
