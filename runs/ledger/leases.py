@@ -10,14 +10,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection
-from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Value
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models.functions import Now
 
 from runs import ids
+from runs.ledger.sql import for_connection
+from runs.ledger.sql.base import db_now_plus
 from runs.models import Lease
 
 log = logging.getLogger("runs.leases")
@@ -41,14 +41,6 @@ class LeaseBusy(Exception):
 
 def ttl_seconds() -> float:
     return float(settings.RESUMER_LEASE_TTL)
-
-
-def db_now_plus(seconds: float):
-    """`now() + seconds` evaluated by the database, so every process agrees on time."""
-    return ExpressionWrapper(
-        Now() + Value(timedelta(seconds=seconds), output_field=DurationField()),
-        output_field=DateTimeField(),
-    )
 
 
 def _clock() -> float:
@@ -85,6 +77,8 @@ class HeldLease:
         self.ttl = ttl
         self.deadline = read_at + ttl - _margin(ttl)
         self.lost = threading.Event()
+        # Set once a transaction that released the lease committed (release_with_transaction).
+        self.released = False
 
     def renewed(self, read_at: float, ttl: float | None = None) -> None:
         ttl = self.ttl if ttl is None else ttl
@@ -131,12 +125,22 @@ def acquire(run_id: int, holder: str, *, ttl: float | None = None, takeover: boo
     decide that the previous holder is gone; the token bump fences it if it is not.
     """
     ttl = ttl_seconds() if ttl is None else ttl
+    if not takeover:
+        # The common case, a stage job taking a released lease: one statement that bumps
+        # the token only if the lease is free, and returns it. Two callers racing both run
+        # it; the row lock orders them and the second finds the lease taken.
+        db = connections[DEFAULT_DB_ALIAS]
+        with db.cursor() as cursor:
+            token = for_connection(db).take_lease(cursor, run_id, holder, ttl)
+        if token is not None:
+            return token
+        if not Lease.objects.filter(run_id=run_id).exists():
+            raise Lease.DoesNotExist(f"{ids.run_id(run_id)} has no lease row")
+        raise LeaseBusy(f"{ids.run_id(run_id)} is leased by another worker")
     seen = Lease.objects.filter(run_id=run_id).values_list("token", flat=True).first()
     if seen is None:
         raise Lease.DoesNotExist(f"{ids.run_id(run_id)} has no lease row")
     query = Lease.objects.filter(run_id=run_id, token=seen)
-    if not takeover:
-        query = query.filter(expires_at__lte=Now())
     # A concurrent taker that bumped the token after our read makes this match nothing:
     # it won, we report busy, and no two callers ever hold the same token.
     updated = query.update(
@@ -161,8 +165,22 @@ def renew(run_id: int, token: int, *, ttl: float | None = None) -> None:
 
 
 def release(run_id: int, token: int) -> bool:
-    """Give the lease up early so the next stage's worker can take it at once."""
-    return Lease.objects.filter(run_id=run_id, token=token).update(holder="", expires_at=Now()) == 1
+    """Give the lease up early so the next stage's worker can take it at once. Inside a
+    transaction it goes with that transaction's commit (a checkpoint's carries it)."""
+    db = connections[DEFAULT_DB_ALIAS]
+    with db.cursor() as cursor:
+        return for_connection(db).release_lease(cursor, run_id, token)
+
+
+def release_with_transaction(held: HeldLease) -> None:
+    """release() as the open transaction's last write: given up when that transaction
+    commits, still held (and released the usual way) if it rolls back."""
+    release(held.run_id, held.token)
+
+    def released() -> None:
+        held.released = True
+
+    transaction.on_commit(released)
 
 
 def holds(run_id: int, token: int) -> bool:
