@@ -33,7 +33,7 @@ from runs.execution.asking import StageWaiting
 from runs.execution.context import StageContext
 from runs.execution.durable_call import StageStopped
 from runs.execution.hooks import CallHooks
-from runs.ledger import artifacts, leases
+from runs.ledger import artifacts, chain, heads, leases
 from runs.ledger.append import HeadLost, LeaseLost, Writer, append, check_head, create_run
 from runs.ledger.checkpoints import write_checkpoint
 from runs.models import Event, Run
@@ -174,7 +174,8 @@ def _execute(
     finally:
         if heartbeat.is_alive():
             heartbeat.stop()
-        leases.release(run_pk, held.token)
+        if not held.released:
+            leases.release(run_pk, held.token)
 
 
 def _lost_mid_stage(writer: Writer, stage_name: str) -> Outcome:
@@ -237,34 +238,42 @@ def _acquire_for_ticket(run_pk: int, ticket: str, holder: str) -> leases.HeldLea
 
 def _begin(writer: Writer, stage_name: str, ticket: str) -> Run | None:
     """Consume the ticket and append STARTED, or find that this job has nothing to do (a
-    duplicate delivery, a stage already done, a run an operator has not resumed)."""
-    with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=writer.run_id)
-        if (
-            not ticket
-            or run.ticket != ticket
-            or run.current_stage != stage_name
-            or not run.is_active
-        ):
-            return None
-        pipeline = registry.get(run.pipeline)
-        stage = pipeline.stage(stage_name)
-        append(
-            writer,
-            Event.Type.STARTED,
-            stage=stage_name,
-            inputs={name: run.inputs.get(name) for name in stage.consumes},
-            payload={
-                "worker": writer.actor,
-                "token": writer.token,
-                "attempt": run.attempt,
-                **tracing.started(run, stage_name),  # {} unless tracing is on
-            },
-            status=Run.Status.RUNNING,
-            ticket="",
-            queued_at=None,
-        )
-    run.refresh_from_db()
+    duplicate delivery, a stage already done, a run an operator has not resumed).
+
+    The run is read without a lock and not read again: this worker has just taken its lease,
+    and while the token holds nobody else appends (every writer takes the lease, bumping the
+    token), and the ticket moves only with the head (append's run fields). So STARTED is the
+    guarded append, one statement that writes only if the token, its expiry and the head
+    read here all still hold; if anything moved, it writes nothing and append's locked path
+    decides (LeaseLost for a token that was taken over)."""
+    if not ticket:
+        return None
+    run = heads.run_for_writer(writer.run_id, writer.token)
+    if run is None or run.ticket != ticket or run.current_stage != stage_name or not run.is_active:
+        return None
+    stage = registry.get(run.pipeline).stage(stage_name)
+    started = append(
+        writer,
+        Event.Type.STARTED,
+        stage=stage_name,
+        inputs={name: run.inputs.get(name) for name in stage.consumes},
+        payload={
+            "worker": writer.actor,
+            "token": writer.token,
+            "attempt": run.attempt,
+            **tracing.started(run, stage_name),  # {} unless tracing is on
+        },
+        status=Run.Status.RUNNING,
+        ticket="",
+        queued_at=None,
+    )
+    # What the append moved, as a read would now return it (the stage reads the run's
+    # status, head and ticket; nothing in a stage reads its clock columns).
+    run.status, run.ticket, run.queued_at = Run.Status.RUNNING, "", None
+    run.last_seq, run.head_hash, run.version = started.seq, started.hash, run.version + 1
+    run.head_anchor = chain.head_anchor(run.pk, started.seq, started.hash)
+    run.attention = Run.attention_for(run.status, run.deviated)
+    run.severity = Run.severity_for(run.status, run.deviated)
     return run
 
 
@@ -350,6 +359,10 @@ def _checkpoint(
             if ctx.contract is not None and not ctx.deviated:
                 _verdict(ctx)
             append(writer, Event.Type.SUCCEEDED, payload={}, status=Run.Status.SUCCEEDED)
+        # Last in the transaction (every write before it is fenced by the lease it gives
+        # up): the next stage's job, queued on commit, finds the lease free instead of
+        # waiting for this worker's release, and the release costs no commit of its own.
+        leases.release_with_transaction(ctx.held)
 
 
 def _verdict(ctx: StageContext) -> None:

@@ -9,11 +9,10 @@ the SQL it runs is the vendor's (runs/ledger/sql/).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -21,6 +20,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models.functions import Now
 
 from runs import ids, signals
+from runs.ledger import heads
 from runs.ledger.leases import LeaseLost
 from runs.ledger.rows import (
     Head,
@@ -106,7 +106,7 @@ def append(
         run_fields=run_fields,
     )
     connection = connections[DEFAULT_DB_ALIAS]
-    known = _known_heads.get((connection.alias, writer.run_id, writer.token))
+    known = heads.known(connection.alias, writer.run_id, writer.token)
     guarded = _can_guard(connection, known, new)
     if guarded and not connection.in_atomic_block and connection.get_autocommit():
         # The common case, a tool call's event: no caller's transaction is open, so the
@@ -234,50 +234,21 @@ def deferred_commit(flush: bool = False) -> Iterator[None]:
             _deferral.reset(token)
 
 
-# Run heads this process wrote last, per (database, run, token): what the guarded append
-# needs to know. A stale entry costs one statement that writes nothing, never a wrong write.
-_known_heads: dict[tuple[str, int, int], Head] = {}
-_known_heads_lock = threading.Lock()
-_KNOWN_HEADS_MAX = 1024
-
-
 def _appended(
     connection, writer: Writer, head: Head, event: Event, new: NewEvent, *, committed: bool = False
 ) -> Event:
-    _remember(connection, writer.token, head, event, new, committed)
-    if not committed and connection.in_atomic_block:
-        # Committed with the caller's transaction, if it is: only then may check_head() count
-        # on it (a rolled-back write is not a lost one).
-        key, seq = (connection.alias, head.pk, writer.token), event.seq
-        transaction.on_commit(lambda: _committed(key, seq), using=connection.alias)
+    after = Head(
+        head.pk,
+        head.pipeline,
+        new.status or head.status,
+        event.seq,
+        event.hash,
+        bool(new.run_fields.get("deviated", head.deviated)),
+        event.seq if committed else 0,
+    )
+    heads.remember(connection.alias, writer.token, after, committed)
     _after_append(event, head, new)
     return event
-
-
-def _committed(key: tuple[str, int, int], seq: int) -> None:
-    with _known_heads_lock:
-        known = _known_heads.get(key)
-        if known is not None and known.committed_seq < seq:
-            _known_heads[key] = replace(known, committed_seq=seq)
-
-
-def _remember(
-    connection, token: int, head: Head, event: Event, new: NewEvent, committed: bool
-) -> None:
-    key = (connection.alias, head.pk, token)
-    with _known_heads_lock:
-        before = _known_heads.get(key)
-        if before is None and len(_known_heads) >= _KNOWN_HEADS_MAX:
-            del _known_heads[next(iter(_known_heads))]  # the oldest entry
-        _known_heads[key] = Head(
-            head.pk,
-            head.pipeline,
-            new.status or head.status,
-            event.seq,
-            event.hash,
-            bool(new.run_fields.get("deviated", head.deviated)),
-            event.seq if committed else (before.committed_seq if before else 0),
-        )
 
 
 def _after_append(event: Event, head: Head, new: NewEvent) -> None:
@@ -344,7 +315,7 @@ def check_head(writer: Writer) -> None:
     gone from the log. A worker whose connection died mid-stage asks this once the database
     answers again, before anything else: its next write may never come (it stops), and the
     run's INTERRUPTED would then fill the gap unnoticed."""
-    known = _known_heads.get((DEFAULT_DB_ALIAS, writer.run_id, writer.token))
+    known = heads.known(DEFAULT_DB_ALIAS, writer.run_id, writer.token)
     if known is None or not known.committed_seq:
         return
     mine = Event.objects.filter(run_id=writer.run_id, seq=known.committed_seq, token=writer.token)
