@@ -27,6 +27,10 @@ __all__ = [
 
 def checkpoint_id(run: Run, stage: str) -> str:
     base = f"{run.public_id}:{stage}-verified"
+    if not run.attempt:
+        # A run never resumed verifies each stage once (a stage runs again only on an
+        # approved resume, which counts an attempt): no count needed on the common path.
+        return base
     taken = Checkpoint.objects.filter(run=run, stage=stage).count()
     return base if taken == 0 else f"{base}-{taken + 1}"
 
