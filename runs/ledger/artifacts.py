@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
-from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections
 
+from runs.ledger.sql import boundary_for
 from runs.models import Artifact, Run
 
 URI_RE = re.compile(r"^artifact://(?P<name>[A-Za-z0-9_./-]+)/v(?P<version>\d+)$")
@@ -70,21 +70,20 @@ def store(name: str, data: bytes, content_type: str, *, run: Run | None = None) 
         # row gets a fresh copy under a new name: a re-executed stage must not seal a
         # checkpoint on bytes that already fail verify().
         path = default_storage.save(path, ContentFile(data))
+    db = connections[DEFAULT_DB_ALIAS]
     for _ in range(5):
-        try:
-            with transaction.atomic():
-                latest = Artifact.objects.filter(name=name).aggregate(v=Max("version"))["v"] or 0
-                return Artifact.objects.create(
-                    name=name,
-                    version=latest + 1,
-                    sha256=digest,
-                    size=len(data),
-                    content_type=content_type,
-                    blob=path,
-                    run=run,
-                )
-        except IntegrityError:
-            continue  # another writer took this version number; take the next one
+        artifact = Artifact(
+            name=name,
+            sha256=digest,
+            size=len(data),
+            content_type=content_type,
+            blob=path,
+            run=run,
+        )
+        with db.cursor() as cursor:
+            if boundary_for(db).insert_next_version(cursor, db, artifact):
+                return artifact
+        # Another writer took this version number (nothing was written): take the next one.
     raise IntegrityError(f"could not allocate a version for artifact {name!r}")
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from django.conf import settings
 
 from runs.ledger import artifacts
+from runs.ledger.canonical import CANONICAL, canonical_json
 from runs.models import Checkpoint, Event
 
 __all__ = [
@@ -39,14 +40,6 @@ __all__ = [
     "manifest_hash",
     "manifest_ok",
 ]
-
-# One encoder for every call: json.dumps() with these options builds a new one each time, and
-# the append path encodes four values per event. encode() keeps no state between calls.
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
-
-
-def canonical_json(value: Any) -> str:
-    return _CANONICAL.encode(value)
 
 
 def digest(value: Any) -> str:
@@ -80,7 +73,7 @@ def encoded_event_hash(
     append as much again. The text is the one canonical_json() gives the content: keys in
     sorted order, each value encoded alone (test_ledger checks the two agree). Its keywords
     are the event row's columns (sql.EventRow), so a row's fields can be passed as they are."""
-    enc = _CANONICAL.encode
+    enc = CANONICAL.encode
     # The encoder takes a fast path for a str only; an int goes through a new iterencode
     # each time, three per event, where JSON's text for an int is its decimal digits.
     text = (

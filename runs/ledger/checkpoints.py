@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
+from contextlib import nullcontext
 from functools import reduce
 from typing import Any
 
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Q
 
 from runs.ledger import derived
 from runs.ledger.append import Writer, append
 from runs.ledger.chain import manifest_hash, manifest_ok
+from runs.ledger.sql import boundary_for
 from runs.models import Checkpoint, Event, Run
 
 __all__ = [
@@ -47,8 +49,12 @@ def write_checkpoint(
     **run_fields: Any,
 ) -> Checkpoint:
     """Append VERIFIED and seal the checkpoint on that seq, in one transaction: a checkpoint
-    without its VERIFIED event (or the reverse) can never be observed."""
-    with transaction.atomic():
+    without its VERIFIED event (or the reverse) can never be observed. Inside a caller's
+    transaction (the engine's) it is that transaction: no savepoint (two round trips), and
+    no atomic(savepoint=False) either, which would mark the caller's transaction for
+    rollback when append refuses (LeaseLost), though append refuses having written nothing."""
+    db = connections[DEFAULT_DB_ALIAS]
+    with nullcontext() if db.in_atomic_block else transaction.atomic():
         verified = append(
             writer,
             Event.Type.VERIFIED,
@@ -67,7 +73,7 @@ def write_checkpoint(
             status=status,
             **run_fields,
         )
-        return Checkpoint.objects.create(
+        checkpoint = Checkpoint(
             id=checkpoint_id(run, stage),
             run=run,
             last_seq=verified.seq,
@@ -75,6 +81,9 @@ def write_checkpoint(
             next_stage=next_stage,
             manifest=manifest,
         )
+        with db.cursor() as cursor:
+            boundary_for(db).seal_checkpoint(cursor, db, checkpoint)
+        return checkpoint
 
 
 def latest_checkpoint(run: Run, stage: str) -> Checkpoint | None:
@@ -82,11 +91,10 @@ def latest_checkpoint(run: Run, stage: str) -> Checkpoint | None:
     branch point inherits (up to that checkpoint's seq, on whichever ancestor holds it)."""
     node: Run | None = run
     limit: int | None = None
+    db = connections[DEFAULT_DB_ALIAS]
     while node is not None:
-        query = Checkpoint.objects.filter(run=node, stage=stage)
-        if limit is not None:
-            query = query.filter(last_seq__lte=limit)
-        found = query.order_by("-last_seq").first()
+        with db.cursor() as cursor:
+            found = boundary_for(db).latest_checkpoint(cursor, db, node.pk, stage, limit)
         if found is not None:
             return found
         point = node.branch_checkpoint

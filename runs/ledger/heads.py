@@ -14,7 +14,7 @@ from dataclasses import replace
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from runs.ledger.rows import Head
-from runs.ledger.sql import for_connection
+from runs.ledger.sql import boundary_for
 from runs.models import Run
 
 _known: dict[tuple[str, int, int], Head] = {}
@@ -66,17 +66,14 @@ def _committed(key: tuple[str, int, int], seq: int) -> None:
 def run_for_writer(run_id: int, token: int) -> Run | None:
     """The run, read for a writer that has just taken its lease under `token`, whose head
     this process then knows (learn()); None when there is no such run. One statement, built
-    once (sql.read_run), not a compiled queryset."""
+    once (sql/boundary.py), not a compiled queryset."""
     db = connections[DEFAULT_DB_ALIAS]
-    sql = for_connection(db)
     with db.cursor() as cursor:
-        values = sql.read_run(cursor, db, run_id)
-    if values is None:
-        return None
-    run = Run.from_db(db.alias, sql.run_fields, values)
-    learn(
-        db.alias,
-        token,
-        Head(run.pk, run.pipeline, run.status, run.last_seq, run.head_hash, run.deviated),
-    )
+        run = boundary_for(db).read_run(cursor, db, run_id)
+    if run is not None:
+        learn(
+            db.alias,
+            token,
+            Head(run.pk, run.pipeline, run.status, run.last_seq, run.head_hash, run.deviated),
+        )
     return run

@@ -16,8 +16,8 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models.functions import Now
 
 from runs import ids
-from runs.ledger.sql import for_connection
-from runs.ledger.sql.base import db_now_plus
+from runs.ledger.sql import boundary_for
+from runs.ledger.sql.boundary import db_now_plus
 from runs.models import Lease
 
 log = logging.getLogger("runs.leases")
@@ -131,7 +131,7 @@ def acquire(run_id: int, holder: str, *, ttl: float | None = None, takeover: boo
         # it; the row lock orders them and the second finds the lease taken.
         db = connections[DEFAULT_DB_ALIAS]
         with db.cursor() as cursor:
-            token = for_connection(db).take_lease(cursor, run_id, holder, ttl)
+            token = boundary_for(db).take_lease(cursor, run_id, holder, ttl)
         if token is not None:
             return token
         if not Lease.objects.filter(run_id=run_id).exists():
@@ -169,7 +169,7 @@ def release(run_id: int, token: int) -> bool:
     transaction it goes with that transaction's commit (a checkpoint's carries it)."""
     db = connections[DEFAULT_DB_ALIAS]
     with db.cursor() as cursor:
-        return for_connection(db).release_lease(cursor, run_id, token)
+        return boundary_for(db).release_lease(cursor, run_id, token)
 
 
 def release_with_transaction(held: HeldLease) -> None:

@@ -33,6 +33,7 @@ from runs.ledger.sql.base import (
     Moves,
     Written,
 )
+from runs.ledger.sql.boundary import BoundarySQL
 from runs.ledger.sql.postgresql import PostgreSQLAppend
 from runs.ledger.sql.sqlite import SQLiteAppend
 
@@ -41,6 +42,7 @@ __all__ = [
     "EVENT_COLUMNS",
     "SETTLE_COLUMNS",
     "AppendSQL",
+    "BoundarySQL",
     "EffectClaim",
     "EffectSettle",
     "EffectWrite",
@@ -50,11 +52,13 @@ __all__ = [
     "PostgreSQLAppend",
     "SQLiteAppend",
     "Written",
+    "boundary_for",
     "for_connection",
 ]
 
 VENDORS: dict[str, type[AppendSQL]] = {"sqlite": SQLiteAppend, "postgresql": PostgreSQLAppend}
 _built: dict[str, AppendSQL] = {}
+_boundaries: dict[str, BoundarySQL] = {}
 
 
 def for_connection(connection) -> AppendSQL:
@@ -67,4 +71,12 @@ def for_connection(connection) -> AppendSQL:
                 f"Resumer supports SQLite and PostgreSQL, not {connection.vendor}"
             )
         built = _built[connection.vendor] = vendor(connection)
+    return built
+
+
+def boundary_for(connection) -> BoundarySQL:
+    """The stage boundary's statements for this connection's vendor (boundary.py)."""
+    built = _boundaries.get(connection.vendor)
+    if built is None:
+        built = _boundaries[connection.vendor] = BoundarySQL(connection, for_connection(connection))
     return built

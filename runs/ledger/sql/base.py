@@ -11,14 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, ClassVar, NamedTuple
 
-from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Value
 from django.db.models.functions import Now
 from django.db.models.sql import Query
 
-from runs.ledger.chain import canonical_json
+from runs.ledger.canonical import canonical_json
 from runs.models import Effect, Event, Lease, Run
 
 __all__ = [
@@ -113,14 +111,6 @@ class KeyTaken(Exception):
     """The claimed delivery key has an effect already: nothing was written."""
 
 
-def db_now_plus(seconds: float):
-    """`now() + seconds` evaluated by the database, so every process agrees on time."""
-    return ExpressionWrapper(
-        Now() + Value(timedelta(seconds=seconds), output_field=DurationField()),
-        output_field=DateTimeField(),
-    )
-
-
 def guard(row: EventRow) -> tuple[int, int | None, int, str]:
     """The fence's parameters for a guarded write of `row`, in the order `AppendSQL.fence`
     and the head check after it take them: the run, the writer's token, and the head the row
@@ -152,8 +142,6 @@ class AppendSQL:
         self._build_event_insert()
         self._build_effect_writes()
         self._build_effect_read(connection)
-        self._build_lease_writes(connection)
-        self._build_run_read(connection)
 
     def _build_fence(self, connection) -> None:
         qn = self.qn
@@ -209,44 +197,6 @@ class AppendSQL:
         self.created_at_column, self.created_at_converters = _converters(
             Event._meta.get_field("created_at"), connection
         )
-
-    def _build_lease_writes(self, connection) -> None:
-        # The lease's writes as single statements, compiled once: taking a free lease is one
-        # UPDATE that bumps the token and returns it (a read and a compare-and-set before),
-        # and release is one UPDATE a checkpoint's transaction can carry.
-        qn = self.qn
-        lease_t = qn(Lease._meta.db_table)
-        query = Query(Lease)
-        compiler = query.get_compiler(connection=connection)
-        # now() + ttl on the database's clock, as db_now_plus() says it: the SQL takes the
-        # TTL as its one parameter.
-        self.now_plus, (self.ttl_example,) = compiler.compile(
-            db_now_plus(1.0).resolve_expression(query)
-        )
-        run, token, expires = qn(Lease._meta.pk.column), qn("token"), qn("expires_at")
-        self.take = (
-            f"UPDATE {lease_t} SET {token} = {token} + 1, {qn('holder')} = %s, "
-            f"{expires} = {self.now_plus}, {qn('heartbeat_at')} = {self.now}, "
-            f"{qn('acquired_at')} = {self.now} "
-            f"WHERE {run} = %s AND {expires} <= {self.now} RETURNING {token}"
-        )
-        self.release = (
-            f"UPDATE {lease_t} SET {qn('holder')} = '', {expires} = {self.now} "
-            f"WHERE {run} = %s AND {token} = %s"
-        )
-
-    def _build_run_read(self, connection) -> None:
-        # A run's row as Run.from_db() takes it, for the stage job that has just taken the
-        # lease (engine._begin): compiling a queryset for it cost more than the query.
-        qn = self.qn
-        fields = Run._meta.concrete_fields
-        self.run_fields = tuple(field.attname for field in fields)
-        self.find_run = (
-            f"SELECT {', '.join(qn(field.column) for field in fields)} FROM {self.run_table} "
-            f"WHERE {qn('id')} = %s"
-        )
-        read = [(i, *_converters(field, connection)) for i, field in enumerate(fields)]
-        self.run_converters = [(i, column, fns) for i, column, fns in read if fns]
 
     # --- statements ---------------------------------------------------------------------
 
@@ -405,28 +355,6 @@ class AppendSQL:
             values[i] = _convert(values[i], column, converters, connection)
         return values
 
-    def take_lease(self, cursor, run_id: int, holder: str, ttl: float) -> int | None:
-        """Take the run's lease if it is free (expired or released): the new fencing token,
-        or None when it is held or the run has no lease row."""
-        ttl_param = _scaled(self.ttl_example, ttl)
-        row = self.first_row(cursor, self.take, [holder, ttl_param, run_id])
-        return row[0] if row else None
-
-    def release_lease(self, cursor, run_id: int, token: int) -> bool:
-        """Give the lease up if `token` still holds it; whether it did."""
-        return self.execute(cursor, self.release, [run_id, token]).rowcount == 1
-
-    def read_run(self, cursor, connection, pk: int) -> list[Any] | None:
-        """The run's values in `run_fields` order, converted as a query would (for
-        Run.from_db), or None."""
-        row = self.first_row(cursor, self.find_run, [pk])
-        if row is None:
-            return None
-        values = list(row)
-        for i, column, converters in self.run_converters:
-            values[i] = _convert(values[i], column, converters, connection)
-        return values
-
     def created_at(self, value: Any, connection, pk: int) -> Any:
         """The returned created_at run through the converters the ORM would apply (SQLite
         returns text); read back when the insert could not return it."""
@@ -444,14 +372,6 @@ class AppendSQL:
     def set_maintenance(self, connection, on: bool) -> None:
         """Lift (on) or restore (off) the append-only triggers for this connection only."""
         raise NotImplementedError
-
-
-def _scaled(example: Any, seconds: float) -> Any:
-    """The TTL parameter of `now_plus` for `seconds`, in the form the backend compiled for a
-    TTL of one second (a timedelta on PostgreSQL, microseconds on SQLite)."""
-    if isinstance(example, timedelta):
-        return timedelta(seconds=seconds)
-    return int(round(example * seconds))
 
 
 def _converters(field, connection) -> tuple[Any, list]:

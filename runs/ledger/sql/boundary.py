@@ -1,0 +1,193 @@
+"""The stage boundary's statements outside the append path, each one statement built once per
+database: take and release a run's lease, read the run for its new holder, read the checkpoint
+a stage builds on, seal a checkpoint's row, and name an artifact's next version in its own
+insert. Compiling a queryset for each of these, on every stage job, cost more than running
+the statement (bench/stage_cost.py shows the parts).
+
+The SQL is the same on both vendors (RETURNING, ON CONFLICT, Django's own Now() and duration
+arithmetic compiled for the connection); statements run through the vendor's AppendSQL, so
+SQLite's rewrite-once path applies to them as to the append's.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Model, Value
+from django.db.models.functions import Now
+from django.db.models.sql import Query
+
+from runs.models import Artifact, Checkpoint, Lease, Run
+
+__all__ = ["BoundarySQL", "db_now_plus"]
+
+
+def db_now_plus(seconds: float):
+    """`now() + seconds` evaluated by the database, so every process agrees on time."""
+    return ExpressionWrapper(
+        Now() + Value(timedelta(seconds=seconds), output_field=DurationField()),
+        output_field=DateTimeField(),
+    )
+
+
+class _Reader:
+    """A model's rows as Model.from_db() takes them: its columns in field order, each value
+    through the converters a query would apply (computed once)."""
+
+    def __init__(self, model: type[Model], connection, where: str, tail: str = "") -> None:
+        qn = connection.ops.quote_name
+        fields = model._meta.concrete_fields
+        self.model = model
+        self.names = tuple(field.attname for field in fields)
+        self.sql = (
+            f"SELECT {', '.join(qn(field.column) for field in fields)} "
+            f"FROM {qn(model._meta.db_table)} WHERE {where}{tail}"
+        )
+        self.converters = []
+        for i, field in enumerate(fields):
+            column = field.get_col(model._meta.db_table)
+            found = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+            if found:
+                self.converters.append((i, column, found))
+
+    def instance(self, row: tuple, connection) -> Model:
+        values = list(row)
+        for i, column, converters in self.converters:
+            for converter in converters:
+                values[i] = converter(values[i], column, connection)
+        return self.model.from_db(connection.alias, self.names, values)
+
+
+class BoundarySQL:
+    def __init__(self, connection, append_sql) -> None:
+        self.run_sql = append_sql  # execute() and first_row(), the vendor's way
+        qn = connection.ops.quote_name
+        query = Query(Lease)
+        compiler = query.get_compiler(connection=connection)
+        now, _ = compiler.compile(Now())
+        # now() + ttl: the compiled SQL takes the TTL as its one parameter, in the form the
+        # backend gave it for one second (a timedelta on PostgreSQL, microseconds on SQLite).
+        now_plus, (self._one_second,) = compiler.compile(db_now_plus(1.0).resolve_expression(query))
+        lease, run_col = qn(Lease._meta.db_table), qn(Lease._meta.pk.column)
+        token, expires = qn("token"), qn("expires_at")
+        self.take = (
+            f"UPDATE {lease} SET {token} = {token} + 1, {qn('holder')} = %s, "
+            f"{expires} = {now_plus}, {qn('heartbeat_at')} = {now}, {qn('acquired_at')} = {now} "
+            f"WHERE {run_col} = %s AND {expires} <= {now} RETURNING {token}"
+        )
+        self.release = (
+            f"UPDATE {lease} SET {qn('holder')} = '', {expires} = {now} "
+            f"WHERE {run_col} = %s AND {token} = %s"
+        )
+        self.run = _Reader(Run, connection, f"{qn('id')} = %s")
+        # The newest checkpoint of a stage, optionally up to a branch point's seq
+        # (checkpoints.latest_checkpoint); served by checkpoint_run_seq_unique.
+        latest = f" ORDER BY {qn('last_seq')} DESC LIMIT 1"
+        where = f"{qn('run_id')} = %s AND {qn('stage')} = %s"
+        self.latest = _Reader(Checkpoint, connection, where, latest)
+        self.latest_upto = _Reader(
+            Checkpoint, connection, f"{where} AND {qn('last_seq')} <= %s", latest
+        )
+        checkpoint_columns = ("id", "run_id", "last_seq", "stage", "next_stage", "manifest")
+        self.seal = (
+            f"INSERT INTO {qn(Checkpoint._meta.db_table)} "
+            f"({', '.join(qn(c) for c in checkpoint_columns)}) "
+            f"VALUES ({', '.join(['%s'] * len(checkpoint_columns))}) RETURNING {qn('created_at')}"
+        )
+        self.manifest_field = Checkpoint._meta.get_field("manifest")
+        self.created_at_field = Checkpoint._meta.get_field("created_at")
+        artifact, version, name = qn(Artifact._meta.db_table), qn("version"), qn("name")
+        # The next version of a name in the insert itself: no read before it. Two writers
+        # of one name racing (a name belongs to one run's stage, so only a duplicate
+        # delivery could) both compute the same version; the second's row conflicts and
+        # writes nothing, and the caller asks again.
+        self.next_version = (
+            f"INSERT INTO {artifact} ({name}, {version}, {qn('sha256')}, {qn('size')}, "
+            f"{qn('content_type')}, {qn('blob')}, {qn('run_id')}) "
+            f"SELECT %s, COALESCE(MAX({version}), 0) + 1, %s, %s, %s, %s, %s "
+            f"FROM {artifact} WHERE {name} = %s "
+            f"ON CONFLICT ({name}, {version}) DO NOTHING "
+            f"RETURNING {qn('id')}, {version}, {qn('created_at')}"
+        )
+
+    def ttl(self, seconds: float) -> Any:
+        if isinstance(self._one_second, timedelta):
+            return timedelta(seconds=seconds)
+        return int(round(self._one_second * seconds))
+
+    # --- leases -------------------------------------------------------------------------
+
+    def take_lease(self, cursor, run_id: int, holder: str, ttl: float) -> int | None:
+        """Take the run's lease if it is free (expired or released): the new fencing token,
+        or None when it is held or the run has no lease row."""
+        row = self.run_sql.first_row(cursor, self.take, [holder, self.ttl(ttl), run_id])
+        return row[0] if row else None
+
+    def release_lease(self, cursor, run_id: int, token: int) -> bool:
+        """Give the lease up if `token` still holds it; whether it did."""
+        return self.run_sql.execute(cursor, self.release, [run_id, token]).rowcount == 1
+
+    # --- rows -----------------------------------------------------------------------------
+
+    def read_run(self, cursor, connection, pk: int) -> Run | None:
+        row = self.run_sql.first_row(cursor, self.run.sql, [pk])
+        return None if row is None else self.run.instance(row, connection)
+
+    def latest_checkpoint(
+        self, cursor, connection, run_id: int, stage: str, upto: int | None
+    ) -> Checkpoint | None:
+        if upto is None:
+            reader, params = self.latest, [run_id, stage]
+        else:
+            reader, params = self.latest_upto, [run_id, stage, upto]
+        row = self.run_sql.first_row(cursor, reader.sql, params)
+        return None if row is None else reader.instance(row, connection)
+
+    def seal_checkpoint(self, cursor, connection, checkpoint: Checkpoint) -> None:
+        """Insert `checkpoint`'s row (an unsaved instance), which then reads as saved."""
+        manifest = self.manifest_field.get_db_prep_value(checkpoint.manifest, connection)
+        (created_at,) = self.run_sql.first_row(
+            cursor,
+            self.seal,
+            [
+                checkpoint.id,
+                checkpoint.run_id,
+                checkpoint.last_seq,
+                checkpoint.stage,
+                checkpoint.next_stage,
+                manifest,
+            ],
+        )
+        checkpoint.created_at = _converted(self.created_at_field, created_at, connection)
+        checkpoint._state.adding, checkpoint._state.db = False, connection.alias
+
+    def insert_next_version(self, cursor, connection, artifact: Artifact) -> bool:
+        """Insert `artifact` (unsaved) as the next version of its name; False, having written
+        nothing, when another writer took that version first."""
+        row = self.run_sql.first_row(
+            cursor,
+            self.next_version,
+            [
+                artifact.name,
+                artifact.sha256,
+                artifact.size,
+                artifact.content_type,
+                artifact.blob,
+                artifact.run_id,
+                artifact.name,
+            ],
+        )
+        if row is None:
+            return False
+        artifact.id, artifact.version = row[0], row[1]
+        artifact.created_at = _converted(self.created_at_field, row[2], connection)
+        artifact._state.adding, artifact._state.db = False, connection.alias
+        return True
+
+
+def _converted(field, value: Any, connection) -> Any:
+    column = field.get_col(field.model._meta.db_table)
+    for converter in connection.ops.get_db_converters(column) + field.get_db_converters(connection):
+        value = converter(value, column, connection)
+    return value
