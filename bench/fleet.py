@@ -5,6 +5,8 @@ are approved as groups, every run succeeds, no paid call is made twice).
     .venv/bin/python bench/fleet.py                          # 500 runs; 1, 2, 4, 8 workers; drill
     .venv/bin/python bench/fleet.py --runs 200 --workers 1,8 --outage 20
     .venv/bin/python bench/fleet.py --workers "" --outage 20  # the drill alone
+    .venv/bin/python bench/fleet.py --runs 200 --workers 4 --against 5cf4dee  # CPU per run
+                                                              # against an older commit's
 
 The pipeline (bench/_fleet_pipeline.py) has three stages and five tool calls per run, each
 waiting 50 ms like a remote API: I/O-bound work, registered through RESUMER_PIPELINES for the
@@ -493,12 +495,12 @@ def child_drill(workers: int, runs: int, outage: float, var_dir: Path) -> None:
 # --- parent --------------------------------------------------------------------------------
 
 
-def _env(url: str, var_dir: Path) -> dict[str, str]:
+def _env(url: str, var_dir: Path, bench: Path = BENCH) -> dict[str, str]:
     env = _common.child_env(url, var_dir)
     env.update(
         RESUMER_PIPELINES="_fleet_pipeline.fleet",
         RESUMER_CALL_HOOKS="",
-        PYTHONPATH=os.pathsep.join(filter(None, [str(BENCH), env.get("PYTHONPATH", "")])),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(bench), env.get("PYTHONPATH", "")])),
         FLEET_METER=str(var_dir / "meter"),
         # Workers log a line per job at INFO; the bench reads the database, not the logs.
         RESUMER_LOG_LEVEL="WARNING",
@@ -511,14 +513,61 @@ def _env(url: str, var_dir: Path) -> dict[str, str]:
     return env
 
 
-def _run(args: list[str], prefix: str) -> dict | None:
+def _run(args: list[str], prefix: str, root: Path = _common.ROOT) -> dict | None:
+    """One configuration in a child, on `root`'s code (this checkout, or --against's)."""
     with _common.scratch_database("postgres", PG_DATABASE, prefix) as scratch:
         if scratch is None:
             return None
         url, var_dir = scratch
         return _common.run_child(
-            Path(__file__), [*args, "--var-dir", str(var_dir)], _env(url, var_dir)
+            root / "bench" / "fleet.py",
+            [*args, "--var-dir", str(var_dir)],
+            _env(url, var_dir, root / "bench"),
         )
+
+
+def against(rev: str, runs: int, workers: int, rounds: int) -> None:
+    """CPU per run of this checkout against commit `rev`'s, measured side by side: `rev` is
+    checked out into a temporary git worktree (this checkout's virtualenv runs it), and the
+    two take turns, --rounds times each, alternating which goes first."""
+    tree = _common.scratch_dir("resumer-fleet-against-")
+    subprocess.run(
+        ["git", "-C", str(_common.ROOT), "worktree", "add", "--detach", str(tree), rev],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    sides = {"this checkout": _common.ROOT, rev: tree}
+    per_run: dict[str, list[float]] = {side: [] for side in sides}
+    try:
+        for round_no in range(rounds):
+            order = list(sides) if round_no % 2 == 0 else list(reversed(sides))
+            for side in order:
+                result = _run(
+                    ["--child", "scale", "--count", str(workers), "--runs", str(runs)],
+                    "resumer-fleetbench-",
+                    sides[side],
+                )
+                if result is None:
+                    return
+                cpu = result["worker_cpu_ms_per_run"] + (result["pg_cpu_ms_per_run"] or 0)
+                per_run[side].append(cpu)
+                print(
+                    f"  round {round_no + 1}, {side}: {result['worker_cpu_ms_per_run']:.0f} + "
+                    f"{result['pg_cpu_ms_per_run'] or 0:.0f} = {cpu:.0f} ms per run "
+                    f"(workers + PostgreSQL), {result['steady_rpm']:.0f} runs/min",
+                    flush=True,
+                )
+    finally:
+        subprocess.run(
+            ["git", "-C", str(_common.ROOT), "worktree", "remove", "--force", str(tree)],
+            check=False,
+        )
+    mean = {side: sum(v) / len(v) for side, v in per_run.items()}
+    new, old = mean["this checkout"], mean[rev]
+    print(
+        f"\n  CPU per run, mean of {rounds} rounds: this checkout {new:.0f} ms, {rev} {old:.0f} ms;"
+        f" this checkout / {rev} = {new / old:.2f} (the goal: 0.50 or less)"
+    )
 
 
 def main() -> None:
@@ -528,6 +577,12 @@ def main() -> None:
     parser.add_argument("--outage", type=float, default=20, help="seconds; 0 skips the drill")
     parser.add_argument("--drill-runs", type=int, help="runs in the drill (default: --runs)")
     parser.add_argument("--drill-workers", type=int, default=8)
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="CPU per run against commit REV's, side by side (the first of --workers)",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="with --against: turns per side")
     parser.add_argument("--child", choices=("scale", "drill"), help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--var-dir", help=argparse.SUPPRESS)
@@ -540,6 +595,14 @@ def main() -> None:
         return
 
     counts = [int(w) for w in args.workers.split(",") if w.strip()]
+    if args.against:
+        print(
+            f"fleet on PostgreSQL, this checkout against {args.against}: {args.runs} runs of 3 "
+            f"stages / 5 tool calls waiting 50 ms each, {counts[0]} worker processes, "
+            f"{args.rounds} rounds (load average {os.getloadavg()[0]:.1f})"
+        )
+        against(args.against, args.runs, counts[0], args.rounds)
+        return
     print(
         f"fleet on PostgreSQL: {args.runs} runs of 3 stages / 5 tool calls waiting 50 ms each, "
         f"with {', '.join(map(str, counts)) or 'no'} worker processes (os.cpu_count()="
