@@ -65,41 +65,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common
+import _target
 from dbos import DBOS, DBOSConfig, SetWorkflowID
-from fleet import _machine_cpu, _postgres_cpu, _proc_cpu, _stat
+from fleet import _machine_cpu, _paid_calls, _percentile, _postgres_cpu, _proc_cpu, _stat
 
 APP = "resumer-fleet-peer"
 RUN_QUEUE = "fleet_runs"
 STAGE_QUEUE = "fleet_stages"
 STAGES = 3
 PAID_CALLS_PER_RUN = 2  # render, post
-WAIT = float(os.environ.get("FLEET_TOOL_WAIT", "0.05"))
 POLL = float(os.environ.get("DBOS_FLEET_POLL", "0.1"))
 
 
 # --- the pipeline ---------------------------------------------------------------------------
-
-
-def _meter() -> Path:
-    path = Path(os.environ["FLEET_METER"])
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _bill(key: str, what: str) -> str:
-    """The target receives a paid call: billed once per key, a repeat is recorded (as
-    bench/_fleet_pipeline.py's _bill)."""
-    time.sleep(WAIT)
-    path = _meter() / key
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        with open(_meter() / "repeats", "a") as handle:
-            handle.write(f"{key} {what}\n")
-    else:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(what)
-    return f"{what}-{key[:12]}"
 
 
 def _key(run_id: str, kind: str) -> str:
@@ -113,13 +91,13 @@ def _check(ok: bool, rule: str) -> None:
 
 @DBOS.step()
 def fetch(source: str) -> dict:
-    time.sleep(WAIT)
+    time.sleep(_target.WAIT)
     return {"items": [f"{source}-{i}" for i in range(3)]}
 
 
 @DBOS.step()
 def render(key: str, text: str) -> dict:
-    return {"external_id": _bill(key, "render"), "size": len(text)}
+    return {"external_id": _target.bill(key, "render"), "size": len(text)}
 
 
 @DBOS.step()
@@ -130,7 +108,7 @@ def store_artifact(body: str) -> str:
 
 @DBOS.step()
 def post(key: str, image: str) -> dict:
-    return {"external_id": _bill(key, "post")}
+    return {"external_id": _target.bill(key, "post")}
 
 
 @DBOS.workflow()
@@ -201,21 +179,6 @@ def worker(index: int, url: str, ready: Path) -> None:
     ready.touch()
     stopping.wait()
     DBOS.destroy()
-
-
-def _percentile(values: list[float], pct: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(pct / 100 * len(ordered) + 0.5) - 1))
-    return ordered[index]
-
-
-def _paid_calls(meter: Path) -> dict[str, int]:
-    billed = sum(1 for p in meter.iterdir() if p.name != "repeats") if meter.exists() else 0
-    repeats_file = meter / "repeats"
-    repeats = len(repeats_file.read_text().splitlines()) if repeats_file.exists() else 0
-    return {"billed_keys": billed, "repeats": repeats}
 
 
 def driver(args: argparse.Namespace) -> None:

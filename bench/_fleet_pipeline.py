@@ -6,10 +6,7 @@ processes (nothing in Resumer names it):
 
     PYTHONPATH=bench RESUMER_PIPELINES=_fleet_pipeline.fleet
 
-The target is a folder (FLEET_METER): a paid call creates a file named by its delivery key
-(O_EXCL, so it is billed once), and a second call with the same key is an idempotent replay
-that bills nothing but is written down in `repeats`. That is what "zero duplicate paid calls"
-is counted from: one file per key, and no repeat.
+The target is a folder (FLEET_METER) that meters what it receives (bench/_target.py).
 
     gather   fetch ×2 (SAFE)
     compose  fetch (SAFE), render (IDEMPOTENT, $0.002), a small artifact
@@ -20,54 +17,31 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from decimal import Decimal
-from pathlib import Path
+
+import _target
 
 from runs.models import ReplayPolicy
 from runs.pipeline import Call, KeyParts, Pipeline, Reconciliation, Rule, Stage, StageOutput, Tool
 
-WAIT = float(os.environ.get("FLEET_TOOL_WAIT", "0.05"))
-
-
-def _meter() -> Path:
-    path = Path(os.environ.get("FLEET_METER", "var/fleet-meter"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _bill(key: str, what: str) -> str:
-    """The target receives a paid call: billed once per key, a repeat is recorded."""
-    time.sleep(WAIT)
-    path = _meter() / key
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        with open(_meter() / "repeats", "a") as handle:
-            handle.write(f"{key} {what}\n")
-    else:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(what)
-    return f"{what}-{key[:12]}"
-
 
 def fetch(args: dict, key: str) -> dict:
-    time.sleep(WAIT)
+    time.sleep(_target.WAIT)
     return {"items": [f"{args['source']}-{i}" for i in range(3)]}
 
 
 def render(args: dict, key: str) -> dict:
-    return {"external_id": _bill(key, "render"), "size": len(args["text"])}
+    return {"external_id": _target.bill(key, "render"), "size": len(args["text"])}
 
 
 def post(args: dict, key: str) -> dict:
-    return {"external_id": _bill(key, "post")}
+    return {"external_id": _target.bill(key, "post")}
 
 
 def find_post(effect) -> Reconciliation:
-    time.sleep(WAIT)  # asking the target is a remote call too
-    if (_meter() / effect.delivery_key).exists():
+    time.sleep(_target.WAIT)  # asking the target is a remote call too
+    if (_target.meter() / effect.delivery_key).exists():
         return Reconciliation(True, True, f"post-{effect.delivery_key[:12]}", detail="posted")
     return Reconciliation(False, detail="no such post")
 
