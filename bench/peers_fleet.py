@@ -30,7 +30,8 @@ The rounds alternate the order (Resumer first in odd rounds, DBOS first in even 
 drift of the machine's load falls on both sides. Only the ratio within one run means anything.
 
 PEERS_VENV (default /tmp/resumer-peers-venv) is the venv with DBOS; it is created with
-`pip install dbos 'psycopg[binary]'` when missing. The scratch databases are BENCH_PG_DATABASE
+`pip install dbos==3.4.0 'psycopg[binary]==3.3.9'` (PEER_PACKAGES, the versions measured)
+when missing. The scratch databases are BENCH_PG_DATABASE
 (default `resumer_peersfleet`) and the same name + `_dbos`, on BENCH_PG_URL's server; both are
 created and dropped.
 """
@@ -55,6 +56,8 @@ import _common
 import fleet
 
 BENCH = Path(__file__).resolve().parent
+# Pinned: the versions the README's figures were measured with.
+PEER_PACKAGES = ("dbos==3.4.0", "psycopg[binary]==3.3.9")
 PEERS_VENV = Path(os.environ.get("PEERS_VENV", "/tmp/resumer-peers-venv"))
 
 
@@ -64,7 +67,7 @@ def _peers_python() -> Path:
         print(f"creating {PEERS_VENV} with dbos", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(PEERS_VENV)], check=True)
         subprocess.run(
-            [str(PEERS_VENV / "bin" / "pip"), "install", "-q", "dbos", "psycopg[binary]"],
+            [str(PEERS_VENV / "bin" / "pip"), "install", "-q", *PEER_PACKAGES],
             check=True,
         )
     return python
