@@ -6,8 +6,10 @@ import hashlib
 from pathlib import Path
 
 import pytest
+from django.db import transaction
 
 from runs.ledger import artifacts
+from runs.ledger.sql import boundary_for
 from runs.models import Artifact, ImmutableRowError
 
 
@@ -29,6 +31,42 @@ def test_store_gives_the_next_version_of_a_name(media):
     assert (first.uri, second.uri) == ("artifact://facts/v1", "artifact://facts/v2")
     assert artifacts.read("artifact://facts/v1") == b"one"
     assert artifacts.read("artifact://facts/v2") == b"two"
+
+
+def test_a_stored_artifact_is_the_row_the_database_holds(media):
+    stored = artifacts.store("facts", b"one", "application/json")
+    row = Artifact.objects.get(pk=stored.pk)
+    assert (row.name, row.version, row.sha256, row.size, row.blob, row.created_at) == (
+        stored.name,
+        stored.version,
+        stored.sha256,
+        stored.size,
+        stored.blob,
+        stored.created_at,
+    )
+
+
+def test_a_version_taken_in_the_same_transaction_writes_nothing_and_the_next_one_is_used(media):
+    with transaction.atomic():
+        first = artifacts.store("facts", b"one", "application/json")
+        # The insert's own conflict (a duplicate delivery storing the same name at once):
+        # nothing written, and the transaction still takes statements, with no savepoint.
+        clash = Artifact(
+            name="facts", sha256=first.sha256, size=3, content_type="x", blob=first.blob
+        )
+        db = transaction.get_connection()
+        with db.cursor() as cursor:
+            sql = boundary_for(db)
+            taken = sql.run_sql.first_row(
+                cursor,
+                sql.next_version.replace("COALESCE(MAX", "0 * COALESCE(MAX"),
+                ["facts", first.sha256, 3, "x", first.blob, None, "facts"],
+            )
+        assert taken is None
+        second = artifacts.store("facts", b"two", "application/json")
+    assert clash.pk is None
+    assert [a.version for a in Artifact.objects.filter(name="facts").order_by("version")] == [1, 2]
+    assert second.version == 2
 
 
 def test_identical_content_is_stored_as_one_blob(media):
