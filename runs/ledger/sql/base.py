@@ -192,9 +192,9 @@ class AppendSQL:
             f"SELECT {', '.join(qn(field.column) for field in fields)} FROM {self.effect_table} "
             f"WHERE {qn('delivery_key')} = %s"
         )
-        read = [(i, *_converters(field, connection)) for i, field in enumerate(fields)]
+        read = [(i, *converters_of(field, connection)) for i, field in enumerate(fields)]
         self.effect_converters = [(i, column, fns) for i, column, fns in read if fns]
-        self.created_at_column, self.created_at_converters = _converters(
+        self.created_at_column, self.created_at_converters = converters_of(
             Event._meta.get_field("created_at"), connection
         )
 
@@ -352,7 +352,7 @@ class AppendSQL:
             return None
         values = list(row)
         for i, column, converters in self.effect_converters:
-            values[i] = _convert(values[i], column, converters, connection)
+            values[i] = convert(values[i], column, converters, connection)
         return values
 
     def created_at(self, value: Any, connection, pk: int) -> Any:
@@ -360,7 +360,7 @@ class AppendSQL:
         returns text); read back when the insert could not return it."""
         if value is None:
             return Event.objects.values_list("created_at", flat=True).get(pk=pk)
-        return _convert(value, self.created_at_column, self.created_at_converters, connection)
+        return convert(value, self.created_at_column, self.created_at_converters, connection)
 
     # --- maintenance --------------------------------------------------------------------
 
@@ -374,15 +374,15 @@ class AppendSQL:
         raise NotImplementedError
 
 
-def _converters(field, connection) -> tuple[Any, list]:
+def converters_of(field, connection) -> tuple[Any, list]:
     """A model field's column expression and the converters a query applies to its values
     on this connection (the backend's, then the field's own)."""
     column = field.get_col(field.model._meta.db_table)
     return column, connection.ops.get_db_converters(column) + field.get_db_converters(connection)
 
 
-def _convert(value: Any, column, converters: list, connection) -> Any:
-    """A value read from the database through `_converters`' list, as a query applies it."""
+def convert(value: Any, column, converters: list, connection) -> Any:
+    """A value read from the database through `converters_of`' list, as a query applies it."""
     for converter in converters:
         value = converter(value, column, connection)
     return value

@@ -18,6 +18,7 @@ from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Mo
 from django.db.models.functions import Now
 from django.db.models.sql import Query
 
+from runs.ledger.sql.base import convert, converters_of
 from runs.models import Artifact, Checkpoint, Lease, Run
 
 __all__ = ["BoundarySQL", "db_now_plus"]
@@ -44,18 +45,13 @@ class _Reader:
             f"SELECT {', '.join(qn(field.column) for field in fields)} "
             f"FROM {qn(model._meta.db_table)} WHERE {where}{tail}"
         )
-        self.converters = []
-        for i, field in enumerate(fields):
-            column = field.get_col(model._meta.db_table)
-            found = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
-            if found:
-                self.converters.append((i, column, found))
+        read = [(i, *converters_of(field, connection)) for i, field in enumerate(fields)]
+        self.converters = [(i, column, found) for i, column, found in read if found]
 
     def instance(self, row: tuple, connection) -> Model:
         values = list(row)
         for i, column, converters in self.converters:
-            for converter in converters:
-                values[i] = converter(values[i], column, connection)
+            values[i] = convert(values[i], column, converters, connection)
         return self.model.from_db(connection.alias, self.names, values)
 
 
@@ -96,7 +92,11 @@ class BoundarySQL:
             f"VALUES ({', '.join(['%s'] * len(checkpoint_columns))}) RETURNING {qn('created_at')}"
         )
         self.manifest_field = Checkpoint._meta.get_field("manifest")
-        self.created_at_field = Checkpoint._meta.get_field("created_at")
+        # created_at as a query reads it back (SQLite returns text), per table, found once.
+        self.checkpoint_created = converters_of(
+            Checkpoint._meta.get_field("created_at"), connection
+        )
+        self.artifact_created = converters_of(Artifact._meta.get_field("created_at"), connection)
         artifact, version, name = qn(Artifact._meta.db_table), qn("version"), qn("name")
         # The next version of a name in the insert itself: no read before it. Two writers
         # of one name racing (a name belongs to one run's stage, so only a duplicate
@@ -159,7 +159,7 @@ class BoundarySQL:
                 manifest,
             ],
         )
-        checkpoint.created_at = _converted(self.created_at_field, created_at, connection)
+        checkpoint.created_at = convert(created_at, *self.checkpoint_created, connection)
         checkpoint._state.adding, checkpoint._state.db = False, connection.alias
 
     def insert_next_version(self, cursor, connection, artifact: Artifact) -> bool:
@@ -181,13 +181,6 @@ class BoundarySQL:
         if row is None:
             return False
         artifact.id, artifact.version = row[0], row[1]
-        artifact.created_at = _converted(self.created_at_field, row[2], connection)
+        artifact.created_at = convert(row[2], *self.artifact_created, connection)
         artifact._state.adding, artifact._state.db = False, connection.alias
         return True
-
-
-def _converted(field, value: Any, connection) -> Any:
-    column = field.get_col(field.model._meta.db_table)
-    for converter in connection.ops.get_db_converters(column) + field.get_db_converters(connection):
-        value = converter(value, column, connection)
-    return value
