@@ -59,10 +59,8 @@ def find(key: str) -> Effect | None:
     """The effect holding delivery key `key`, if any: the read every replay decision starts
     from, run once per call that is not a first attempt."""
     connection = connections[DEFAULT_DB_ALIAS]
-    sql = for_connection(connection)
     with connection.cursor() as cursor:
-        values = sql.read_effect(cursor, connection, key)
-    return None if values is None else Effect.from_db(connection.alias, sql.effect_fields, values)
+        return for_connection(connection).read_effect(cursor, connection, key)
 
 
 def claim_intent(writer: Writer, effect_fields: dict[str, Any], *, event_payload: dict) -> Intent | None:  # fmt: skip

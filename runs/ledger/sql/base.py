@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
+from django.db.models import Model
 from django.db.models.functions import Now
 from django.db.models.sql import Query
 
@@ -182,18 +183,9 @@ class AppendSQL:
 
     def _build_effect_read(self, connection) -> None:
         # The effect a key has, read on every call that is not a first attempt (a memoized
-        # re-use on resume among them): its columns in model order, each through the
-        # converters the ORM would apply, computed once here. Compiling a queryset (or even
-        # a raw() one) for it was half of a re-use.
-        qn = self.qn
-        fields = Effect._meta.concrete_fields
-        self.effect_fields = tuple(field.attname for field in fields)
-        self.find_effect = (
-            f"SELECT {', '.join(qn(field.column) for field in fields)} FROM {self.effect_table} "
-            f"WHERE {qn('delivery_key')} = %s"
-        )
-        read = [(i, *converters_of(field, connection)) for i, field in enumerate(fields)]
-        self.effect_converters = [(i, column, fns) for i, column, fns in read if fns]
+        # re-use on resume among them), by SQL and converters found once (RowReader).
+        # Compiling a queryset (or even a raw() one) for it was half of a re-use.
+        self.effect = RowReader(Effect, connection, f"{self.qn('delivery_key')} = %s")
         self.created_at_column, self.created_at_converters = converters_of(
             Event._meta.get_field("created_at"), connection
         )
@@ -344,16 +336,10 @@ class AppendSQL:
         deferred_commit() whose append could not say so in its own statement. A vendor
         whose every commit already returns before the disk flush does nothing."""
 
-    def read_effect(self, cursor, connection, key: str) -> list[Any] | None:
-        """The values of the effect holding `key`, in `effect_fields` order and converted as
-        a query would (for Effect.from_db), or None."""
-        row = self.first_row(cursor, self.find_effect, [key])
-        if row is None:
-            return None
-        values = list(row)
-        for i, column, converters in self.effect_converters:
-            values[i] = convert(values[i], column, converters, connection)
-        return values
+    def read_effect(self, cursor, connection, key: str) -> Effect | None:
+        """The effect holding `key`, as a query would have returned it, or None."""
+        row = self.first_row(cursor, self.effect.sql, [key])
+        return None if row is None else self.effect.instance(row, connection)
 
     def created_at(self, value: Any, connection, pk: int) -> Any:
         """The returned created_at run through the converters the ORM would apply (SQLite
@@ -372,6 +358,29 @@ class AppendSQL:
     def set_maintenance(self, connection, on: bool) -> None:
         """Lift (on) or restore (off) the append-only triggers for this connection only."""
         raise NotImplementedError
+
+
+class RowReader:
+    """A model's rows as Model.from_db() takes them, read by one statement: its columns in
+    field order, each value through the converters a query would apply (found once)."""
+
+    def __init__(self, model: type[Model], connection, where: str, tail: str = "") -> None:
+        qn = connection.ops.quote_name
+        fields = model._meta.concrete_fields
+        self.model = model
+        self.names = tuple(field.attname for field in fields)
+        self.sql = (
+            f"SELECT {', '.join(qn(field.column) for field in fields)} "
+            f"FROM {qn(model._meta.db_table)} WHERE {where}{tail}"
+        )
+        read = [(i, *converters_of(field, connection)) for i, field in enumerate(fields)]
+        self.converters = [(i, column, found) for i, column, found in read if found]
+
+    def instance(self, row: tuple, connection) -> Model:
+        values = list(row)
+        for i, column, converters in self.converters:
+            values[i] = convert(values[i], column, converters, connection)
+        return self.model.from_db(connection.alias, self.names, values)
 
 
 def converters_of(field, connection) -> tuple[Any, list]:

@@ -14,11 +14,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Model, Value
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Value
 from django.db.models.functions import Now
 from django.db.models.sql import Query
 
-from runs.ledger.sql.base import convert, converters_of
+from runs.ledger.sql.base import RowReader, convert, converters_of
 from runs.models import Artifact, Checkpoint, Lease, Run
 
 __all__ = ["BoundarySQL", "db_now_plus"]
@@ -30,29 +30,6 @@ def db_now_plus(seconds: float):
         Now() + Value(timedelta(seconds=seconds), output_field=DurationField()),
         output_field=DateTimeField(),
     )
-
-
-class _Reader:
-    """A model's rows as Model.from_db() takes them: its columns in field order, each value
-    through the converters a query would apply (computed once)."""
-
-    def __init__(self, model: type[Model], connection, where: str, tail: str = "") -> None:
-        qn = connection.ops.quote_name
-        fields = model._meta.concrete_fields
-        self.model = model
-        self.names = tuple(field.attname for field in fields)
-        self.sql = (
-            f"SELECT {', '.join(qn(field.column) for field in fields)} "
-            f"FROM {qn(model._meta.db_table)} WHERE {where}{tail}"
-        )
-        read = [(i, *converters_of(field, connection)) for i, field in enumerate(fields)]
-        self.converters = [(i, column, found) for i, column, found in read if found]
-
-    def instance(self, row: tuple, connection) -> Model:
-        values = list(row)
-        for i, column, converters in self.converters:
-            values[i] = convert(values[i], column, converters, connection)
-        return self.model.from_db(connection.alias, self.names, values)
 
 
 class BoundarySQL:
@@ -76,13 +53,13 @@ class BoundarySQL:
             f"UPDATE {lease} SET {qn('holder')} = '', {expires} = {now} "
             f"WHERE {run_col} = %s AND {token} = %s"
         )
-        self.run = _Reader(Run, connection, f"{qn('id')} = %s")
+        self.run = RowReader(Run, connection, f"{qn('id')} = %s")
         # The newest checkpoint of a stage, optionally up to a branch point's seq
         # (checkpoints.latest_checkpoint); served by checkpoint_run_seq_unique.
         latest = f" ORDER BY {qn('last_seq')} DESC LIMIT 1"
         where = f"{qn('run_id')} = %s AND {qn('stage')} = %s"
-        self.latest = _Reader(Checkpoint, connection, where, latest)
-        self.latest_upto = _Reader(
+        self.latest = RowReader(Checkpoint, connection, where, latest)
+        self.latest_upto = RowReader(
             Checkpoint, connection, f"{where} AND {qn('last_seq')} <= %s", latest
         )
         checkpoint_columns = ("id", "run_id", "last_seq", "stage", "next_stage", "manifest")
