@@ -314,13 +314,20 @@ def _checkpoint(
     ctx: StageContext, pipeline: Pipeline, stage: Stage, output: StageOutput, results: list
 ) -> None:
     """VERIFIED and the checkpoint, then the next stage queued once they commit (or, at the
-    end, SUCCEEDED)."""
+    end, SUCCEEDED). The lease is given up by the last of these writes, in its own write:
+    the next stage's job, queued on that commit, finds it free instead of waiting for
+    another commit, and the release costs no statement of its own.
+
+    A stage without artifacts that has a next stage ends in one write (on PostgreSQL one
+    statement): VERIFIED, the checkpoint and the release. Artifact rows, and at the end
+    SUCCEEDED, share a transaction with it, so a worker that lost its lease leaves no
+    artifact row behind (only content-addressed blobs, which nothing references) and a run
+    is never verified to the end without being done."""
     run, writer = ctx.run, ctx.writer
     next_stage = pipeline.next_stage(stage.name)
     ticket = uuid.uuid4().hex if next_stage else ""
-    # Artifact rows are written in the checkpoint's transaction, so a worker that lost its
-    # lease leaves none behind (only content-addressed blobs, which nothing references).
-    with transaction.atomic():
+    together = bool(output.artifacts) or not next_stage
+    with transaction.atomic() if together else contextlib.nullcontext():
         stored = [
             artifacts.store(f"{stage.name}/{run.public_id}/{name}", data, content_type, run=run)
             for name, (data, content_type) in output.artifacts.items()
@@ -349,20 +356,25 @@ def _checkpoint(
             manifest=manifest,
             usage=ctx.usage.to_dict(),
             status=Run.Status.RUNNING,
+            release=bool(next_stage),
             current_stage=next_stage or stage.name,
             ticket=ticket,
             queued_at=Now() if next_stage else None,
         )
         if next_stage:
+            # Outside a transaction the write has committed, and on_commit runs this now.
             transaction.on_commit(lambda: enqueuing.dispatch(run.pk, next_stage, ticket))
         else:
             if ctx.contract is not None and not ctx.deviated:
                 _verdict(ctx)
-            append(writer, Event.Type.SUCCEEDED, payload={}, status=Run.Status.SUCCEEDED)
-        # Last in the transaction (every write before it is fenced by the lease it gives
-        # up): the next stage's job, queued on commit, finds the lease free instead of
-        # waiting for this worker's release, and the release costs no commit of its own.
-        leases.release_with_transaction(ctx.held)
+            append(
+                writer,
+                Event.Type.SUCCEEDED,
+                payload={},
+                status=Run.Status.SUCCEEDED,
+                release=True,
+            )
+        leases.released_on_commit(ctx.held)
 
 
 def _verdict(ctx: StageContext) -> None:

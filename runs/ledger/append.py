@@ -31,7 +31,7 @@ from runs.ledger.rows import (
     new_event,
     refusal,
 )
-from runs.ledger.sql import EVENT_COLUMNS, EffectWrite, KeyTaken, for_connection
+from runs.ledger.sql import EVENT_COLUMNS, CheckpointSeal, EffectWrite, KeyTaken, for_connection
 from runs.models import Checkpoint, Event, Lease, Run
 
 __all__ = [
@@ -72,12 +72,17 @@ def append(
     inputs: dict[str, Any] | None = None,
     status: str | None = None,
     effect: EffectWrite | None = None,
+    seal: CheckpointSeal | None = None,
+    release: bool = False,
     flush: bool = True,
     **run_fields: Any,
 ) -> Event:
     """Append one event to the writer's run, fenced by its lease; optionally move the run,
     and write an effect row with the event (effects.py: an intent claiming its delivery key,
-    or an outcome), whose id the event then carries as `effect_pk`.
+    or an outcome), whose id the event then carries as `effect_pk`. A VERIFIED event carries
+    its checkpoint's `seal` instead (checkpoints.write_checkpoint), whose row is written with
+    it; `release` makes the append the writer's last write under its token: the lease is given
+    up in the same write (on PostgreSQL the same statement), once the fence has held.
 
     `flush=False` is for a write whose loss in a database crash leaves a state the protocol
     already recovers from, as if the worker had died just before it: a SAFE call's events, a
@@ -105,6 +110,9 @@ def append(
         status=status,
         run_fields=run_fields,
     )
+    if effect is not None and (seal is not None or release):
+        raise LedgerError("an effect rides alone: not with a checkpoint's seal or a release")
+    ends = _StageEnd(seal, release)
     connection = connections[DEFAULT_DB_ALIAS]
     known = heads.known(connection.alias, writer.run_id, writer.token)
     guarded = _can_guard(connection, known, new)
@@ -114,12 +122,25 @@ def append(
         # that locks, fences, inserts, moves the head and writes the effect: one round trip,
         # where BEGIN and COMMIT around it would make three.
         flush = flush or not settings.RESUMER_DEFER_FLUSH
-        event = _write(connection, known, new, guarded=True, alone=True, effect=effect, flush=flush)
+        event = _write(
+            connection, known, new, guarded=True, alone=True, effect=effect, ends=ends, flush=flush
+        )
         if event is not None:
             return _appended(connection, writer, known, event, new, committed=True)
         guarded = False
     deferral = _deferral_of(connection, new, flush)
-    return _append_locked(connection, writer, known, new, effect, guarded, deferral)
+    return _append_locked(connection, writer, known, new, effect, ends, guarded, deferral)
+
+
+@dataclass(frozen=True, slots=True)
+class _StageEnd:
+    """What rides with a stage's last events: the checkpoint's seal, the lease's release."""
+
+    seal: CheckpointSeal | None = None
+    release: bool = False
+
+
+NO_END = _StageEnd()
 
 
 def _can_guard(connection, known: Head | None, new: NewEvent) -> bool:
@@ -141,6 +162,7 @@ def _append_locked(
     known: Head | None,
     new: NewEvent,
     effect: EffectWrite | None,
+    ends: _StageEnd,
     guarded: bool,
     deferral: _Deferral | None,
 ) -> Event:
@@ -156,7 +178,9 @@ def _append_locked(
         if guarded:
             # A deferred transaction's setting rides in the guarded write's own statement.
             flush = deferral is None or deferral.said
-            event = _write(connection, known, new, guarded=True, effect=effect, flush=flush)
+            event = _write(
+                connection, known, new, guarded=True, effect=effect, ends=ends, flush=flush
+            )
             if event is not None:
                 if deferral is not None:
                     deferral.said = True
@@ -174,7 +198,7 @@ def _append_locked(
             head = Head(writer.run_id, *row)
             refused = _went_back(writer, known, head) or refusal(head, new)
             if refused is None:
-                event = _write(connection, head, new, effect=effect)
+                event = _write(connection, head, new, effect=effect, ends=ends)
                 if event is not None:
                     if deferral is not None:
                         deferral.say()
@@ -341,6 +365,7 @@ def _write(
     guarded: bool = False,
     alone: bool = False,
     effect: EffectWrite | None = None,
+    ends: _StageEnd = NO_END,
     flush: bool = True,
 ) -> Event | None:
     """Write the event, move the run's head and write `effect`. The caller has checked what
@@ -353,16 +378,21 @@ def _write(
     sql = for_connection(connection)
     row, body = event_row(run, new)
     moves = head_moves(connection, run, new, row)
+    seal, release = ends.seal, ends.release
     with connection.cursor() as cursor:
         if not guarded:
-            written = sql.write(cursor, row, moves, effect)
+            written = sql.write(cursor, row, moves, effect, seal=seal, release=release)
         elif alone:
-            written = sql.write_alone(cursor, row, moves, effect=effect, flush=flush)
+            written = sql.write_alone(
+                cursor, row, moves, effect=effect, seal=seal, release=release, flush=flush
+            )
         else:
-            written = sql.write_guarded(cursor, row, moves, effect=effect, flush=flush)
+            written = sql.write_guarded(
+                cursor, row, moves, effect=effect, seal=seal, release=release, flush=flush
+            )
     if written is None:
         return None
-    pk, created_at, effect_pk = written
+    pk, created_at, rider = written
     # The row exists now: the instance is what a query would have returned (from_db, in
     # EVENT_FIELDS order, skips the constructor's per-field work and marks it saved). The row
     # holds the JSON columns as text; the instance holds the values the text encodes.
@@ -372,7 +402,10 @@ def _write(
         (pk, *row, sql.created_at(created_at, connection, pk)),
     )
     event.inputs, event.payload, event.artifacts = new.inputs, body, new.artifacts
-    event.effect_pk = effect_pk
+    if seal is None:
+        event.effect_pk = rider
+    else:
+        event.effect_pk, event.sealed_at = None, sql.sealed_at(rider, connection)
     return event
 
 

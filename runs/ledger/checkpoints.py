@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from contextlib import nullcontext
 from functools import reduce
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Q
 
 from runs.ledger import derived
 from runs.ledger.append import Writer, append
 from runs.ledger.chain import manifest_hash, manifest_ok
-from runs.ledger.sql import boundary_for
+from runs.ledger.sql import CheckpointSeal, boundary_for
 from runs.models import Checkpoint, Event, Run
 
 __all__ = [
@@ -46,44 +45,52 @@ def write_checkpoint(
     manifest: dict[str, Any],
     status: str,
     usage: dict[str, Any] | None = None,
+    release: bool = False,
     **run_fields: Any,
 ) -> Checkpoint:
-    """Append VERIFIED and seal the checkpoint on that seq, in one transaction: a checkpoint
-    without its VERIFIED event (or the reverse) can never be observed. Inside a caller's
-    transaction (the engine's) it is that transaction: no savepoint (two round trips), and
-    no atomic(savepoint=False) either, which would mark the caller's transaction for
-    rollback when append refuses (LeaseLost), though append refuses having written nothing."""
-    db = connections[DEFAULT_DB_ALIAS]
-    with nullcontext() if db.in_atomic_block else transaction.atomic():
-        verified = append(
-            writer,
-            Event.Type.VERIFIED,
-            stage=stage,
-            inputs=manifest.get("inputs", {}),
-            # The manifest's hash goes into the chain with this event: a manifest changed
-            # afterwards no longer matches it (manifest_ok).
-            payload={
-                "rules": manifest.get("rules", []),
-                "next_stage": next_stage,
-                "manifest_sha256": manifest_hash(manifest),
-                # What the stage's calls used: a resume's plan is held against the sum.
-                "usage": usage or {},
-            },
-            artifacts=[a["uri"] for a in manifest.get("artifacts", [])],
-            status=status,
-            **run_fields,
-        )
-        checkpoint = Checkpoint(
-            id=checkpoint_id(run, stage),
-            run=run,
-            last_seq=verified.seq,
-            stage=stage,
-            next_stage=next_stage,
-            manifest=manifest,
-        )
-        with db.cursor() as cursor:
-            boundary_for(db).seal_checkpoint(cursor, db, checkpoint)
-        return checkpoint
+    """Append VERIFIED with the checkpoint sealed on its seq (CheckpointSeal): one write, so a
+    checkpoint without its VERIFIED event (or the reverse) can never be observed. With
+    `release` it is the writer's last write under its lease, given up in the same write.
+
+    Outside a transaction that write is its own: on PostgreSQL one statement, without BEGIN
+    and COMMIT around it. Inside a caller's (the engine's, when artifact rows or SUCCEEDED go
+    with it) it is that transaction's, without a savepoint; append() refuses (LeaseLost)
+    having written nothing, which leaves the caller's transaction usable."""
+    seal = CheckpointSeal(
+        id=checkpoint_id(run, stage), stage=stage, next_stage=next_stage, manifest=manifest
+    )
+    verified = append(
+        writer,
+        Event.Type.VERIFIED,
+        stage=stage,
+        inputs=manifest.get("inputs", {}),
+        # The manifest's hash goes into the chain with this event: a manifest changed
+        # afterwards no longer matches it (manifest_ok).
+        payload={
+            "rules": manifest.get("rules", []),
+            "next_stage": next_stage,
+            "manifest_sha256": manifest_hash(manifest),
+            # What the stage's calls used: a resume's plan is held against the sum.
+            "usage": usage or {},
+        },
+        artifacts=[a["uri"] for a in manifest.get("artifacts", [])],
+        status=status,
+        seal=seal,
+        release=release,
+        **run_fields,
+    )
+    # The row exists now; the instance reads as a query would have returned it.
+    checkpoint = Checkpoint(
+        id=seal.id,
+        run=run,
+        last_seq=verified.seq,
+        stage=stage,
+        next_stage=next_stage,
+        manifest=manifest,
+        created_at=verified.sealed_at,
+    )
+    checkpoint._state.adding, checkpoint._state.db = False, verified._state.db
+    return checkpoint
 
 
 def latest_checkpoint(run: Run, stage: str) -> Checkpoint | None:

@@ -77,7 +77,7 @@ class HeldLease:
         self.ttl = ttl
         self.deadline = read_at + ttl - _margin(ttl)
         self.lost = threading.Event()
-        # Set once a transaction that released the lease committed (release_with_transaction).
+        # Set once a transaction that released the lease committed (released_on_commit).
         self.released = False
 
     def renewed(self, read_at: float, ttl: float | None = None) -> None:
@@ -172,10 +172,10 @@ def release(run_id: int, token: int) -> bool:
         return boundary_for(db).release_lease(cursor, run_id, token)
 
 
-def release_with_transaction(held: HeldLease) -> None:
-    """release() as the open transaction's last write: given up when that transaction
-    commits, still held (and released the usual way) if it rolls back."""
-    release(held.run_id, held.token)
+def released_on_commit(held: HeldLease) -> None:
+    """Say that `held` was given up by a write of the open transaction (append's `release`):
+    released once it commits, still held (and released the usual way) if it rolls back.
+    Outside a transaction the write has committed, and it is released now."""
 
     def released() -> None:
         held.released = True

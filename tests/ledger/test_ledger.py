@@ -457,6 +457,86 @@ def test_checkpoint_of_a_writer_without_the_lease_writes_neither_event_nor_check
     assert not run.checkpoints.exists()
 
 
+# A stage's end: VERIFIED, its checkpoint and the lease given up in one write, outside any
+# transaction (as the engine ends a stage without artifacts), so on committed data.
+
+
+@pytest.fixture
+def committed_writer(transactional_db) -> Writer:
+    run = new_run()
+    writer = writer_for(run)
+    # The engine's STARTED: from here this process knows the head, as a stage's writer does.
+    append(writer, Event.Type.STARTED, stage="research", status=Run.Status.RUNNING)
+    return writer
+
+
+def _end_research(writer: Writer, run: Run | None = None) -> Checkpoint:
+    return write_checkpoint(
+        writer,
+        run or Run.objects.get(pk=writer.run_id),
+        stage="research",
+        next_stage="draft",
+        manifest={"inputs": {"facts": "v3"}, "artifacts": [], "rules": [], "outputs": {"n": 3}},
+        status=Run.Status.RUNNING,
+        release=True,
+        current_stage="draft",
+    )
+
+
+def test_a_checkpoint_that_gives_the_lease_up_leaves_it_free_for_the_next_stage(committed_writer):
+    checkpoint = _end_research(committed_writer)
+    assert Event.objects.get(run_id=committed_writer.run_id, seq=checkpoint.last_seq).type == (
+        Event.Type.VERIFIED
+    )
+    assert Checkpoint.objects.filter(pk=checkpoint.pk).exists()
+    # Free without a takeover: the next stage's worker takes it with the next token.
+    assert leases.acquire(committed_writer.run_id, "next") == committed_writer.token + 1
+
+
+def test_the_checkpoint_a_stage_end_returns_is_the_row_a_query_returns(committed_writer):
+    checkpoint = _end_research(committed_writer)
+    stored = Checkpoint.objects.get(pk=checkpoint.pk)
+    names = [field.attname for field in Checkpoint._meta.concrete_fields]
+    assert [getattr(checkpoint, n) for n in names] == [getattr(stored, n) for n in names]
+    assert not checkpoint._state.adding
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'")
+def test_a_stage_end_is_one_statement_on_postgresql(committed_writer):
+    run = Run.objects.get(pk=committed_writer.run_id)
+    ran: list[str] = []
+    with connection.execute_wrapper(
+        lambda execute, sql, *args: ran.append(sql) or execute(sql, *args)
+    ):
+        _end_research(committed_writer, run)
+    assert len(ran) == 1
+    assert leases.current(committed_writer.run_id).holder == ""
+
+
+def test_a_stage_end_of_a_writer_without_the_lease_seals_and_releases_nothing(committed_writer):
+    run_id = committed_writer.run_id
+    intruder = leases.acquire(run_id, "intruder", takeover=True)
+    before = Event.objects.filter(run_id=run_id).count()
+    with pytest.raises(LeaseLost):
+        _end_research(committed_writer)
+    assert Event.objects.filter(run_id=run_id).count() == before
+    assert not Checkpoint.objects.filter(run_id=run_id).exists()
+    lease = leases.current(run_id)
+    assert (lease.token, lease.holder) == (intruder, "intruder")
+    assert leases.holds(run_id, intruder)
+
+
+def test_an_effect_cannot_ride_with_a_release(committed_writer):
+    with pytest.raises(LedgerError):
+        append(
+            committed_writer,
+            Event.Type.TOOL_CALLED,
+            stage="research",
+            effect=EffectClaim({}),
+            release=True,
+        )
+
+
 # --- the statements an append runs on the driver -----------------------------------------------
 
 

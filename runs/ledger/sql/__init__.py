@@ -10,7 +10,8 @@ fences, inserts and updates in a single one. bench/ledger_append.py measures wha
 An effect's intent and its outcome ride with their event (EffectClaim, EffectSettle): the
 effect row is written in the event's transaction on SQLite and in the event's very statement
 on PostgreSQL, so a durable tool call is two writes, as a SAFE call is. bench/tool_call.py
-measures the call.
+measures the call. A stage's end rides with its VERIFIED event the same way (CheckpointSeal,
+and the lease's release): on PostgreSQL a stage without artifacts ends in one statement.
 
 `for_connection(connection)` returns the vendor's instance, built once per vendor. The same
 classes say how `maintenance()` lifts the append-only triggers on one connection.
@@ -25,6 +26,7 @@ from runs.ledger.sql.base import (
     EVENT_COLUMNS,
     SETTLE_COLUMNS,
     AppendSQL,
+    CheckpointSeal,
     EffectClaim,
     EffectSettle,
     EffectWrite,
@@ -43,6 +45,7 @@ __all__ = [
     "SETTLE_COLUMNS",
     "AppendSQL",
     "BoundarySQL",
+    "CheckpointSeal",
     "EffectClaim",
     "EffectSettle",
     "EffectWrite",

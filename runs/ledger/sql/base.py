@@ -18,15 +18,17 @@ from django.db.models.functions import Now
 from django.db.models.sql import Query
 
 from runs.ledger.canonical import canonical_json
-from runs.models import Effect, Event, Lease, Run
+from runs.models import Checkpoint, Effect, Event, Lease, Run
 
 __all__ = [
+    "CHECKPOINT_COLUMNS",
     "EFFECT_COLUMNS",
     "EVENT_COLUMNS",
     "HEAD_COLUMNS",
     "JSON_COLUMNS",
     "SETTLE_COLUMNS",
     "AppendSQL",
+    "CheckpointSeal",
     "EffectClaim",
     "EffectSettle",
     "EffectWrite",
@@ -61,8 +63,9 @@ EVENT_COLUMNS: tuple[str, ...] = EventRow._fields
 # Head moves: run column -> value, or Now() for the database clock.
 Moves = dict[str, Any]
 # What a write returns: the event's id and created_at (as the database returned it, None when
-# it cannot), and the effect's id (None without an effect).
-Written = tuple[int, Any, int | None]
+# it cannot), and what its rider wrote: the effect's id, or the sealed checkpoint's created_at
+# as the database returned it (None without either).
+Written = tuple[int, Any, Any]
 
 # A new effect row (its intent), in this order; created_at and updated_at are the database's.
 EFFECT_COLUMNS = (
@@ -84,7 +87,10 @@ EFFECT_COLUMNS = (
 )
 # What an outcome sets on an effect row, in this order.
 SETTLE_COLUMNS = ("status", "external_id", "result", "error", "cost")
-JSON_COLUMNS = frozenset({"inputs", "payload", "artifacts", "request", "result"})
+# A checkpoint's row as a seal writes it (its created_at is the database's); last_seq is the
+# seq of the event it is sealed on.
+CHECKPOINT_COLUMNS = ("id", "run_id", "last_seq", "stage", "next_stage", "manifest")
+JSON_COLUMNS = frozenset({"inputs", "payload", "artifacts", "request", "result", "manifest"})
 # What every append moves; an append that moves only these leaves the run's updated_at.
 HEAD_COLUMNS = frozenset({"last_seq", "head_hash", "head_anchor"})
 
@@ -106,6 +112,29 @@ class EffectSettle:
 
 
 EffectWrite = EffectClaim | EffectSettle
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSeal:
+    """A stage's checkpoint, sealed on the VERIFIED event it is written with (its last_seq is
+    that event's seq): in the event's transaction on SQLite, in its very statement on
+    PostgreSQL, so neither is ever observed without the other."""
+
+    id: str
+    stage: str
+    next_stage: str
+    manifest: dict[str, Any]
+
+    def params(self, row: EventRow) -> list[Any]:
+        """CHECKPOINT_COLUMNS' values for a seal on `row`; the manifest as canonical text."""
+        return [
+            self.id,
+            row.run_id,
+            row.seq,
+            self.stage,
+            self.next_stage,
+            canonical_json(self.manifest),
+        ]
 
 
 class KeyTaken(Exception):
@@ -143,6 +172,7 @@ class AppendSQL:
         self._build_event_insert()
         self._build_effect_writes()
         self._build_effect_read(connection)
+        self._build_stage_end(connection)
 
     def _build_fence(self, connection) -> None:
         qn = self.qn
@@ -188,6 +218,26 @@ class AppendSQL:
         self.effect = RowReader(Effect, connection, f"{self.qn('delivery_key')} = %s")
         self.created_at_column, self.created_at_converters = converters_of(
             Event._meta.get_field("created_at"), connection
+        )
+
+    def _build_stage_end(self, connection) -> None:
+        # What ends a stage, riding with its last events (write()'s `seal` and `release`):
+        # the checkpoint's row, and the lease given up. The release is also leases.release()'s
+        # statement on its own (boundary.py).
+        qn = self.qn
+        self.seal = (
+            f"INSERT INTO {qn(Checkpoint._meta.db_table)} "
+            f"({', '.join(qn(c) for c in CHECKPOINT_COLUMNS)}) "
+            f"VALUES ({', '.join(self.placeholder(c) for c in CHECKPOINT_COLUMNS)}) "
+            f"RETURNING {qn('created_at')}"
+        )
+        self.release = (
+            f"UPDATE {qn(Lease._meta.db_table)} SET {qn('holder')} = '', "
+            f"{qn('expires_at')} = {self.now} "
+            f"WHERE {qn(Lease._meta.pk.column)} = %s AND {qn('token')} = %s"
+        )
+        self.checkpoint_created_at = converters_of(
+            Checkpoint._meta.get_field("created_at"), connection
         )
 
     # --- statements ---------------------------------------------------------------------
@@ -279,20 +329,42 @@ class AppendSQL:
         return pk, created_at
 
     def write(
-        self, cursor, row: EventRow, moves: Moves, effect: EffectWrite | None = None
+        self,
+        cursor,
+        row: EventRow,
+        moves: Moves,
+        effect: EffectWrite | None = None,
+        *,
+        seal: CheckpointSeal | None = None,
+        release: bool = False,
     ) -> Written | None:
-        """Write the event (write_event) and `effect`; the caller holds the run's lock. None,
-        having written nothing, when an EffectClaim's key is taken."""
-        effect_pk = None
+        """Write the event (write_event) and `effect`, or the checkpoint `seal`s; the caller
+        holds the run's lock. With `release`, the writer's lease is given up last: this is
+        its last write (append() lets neither ride with an effect). None, having written
+        nothing, when an EffectClaim's key is taken."""
+        rider = None
         if isinstance(effect, EffectClaim):
             # The claim first: a taken key must leave no event behind.
-            effect_pk = self.write_effect(cursor, effect)
-            if effect_pk is None:
+            rider = self.write_effect(cursor, effect)
+            if rider is None:
                 return None
         pk, created_at = self.write_event(cursor, row, moves)
         if isinstance(effect, EffectSettle):
-            effect_pk = self.write_effect(cursor, effect)
-        return pk, created_at, effect_pk
+            rider = self.write_effect(cursor, effect)
+        if seal is not None or release:
+            rider = self.end_stage(cursor, row, seal, release)
+        return pk, created_at, rider
+
+    def end_stage(self, cursor, row: EventRow, seal: CheckpointSeal | None, release: bool) -> Any:
+        """After `row`'s event, in its transaction: the checkpoint sealed on it, and the lease
+        given up. The checkpoint's created_at as the database returned it (None without a
+        seal)."""
+        created_at = None
+        if seal is not None:
+            (created_at,) = self.first_row(cursor, self.seal, seal.params(row))
+        if release:
+            self.execute(cursor, self.release, [row.run_id, row.token])
+        return created_at
 
     def write_guarded(
         self,
@@ -301,15 +373,17 @@ class AppendSQL:
         moves: Moves,
         *,
         effect: EffectWrite | None = None,
+        seal: CheckpointSeal | None = None,
+        release: bool = False,
         flush: bool = True,
     ) -> Written | None:
         """write() for a writer that knows the head and holds no lock: fence (the row's token
         and its expiry) and check that the head is still the one the row chains to (guard())
         in the first statement; None, having written nothing, when anything moved or a
         claimed key is taken (the caller then takes the locked path, which tells the two
-        apart). Only vendors with `guarded` have it. `flush` as in write_alone(); inside a
-        caller's transaction, False says so of the whole transaction (append's
-        deferred_commit())."""
+        apart). `seal` and `release` as in write(), written only once the fence held. Only
+        vendors with `guarded` have it. `flush` as in write_alone(); inside a caller's
+        transaction, False says so of the whole transaction (append's deferred_commit())."""
         raise NotImplementedError(f"{self.vendor} has no guarded append")
 
     def write_alone(
@@ -319,6 +393,8 @@ class AppendSQL:
         moves: Moves,
         *,
         effect: EffectWrite | None = None,
+        seal: CheckpointSeal | None = None,
+        release: bool = False,
         flush: bool = True,
     ) -> Written | None:
         """write_guarded() as its own transaction, for a caller in autocommit (no atomic()
@@ -329,7 +405,9 @@ class AppendSQL:
         `flush=False`: the commit may return before it reaches the disk (append() says which
         writes may). A vendor whose every commit already returns before the disk flush
         ignores it."""
-        return self.write_guarded(cursor, row, moves, effect=effect, flush=flush)
+        return self.write_guarded(
+            cursor, row, moves, effect=effect, seal=seal, release=release, flush=flush
+        )
 
     def defer_flush(self, cursor) -> None:
         """Let the open transaction's commit return before it reaches the disk, for a
@@ -347,6 +425,10 @@ class AppendSQL:
         if value is None:
             return Event.objects.values_list("created_at", flat=True).get(pk=pk)
         return convert(value, self.created_at_column, self.created_at_converters, connection)
+
+    def sealed_at(self, value: Any, connection) -> Any:
+        """A sealed checkpoint's created_at as a query would read it (SQLite returns text)."""
+        return convert(value, *self.checkpoint_created_at, connection)
 
     # --- maintenance --------------------------------------------------------------------
 

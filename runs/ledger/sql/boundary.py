@@ -1,7 +1,7 @@
 """The stage boundary's statements outside the append path, each one statement built once per
 database: take and release a run's lease, read the run for its new holder, read the checkpoint
-a stage builds on, seal a checkpoint's row, and name an artifact's next version in its own
-insert. Compiling a queryset for each of these, on every stage job, cost more than running
+a stage builds on, and name an artifact's next version in its own insert. (A checkpoint's row
+and the release that ends a stage ride with the append: base.py's CheckpointSeal.) Compiling a queryset for each of these, on every stage job, cost more than running
 the statement (bench/stage_cost.py shows the parts).
 
 The SQL is the same on both vendors (RETURNING, ON CONFLICT, Django's own Now() and duration
@@ -49,10 +49,6 @@ class BoundarySQL:
             f"{expires} = {now_plus}, {qn('heartbeat_at')} = {now}, {qn('acquired_at')} = {now} "
             f"WHERE {run_col} = %s AND {expires} <= {now} RETURNING {token}"
         )
-        self.release = (
-            f"UPDATE {lease} SET {qn('holder')} = '', {expires} = {now} "
-            f"WHERE {run_col} = %s AND {token} = %s"
-        )
         self.run = RowReader(Run, connection, f"{qn('id')} = %s")
         # The newest checkpoint of a stage, optionally up to a branch point's seq
         # (checkpoints.latest_checkpoint); served by checkpoint_run_seq_unique.
@@ -61,17 +57,6 @@ class BoundarySQL:
         self.latest = RowReader(Checkpoint, connection, where, latest)
         self.latest_upto = RowReader(
             Checkpoint, connection, f"{where} AND {qn('last_seq')} <= %s", latest
-        )
-        checkpoint_columns = ("id", "run_id", "last_seq", "stage", "next_stage", "manifest")
-        self.seal = (
-            f"INSERT INTO {qn(Checkpoint._meta.db_table)} "
-            f"({', '.join(qn(c) for c in checkpoint_columns)}) "
-            f"VALUES ({', '.join(['%s'] * len(checkpoint_columns))}) RETURNING {qn('created_at')}"
-        )
-        self.manifest_field = Checkpoint._meta.get_field("manifest")
-        # created_at as a query reads it back (SQLite returns text), per table, found once.
-        self.checkpoint_created = converters_of(
-            Checkpoint._meta.get_field("created_at"), connection
         )
         self.artifact_created = converters_of(Artifact._meta.get_field("created_at"), connection)
         artifact, version, name = qn(Artifact._meta.db_table), qn("version"), qn("name")
@@ -103,7 +88,7 @@ class BoundarySQL:
 
     def release_lease(self, cursor, run_id: int, token: int) -> bool:
         """Give the lease up if `token` still holds it; whether it did."""
-        return self.run_sql.execute(cursor, self.release, [run_id, token]).rowcount == 1
+        return self.run_sql.execute(cursor, self.run_sql.release, [run_id, token]).rowcount == 1
 
     # --- rows -----------------------------------------------------------------------------
 
@@ -120,24 +105,6 @@ class BoundarySQL:
             reader, params = self.latest_upto, [run_id, stage, upto]
         row = self.run_sql.first_row(cursor, reader.sql, params)
         return None if row is None else reader.instance(row, connection)
-
-    def seal_checkpoint(self, cursor, connection, checkpoint: Checkpoint) -> None:
-        """Insert `checkpoint`'s row (an unsaved instance), which then reads as saved."""
-        manifest = self.manifest_field.get_db_prep_value(checkpoint.manifest, connection)
-        (created_at,) = self.run_sql.first_row(
-            cursor,
-            self.seal,
-            [
-                checkpoint.id,
-                checkpoint.run_id,
-                checkpoint.last_seq,
-                checkpoint.stage,
-                checkpoint.next_stage,
-                manifest,
-            ],
-        )
-        checkpoint.created_at = convert(created_at, *self.checkpoint_created, connection)
-        checkpoint._state.adding, checkpoint._state.db = False, connection.alias
 
     def insert_next_version(self, cursor, connection, artifact: Artifact) -> bool:
         """Insert `artifact` (unsaved) as the next version of its name; False, having written

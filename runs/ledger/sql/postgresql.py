@@ -6,11 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from runs.ledger.sql.base import (
+    CHECKPOINT_COLUMNS,
     EFFECT_COLUMNS,
     EVENT_COLUMNS,
     JSON_COLUMNS,
     SETTLE_COLUMNS,
     AppendSQL,
+    CheckpointSeal,
     EffectClaim,
     EffectSettle,
     EffectWrite,
@@ -19,6 +21,7 @@ from runs.ledger.sql.base import (
     Written,
     guard,
 )
+from runs.models import Checkpoint, Lease
 
 __all__ = ["PostgreSQLAppend"]
 
@@ -59,6 +62,8 @@ class PostgreSQLAppend(AppendSQL):
         self.effect_columns = ", ".join(qn(c) for c in EFFECT_COLUMNS)
         self.effect_values = ", ".join(self.placeholder(c) for c in EFFECT_COLUMNS)
         self.heads = {flush: self.head(flush) for flush in (True, False)}
+        self.checkpoint_table = qn(Checkpoint._meta.db_table)
+        self.lease_table, self.lease_run = qn(Lease._meta.db_table), qn(Lease._meta.pk.column)
         # The effect statements the locked path runs on their own, saying they are the
         # ledger's in a FROM that is evaluated before the row (and its trigger) is written.
         said = f"(SELECT {LEDGER}) AS ledger"
@@ -71,13 +76,13 @@ class PostgreSQLAppend(AppendSQL):
             f"UPDATE {self.effect_table} SET {self.settle_set} FROM {said} WHERE {self.pk} = %s"
         )
         self.builders = {
-            type(None): self.event_statement,
             EffectClaim: self.claim_statement,
             EffectSettle: self.settle_statement,
         }
-        # The statements by (kind of effect, flush, SET list) and by SET list: a bounded set
-        # (sets() has one SET list per shape of head move), each built on its first use.
-        self._guarded: dict[tuple[type, bool, str], str] = {}
+        # The statements by (kind of effect, flush, SET list, seal, release) and by SET list:
+        # a bounded set (sets() has one SET list per shape of head move), each built on its
+        # first use.
+        self._guarded: dict[tuple[type, bool, str, bool, bool], str] = {}
         self._unguarded: dict[str, str] = {}
 
     # --- the statements -----------------------------------------------------------------
@@ -92,15 +97,37 @@ class PostgreSQLAppend(AppendSQL):
             f"AND r.{qn('last_seq')} = %s AND r.{qn('head_hash')} = %s{self.lock_of})"
         )
 
-    def event_statement(self, head: str, sets: str) -> str:
-        pk = self.pk
-        return (
-            f"WITH {head}, "
+    def event_statement(
+        self, head: str, sets: str, seal: bool = False, release: bool = False
+    ) -> str:
+        """The event, and what ends a stage riding with it: c, the checkpoint sealed on it;
+        l, the lease given up (the writer's last write: the next stage's job, queued once
+        this commits, finds the lease free). Both write only when h has a row, so a write
+        refused writes none of them, and in autocommit the statement is the whole end of the
+        stage: no BEGIN, no COMMIT, one round trip."""
+        pk, qn = self.pk, self.qn
+        parts = [
+            head,
             f"e AS (INSERT INTO {self.event_table} ({self.columns}) "
-            f"SELECT {self.event_values} FROM h{self.returned}), "
-            f"u AS (UPDATE {self.run_table} SET {sets} WHERE {pk} = (SELECT {pk} FROM h)) "
-            f"SELECT {pk}, {self.created}, NULL FROM e"
-        )
+            f"SELECT {self.event_values} FROM h{self.returned})",
+            f"u AS (UPDATE {self.run_table} SET {sets} WHERE {pk} = (SELECT {pk} FROM h))",
+        ]
+        rider = "NULL"
+        if seal:
+            parts.append(
+                f"c AS (INSERT INTO {self.checkpoint_table} "
+                f"({', '.join(qn(c) for c in CHECKPOINT_COLUMNS)}) "
+                f"SELECT {', '.join(self.placeholder(c) for c in CHECKPOINT_COLUMNS)} FROM h "
+                f"RETURNING {self.created})"
+            )
+            rider = f"(SELECT {self.created} FROM c)"
+        if release:
+            parts.append(
+                f"l AS (UPDATE {self.lease_table} SET {qn('holder')} = '', "
+                f"{qn('expires_at')} = {self.now} "
+                f"WHERE {self.lease_run} = (SELECT {pk} FROM h) AND {qn('token')} = %s)"
+            )
+        return f"WITH {', '.join(parts)} SELECT {pk}, {self.created}, {rider} FROM e"
 
     def claim_statement(self, head: str, sets: str) -> str:
         pk = self.pk
@@ -150,13 +177,20 @@ class PostgreSQLAppend(AppendSQL):
         moves: Moves,
         *,
         effect: EffectWrite | None = None,
+        seal: CheckpointSeal | None = None,
+        release: bool = False,
         flush: bool = True,
     ) -> Written | None:
         set_list, params = self.sets(moves)
-        key = (type(effect), flush, set_list)
+        key = (type(effect), flush, set_list, seal is not None, release)
         sql = self._guarded.get(key)
         if sql is None:
-            sql = self._guarded[key] = self.builders[key[0]](self.heads[flush], set_list)
+            head = self.heads[flush]
+            sql = self._guarded[key] = (
+                self.event_statement(head, set_list, seal is not None, release)
+                if effect is None
+                else self.builders[key[0]](head, set_list)
+            )
         if isinstance(effect, EffectClaim):
             claim = self.effect_params(effect.fields, EFFECT_COLUMNS)
             values = [*guard(row), *claim, *row, *params]
@@ -165,6 +199,10 @@ class PostgreSQLAppend(AppendSQL):
             values = [*guard(row), *row, *params, *settle, effect.pk]
         else:
             values = [*guard(row), *row, *params]
+            if seal is not None:
+                values += seal.params(row)
+            if release:
+                values.append(row.token)
         return self.first_row(cursor, sql, values)
 
     def defer_flush(self, cursor) -> None:

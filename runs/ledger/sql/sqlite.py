@@ -12,6 +12,7 @@ from runs.ledger.sql.base import (
     EFFECT_COLUMNS,
     EVENT_COLUMNS,
     AppendSQL,
+    CheckpointSeal,
     EffectClaim,
     EffectSettle,
     EffectWrite,
@@ -84,6 +85,8 @@ class SQLiteAppend(AppendSQL):
         moves: Moves,
         *,
         effect: EffectWrite | None = None,
+        seal: CheckpointSeal | None = None,
+        release: bool = False,
         flush: bool = True,
     ) -> Written | None:
         fence = guard(row)
@@ -103,6 +106,9 @@ class SQLiteAppend(AppendSQL):
         if written is None:
             return None
         self.move_head(cursor, moves, row.run_id)
+        if seal is not None or release:
+            # In the same IMMEDIATE transaction: the stage's end is one commit.
+            return written[0], written[1], self.end_stage(cursor, row, seal, release)
         effect_pk = self.write_effect(cursor, effect) if isinstance(effect, EffectSettle) else None
         return written[0], written[1], effect_pk
 
@@ -113,16 +119,20 @@ class SQLiteAppend(AppendSQL):
         moves: Moves,
         *,
         effect: EffectWrite | None = None,
+        seal: CheckpointSeal | None = None,
+        release: bool = False,
         flush: bool = True,
     ) -> Written | None:
-        # Two or three statements: their own IMMEDIATE transaction, taken on the raw cursor
+        # Two to four statements: their own IMMEDIATE transaction, taken on the raw cursor
         # (the connection is in autocommit, so the driver adds nothing of its own). A stale
         # head wrote nothing and rolls back; so does anything that raises. `flush` changes
         # nothing here: the settings run SQLite's WAL with synchronous=NORMAL, under which no
         # commit waits for the disk (docs/deploy.md says why production is PostgreSQL).
         self.execute(cursor, "BEGIN IMMEDIATE")
         try:
-            written = self.write_guarded(cursor, row, moves, effect=effect)
+            written = self.write_guarded(
+                cursor, row, moves, effect=effect, seal=seal, release=release
+            )
         except BaseException:
             self.execute(cursor, "ROLLBACK")
             raise
