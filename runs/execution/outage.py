@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import random
+import select
 import time
 from collections.abc import Callable
 
@@ -38,6 +39,32 @@ def database_answers() -> bool:
         except DatabaseError:
             connection.close()
     return False
+
+
+def ready_for_job() -> bool:
+    """database_answers() before a stage job, without its round trip when a kept PostgreSQL
+    connection shows it is still open: an idle backend sends nothing unless it is ending the
+    session (a server shutting down, crashing or terminating it sends its notice, or the
+    socket closes), so an idle connection with nothing to read is one the server still
+    holds. A server that stopped answering without closing would hang the query too; the
+    job's first statement then meets the error, and execute() waits for the database.
+    Every other case (no connection, not idle, something to read, SQLite) asks the query."""
+    if _kept_and_quiet(connection):
+        return True
+    return database_answers()
+
+
+def _kept_and_quiet(conn) -> bool:
+    raw = conn.connection
+    if conn.vendor != "postgresql" or raw is None or conn.errors_occurred:
+        return False
+    if conn.in_atomic_block or raw.closed or raw.broken or raw.info.transaction_status:
+        return False  # transaction_status 0 is IDLE
+    try:
+        readable, _, _ = select.select([raw.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return not readable
 
 
 def keep_for_next_job() -> None:

@@ -92,7 +92,7 @@ class ResumerWorker(SimpleWorker):
         would fail at once and its run would wait for an operator though it never started."""
         while True:
             taken = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
-            if taken is None or outage.database_answers():
+            if taken is None or outage.ready_for_job():
                 return taken
             job, queue = taken
             with self.connection.pipeline() as pipe:

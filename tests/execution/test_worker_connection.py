@@ -75,11 +75,15 @@ def test_a_connection_that_saw_an_error_is_closed_not_kept(pipeline):
     assert connection.connection is None
 
 
-@pytest.mark.skipif(
+needs_server = pytest.mark.skipif(
     "connection.vendor != 'postgresql'",
     reason="needs a server connection to kill (PostgreSQL); a SQLite connection is its process",
 )
-def test_a_kept_connection_the_server_dropped_is_replaced_before_the_next_job(pipeline):
+
+
+def _terminate_this_connection_on_the_server() -> int:
+    """End this thread's connection from the server's side, as a restart would; its pid.
+    The call returns once the backend is gone, its notice sent."""
     connection.ensure_connection()
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
@@ -87,10 +91,54 @@ def test_a_kept_connection_the_server_dropped_is_replaced_before_the_next_job(pi
     other = connections.create_connection("default")
     try:
         with other.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+            cursor.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
     finally:
         other.close()
-    assert outage.database_answers()
+    return pid
+
+
+def _backend_pid() -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
-        assert cursor.fetchone()[0] != pid
+        return cursor.fetchone()[0]
+
+
+@needs_server
+def test_a_kept_connection_the_server_dropped_is_replaced_before_the_next_job(pipeline):
+    pid = _terminate_this_connection_on_the_server()
+    assert outage.database_answers()
+    assert _backend_pid() != pid
+
+
+@needs_server
+def test_a_quiet_kept_connection_takes_the_next_job_without_a_health_query(pipeline):
+    pid = _backend_pid()
+    ran = []
+    with connection.execute_wrapper(lambda execute, sql, *args: ran.append(sql)):
+        assert outage.ready_for_job()
+    assert ran == []
+    assert _backend_pid() == pid
+
+
+@needs_server
+def test_a_kept_connection_the_server_ended_is_noticed_without_running_a_job_on_it(pipeline):
+    pid = _terminate_this_connection_on_the_server()
+    ran = []
+    with connection.execute_wrapper(
+        lambda execute, sql, *args: ran.append(sql) or execute(sql, *args)
+    ):
+        assert outage.ready_for_job()
+    # The ended connection was seen and asked (the query failed on it), then replaced and
+    # asked again, before any job could use it.
+    assert ran == ["SELECT 1", "SELECT 1"]
+    assert _backend_pid() != pid
+
+
+def test_on_sqlite_or_without_a_kept_connection_the_health_query_runs(pipeline):
+    connection.close()
+    ran = []
+    with connection.execute_wrapper(
+        lambda execute, sql, *args: ran.append(sql) or execute(sql, *args)
+    ):
+        assert outage.ready_for_job()
+    assert ran == ["SELECT 1"]
