@@ -34,7 +34,15 @@ from runs.execution.context import StageContext
 from runs.execution.durable_call import StageStopped
 from runs.execution.hooks import CallHooks
 from runs.ledger import artifacts, chain, heads, leases
-from runs.ledger.append import HeadLost, LeaseLost, Writer, append, check_head, create_run
+from runs.ledger.append import (
+    HeadLost,
+    LeaseLost,
+    StaleRead,
+    Writer,
+    append,
+    check_head,
+    create_run,
+)
 from runs.ledger.checkpoints import write_checkpoint
 from runs.models import Event, Run
 from runs.pipeline import Pipeline, Stage, StageOutput, registry
@@ -137,7 +145,7 @@ def _execute(
 ) -> Outcome | None:
     """execute() once; None when the connection was lost before the stage started."""
     try:
-        held = _acquire_for_ticket(run_pk, ticket, holder)
+        held, read = _acquire_for_ticket(run_pk, ticket, holder)
     except leases.LeaseBusy:
         log.info(
             "run-%s is leased by another worker; job %s/%s skipped",
@@ -150,7 +158,7 @@ def _execute(
     heartbeat = leases.Heartbeat(held)
     run = None
     try:
-        run = _begin(writer, stage_name, ticket)
+        run = _begin(writer, stage_name, ticket, read)
         if run is None:
             return Outcome.NOTHING_TO_DO
         heartbeat.start()
@@ -216,8 +224,11 @@ def _ticket_pending(run_pk: int, ticket: str) -> bool:
     return bool(ticket) and Run.objects.filter(pk=run_pk, ticket=ticket).exists()
 
 
-def _acquire_for_ticket(run_pk: int, ticket: str, holder: str) -> leases.HeldLease:
-    """Take the lease for the job that owns the run's pending ticket.
+def _acquire_for_ticket(
+    run_pk: int, ticket: str, holder: str
+) -> tuple[leases.HeldLease, Run | None]:
+    """Take the lease for the job that owns the run's pending ticket, reading the run with
+    it (leases.hold_reading_run).
 
     While a ticket is pending no stage is executing, so whoever holds the lease holds it for
     a moment: the previous stage's worker between its commit (which queued this job) and its
@@ -229,27 +240,40 @@ def _acquire_for_ticket(run_pk: int, ticket: str, holder: str) -> leases.HeldLea
     deadline = time.monotonic() + leases.ttl_seconds() + 1
     while True:
         try:
-            return leases.hold(run_pk, holder)
+            return leases.hold_reading_run(run_pk, holder)
         except leases.LeaseBusy:
             if time.monotonic() > deadline or not _ticket_pending(run_pk, ticket):
                 raise
         time.sleep(min(0.1, leases.ttl_seconds() / 20))
 
 
-def _begin(writer: Writer, stage_name: str, ticket: str) -> Run | None:
+def _begin(writer: Writer, stage_name: str, ticket: str, read: Run | None) -> Run | None:
     """Consume the ticket and append STARTED, or find that this job has nothing to do (a
     duplicate delivery, a stage already done, a run an operator has not resumed).
 
-    The run is read without a lock and not read again: this worker has just taken its lease,
-    and while the token holds nobody else appends (every writer takes the lease, bumping the
-    token), and the ticket moves only with the head (append's run fields). So STARTED is the
-    guarded append, one statement that writes only if the token, its expiry and the head
+    `read` is the run as the lease's take read it, in the same statement; it is not read
+    again. While the token holds nobody else appends (every writer takes the lease, bumping
+    the token), and the ticket moves only with the head (append's run fields). So STARTED is
+    the guarded append, one statement that writes only if the token, its expiry and the head
     read here all still hold; if anything moved, it writes nothing and append's locked path
-    decides (LeaseLost for a token that was taken over)."""
-    if not ticket:
+    decides: LeaseLost for a token that was taken over, StaleRead for a read older than the
+    take (its snapshot predates a commit the take waited for), after which the run is read
+    again, now after the take, and decided once more."""
+    if not ticket or read is None:
         return None
-    run = heads.run_for_writer(writer.run_id, writer.token)
-    if run is None or run.ticket != ticket or run.current_stage != stage_name or not run.is_active:
+    heads.learn_run(writer.token, read)
+    try:
+        return _start(writer, stage_name, ticket, read, read_head=True)
+    except StaleRead as exc:
+        log.info("%s; reading it again", exc)
+    again = heads.run_for_writer(writer.run_id, writer.token)
+    return None if again is None else _start(writer, stage_name, ticket, again)
+
+
+def _start(
+    writer: Writer, stage_name: str, ticket: str, run: Run, *, read_head: bool = False
+) -> Run | None:
+    if run.ticket != ticket or run.current_stage != stage_name or not run.is_active:
         return None
     stage = registry.get(run.pipeline).stage(stage_name)
     started = append(
@@ -266,6 +290,7 @@ def _begin(writer: Writer, stage_name: str, ticket: str) -> Run | None:
         status=Run.Status.RUNNING,
         ticket="",
         queued_at=None,
+        read_head=read_head,
     )
     # What the append moved, as a read would now return it (the stage reads the run's
     # status, head and ticket; nothing in a stage reads its clock columns).

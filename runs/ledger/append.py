@@ -36,6 +36,7 @@ from runs.models import Checkpoint, Event, Lease, Run
 
 __all__ = [
     "HeadLost",
+    "StaleRead",
     "KeyTaken",
     "LeaseLost",
     "LedgerError",
@@ -74,6 +75,7 @@ def append(
     effect: EffectWrite | None = None,
     seal: CheckpointSeal | None = None,
     release: bool = False,
+    read_head: bool = False,
     flush: bool = True,
     **run_fields: Any,
 ) -> Event:
@@ -83,6 +85,9 @@ def append(
     its checkpoint's `seal` instead (checkpoints.write_checkpoint), whose row is written with
     it; `release` makes the append the writer's last write under its token: the lease is given
     up in the same write (on PostgreSQL the same statement), once the fence has held.
+    `read_head` says that the head this writer knows was read, perhaps before its lease was
+    taken (leases.hold_reading_run): if the run's head is another, nothing is written and
+    StaleRead says so, for the writer to read again.
 
     `flush=False` is for a write whose loss in a database crash leaves a state the protocol
     already recovers from, as if the worker had died just before it: a SAFE call's events, a
@@ -129,7 +134,9 @@ def append(
             return _appended(connection, writer, known, event, new, committed=True)
         guarded = False
     deferral = _deferral_of(connection, new, flush)
-    return _append_locked(connection, writer, known, new, effect, ends, guarded, deferral)
+    return _append_locked(
+        connection, writer, known, new, effect, ends, guarded, deferral, read_head=read_head
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +172,8 @@ def _append_locked(
     ends: _StageEnd,
     guarded: bool,
     deferral: _Deferral | None,
+    *,
+    read_head: bool = False,
 ) -> Event:
     """append() inside a transaction: the caller's, or one of its own. `guarded` when the
     writer knows the head and the guarded write is worth a try before the locked read;
@@ -196,7 +205,11 @@ def _append_locked(
                 refused = LedgerError(f"{ids.run_id(writer.run_id)} does not exist")
         else:
             head = Head(writer.run_id, *row)
-            refused = _went_back(writer, known, head) or refusal(head, new)
+            refused = (
+                _went_back(writer, known, head)
+                or (_moved_since_read(writer, known, head) if read_head else None)
+                or refusal(head, new)
+            )
             if refused is None:
                 event = _write(connection, head, new, effect=effect, ends=ends)
                 if event is not None:
@@ -346,6 +359,25 @@ def check_head(writer: Writer) -> None:
     if not mine.exists():
         head = Run.objects.filter(pk=writer.run_id).values_list("last_seq", flat=True).first()
         raise HeadLost(writer.run_id, writer.token, head or 0, known.committed_seq)
+
+
+class StaleRead(Exception):
+    """The head a writer read is not the run's head under the lock, though its lease holds:
+    the read predates a write that committed before the lease was taken. Nothing was
+    written; the writer reads the run again."""
+
+
+def _moved_since_read(writer: Writer, known: Head | None, head: Head) -> StaleRead | None:
+    # While the token holds nobody else appends, so a head other than the one read means the
+    # read saw the run from before the take (one statement's snapshot, taken before the take
+    # waited for the lease row): what was decided from it (a ticket still pending, a stage
+    # still to run) may no longer hold.
+    if known is None or (known.last_seq, known.head_hash) != (head.last_seq, head.head_hash):
+        return StaleRead(
+            f"{ids.run_id(writer.run_id)}'s head moved since it was read (seq {head.last_seq}, "
+            f"read {known.last_seq if known else 'nothing'})"
+        )
+    return None
 
 
 def _went_back(writer: Writer, known: Head | None, head: Head) -> HeadLost | None:

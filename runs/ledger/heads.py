@@ -71,9 +71,14 @@ def run_for_writer(run_id: int, token: int) -> Run | None:
     with db.cursor() as cursor:
         run = boundary_for(db).read_run(cursor, db, run_id)
     if run is not None:
-        learn(
-            db.alias,
-            token,
-            Head(run.pk, run.pipeline, run.status, run.last_seq, run.head_hash, run.deviated),
-        )
+        learn_run(token, run)
     return run
+
+
+def learn_run(token: int, run: Run) -> None:
+    """learn() the head of `run`, as read for the writer holding `token`."""
+    learn(
+        run._state.db or DEFAULT_DB_ALIAS,
+        token,
+        Head(run.pk, run.pipeline, run.status, run.last_seq, run.head_hash, run.deviated),
+    )

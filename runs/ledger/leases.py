@@ -18,7 +18,7 @@ from django.db.models.functions import Now
 from runs import ids
 from runs.ledger.sql import boundary_for
 from runs.ledger.sql.boundary import db_now_plus
-from runs.models import Lease
+from runs.models import Lease, Run
 
 log = logging.getLogger("runs.leases")
 
@@ -134,9 +134,7 @@ def acquire(run_id: int, holder: str, *, ttl: float | None = None, takeover: boo
             token = boundary_for(db).take_lease(cursor, run_id, holder, ttl)
         if token is not None:
             return token
-        if not Lease.objects.filter(run_id=run_id).exists():
-            raise Lease.DoesNotExist(f"{ids.run_id(run_id)} has no lease row")
-        raise LeaseBusy(f"{ids.run_id(run_id)} is leased by another worker")
+        _not_taken(run_id)
     seen = Lease.objects.filter(run_id=run_id).values_list("token", flat=True).first()
     if seen is None:
         raise Lease.DoesNotExist(f"{ids.run_id(run_id)} has no lease row")
@@ -152,6 +150,32 @@ def acquire(run_id: int, holder: str, *, ttl: float | None = None, takeover: boo
     )
     if updated == 1:
         return seen + 1
+    raise LeaseBusy(f"{ids.run_id(run_id)} is leased by another worker")
+
+
+def hold_reading_run(
+    run_id: int, holder: str, *, ttl: float | None = None
+) -> tuple[HeldLease, Run | None]:
+    """hold() for a stage job, with the run its new holder reads next: in the take's own
+    statement on PostgreSQL (sql/boundary.py), a round trip fewer per stage. One statement is
+    one snapshot, taken before the take may have waited for the lease row's lock, so the read
+    may predate a commit the take waited for: the holder's first append says it chains to a
+    read head (append's `read_head`), and is refused if the run's head is another."""
+    ttl = ttl_seconds() if ttl is None else ttl
+    read_at = _clock()
+    db = connections[DEFAULT_DB_ALIAS]
+    with db.cursor() as cursor:
+        taken = boundary_for(db).take_lease_reading_run(cursor, db, run_id, holder, ttl)
+    if taken is None:
+        _not_taken(run_id)
+    token, run = taken
+    return HeldLease(run_id, token, ttl, read_at), run
+
+
+def _not_taken(run_id: int) -> None:
+    """Why a free lease's take took nothing: raise it."""
+    if not Lease.objects.filter(run_id=run_id).exists():
+        raise Lease.DoesNotExist(f"{ids.run_id(run_id)} has no lease row")
     raise LeaseBusy(f"{ids.run_id(run_id)} is leased by another worker")
 
 

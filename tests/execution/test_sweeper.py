@@ -29,8 +29,9 @@ def start_content(*, enqueue: bool = False) -> Run:
 
 def begin_stage(run: Run, *, ttl: float) -> Writer:
     """What a worker does first: take the lease, consume the ticket, append STARTED."""
-    writer = Writer(run.pk, leases.acquire(run.pk, "worker:doomed", ttl=ttl), "worker:doomed")
-    assert stage_job._begin(writer, run.current_stage, run.ticket) is not None
+    held, read = leases.hold_reading_run(run.pk, "worker:doomed", ttl=ttl)
+    writer = Writer(run.pk, held.token, "worker:doomed")
+    assert stage_job._begin(writer, run.current_stage, run.ticket, read) is not None
     return writer
 
 

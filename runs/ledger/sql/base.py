@@ -155,6 +155,9 @@ class AppendSQL:
     # Whether write_guarded() exists: the append of a writer that knows the head, without a
     # locked read first.
     guarded: ClassVar[bool] = False
+    # Whether a statement can update inside WITH and read in the same statement (the stage
+    # boundary's take of a lease with the read of its run, boundary.py).
+    writes_in_with: ClassVar[bool] = False
 
     def __init__(self, connection) -> None:
         qn = self.qn = connection.ops.quote_name
@@ -451,12 +454,16 @@ class RowReader:
         fields = model._meta.concrete_fields
         self.model = model
         self.names = tuple(field.attname for field in fields)
-        self.sql = (
-            f"SELECT {', '.join(qn(field.column) for field in fields)} "
-            f"FROM {qn(model._meta.db_table)} WHERE {where}{tail}"
-        )
+        self.quoted = [qn(field.column) for field in fields]
+        self.table = qn(model._meta.db_table)
+        self.sql = f"SELECT {', '.join(self.quoted)} FROM {self.table} WHERE {where}{tail}"
         read = [(i, *converters_of(field, connection)) for i, field in enumerate(fields)]
         self.converters = [(i, column, found) for i, column, found in read if found]
+
+    def columns_of(self, alias: str) -> str:
+        """The select list, each column qualified by `alias` (for a statement that reads the
+        row beside another)."""
+        return ", ".join(f"{alias}.{column}" for column in self.quoted)
 
     def instance(self, row: tuple, connection) -> Model:
         values = list(row)

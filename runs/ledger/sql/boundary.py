@@ -50,6 +50,17 @@ class BoundarySQL:
             f"WHERE {run_col} = %s AND {expires} <= {now} RETURNING {token}"
         )
         self.run = RowReader(Run, connection, f"{qn('id')} = %s")
+        # The take and the read of the run its new holder reads next, in one statement where
+        # the vendor can update inside WITH (PostgreSQL): the row comes back only when the
+        # take did. One statement is one snapshot, taken before the take may wait for the
+        # lease row's lock: the caller checks that the head it read is still the run's
+        # (append's `read_head`).
+        self.take_reading = (
+            f"WITH t AS ({self.take}) SELECT t.{token}, {self.run.columns_of('r')} "
+            f"FROM t, {self.run.table} r WHERE r.{qn('id')} = %s"
+            if append_sql.writes_in_with
+            else ""
+        )
         # The newest checkpoint of a stage, optionally up to a branch point's seq
         # (checkpoints.latest_checkpoint); served by checkpoint_run_seq_unique.
         latest = f" ORDER BY {qn('last_seq')} DESC LIMIT 1"
@@ -85,6 +96,22 @@ class BoundarySQL:
         or None when it is held or the run has no lease row."""
         row = self.run_sql.first_row(cursor, self.take, [holder, self.ttl(ttl), run_id])
         return row[0] if row else None
+
+    def take_lease_reading_run(
+        self, cursor, connection, run_id: int, holder: str, ttl: float
+    ) -> tuple[int, Run | None] | None:
+        """take_lease(), and the run read for its new holder: one statement on PostgreSQL,
+        two on SQLite (where the read after the take cannot be stale: writers are
+        serialised). None when the lease is held or the run has no lease row."""
+        if not self.take_reading:
+            token = self.take_lease(cursor, run_id, holder, ttl)
+            return None if token is None else (token, self.read_run(cursor, connection, run_id))
+        row = self.run_sql.first_row(
+            cursor, self.take_reading, [holder, self.ttl(ttl), run_id, run_id]
+        )
+        if row is None:
+            return None
+        return row[0], self.run.instance(row[1:], connection)
 
     def release_lease(self, cursor, run_id: int, token: int) -> bool:
         """Give the lease up if `token` still holds it; whether it did."""

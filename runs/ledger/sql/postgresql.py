@@ -48,6 +48,7 @@ class PostgreSQLAppend(AppendSQL):
 
     vendor = "postgresql"
     guarded = True
+    writes_in_with = True
 
     def placeholder(self, column: str) -> str:
         # In INSERT ... SELECT an untyped literal is text, which has no assignment cast to
