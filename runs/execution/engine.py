@@ -5,7 +5,7 @@
     effect intent before, external id after) → verify the output's rules → VERIFIED +
     checkpoint (or FAILED) → queue the next stage → release the lease.
 
-A heartbeat thread (leases.Heartbeat) renews the lease while the stage runs. Every write
+The process's heartbeat thread (leases.heartbeats) renews the lease while the stage runs. Every write
 checks the token, so a worker that lost its lease stops at its next write having written
 nothing.
 """
@@ -155,13 +155,12 @@ def _execute(
         )
         return Outcome.BUSY
     writer = Writer(run_pk, held.token, holder)
-    heartbeat = leases.Heartbeat(held)
     run = None
     try:
         run = _begin(writer, stage_name, ticket, read)
         if run is None:
             return Outcome.NOTHING_TO_DO
-        heartbeat.start()
+        leases.heartbeats.watch(held)
         return _run_stage(writer, held, run, stage_name, hooks)
     except StageWaiting as exc:
         log.info("run-%s in %s: %s", run_pk, stage_name, exc)
@@ -175,13 +174,11 @@ def _execute(
     except DatabaseError as exc:
         if not outage.connection_lost(exc):
             raise
-        if heartbeat.is_alive():
-            heartbeat.stop()
+        leases.heartbeats.unwatch(held)
         outage.wait_for_database(f"run-{run_pk}'s {stage_name} job", tick=_job_alive)
         return None if run is None else _lost_mid_stage(writer, stage_name)
     finally:
-        if heartbeat.is_alive():
-            heartbeat.stop()
+        leases.heartbeats.unwatch(held)
         if not held.released:
             leases.release(run_pk, held.token)
 

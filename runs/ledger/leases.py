@@ -211,31 +211,73 @@ def holds(run_id: int, token: int) -> bool:
     return Lease.objects.filter(run_id=run_id, token=token, expires_at__gt=Now()).exists()
 
 
-class Heartbeat(threading.Thread):
-    """Renews a held lease every TTL/3 until stopped or the lease is lost; each renewal moves
-    the held lease's deadline (HeldLease), which fences the stage's external calls."""
+class Heartbeats:
+    """The leases this process's stages hold, each renewed every TTL/3 until it is let go
+    or lost; each renewal moves the held lease's deadline (HeldLease), which fences the
+    stage's external calls. One thread per process renews them all: a thread started and
+    joined for every stage cost more than a short stage's own statements.
 
-    def __init__(self, held: HeldLease) -> None:
-        super().__init__(daemon=True, name=f"heartbeat-run-{held.run_id}")
-        self.held = held
-        self._stop_event = threading.Event()
+    The thread connects for a round of renewals and closes after it: between rounds (TTL/3
+    apart) it holds no connection, so a test database can be dropped and a server restart
+    costs it nothing. A renewal racing a stage's end is harmless: renew() compares the
+    token and the expiry, so it cannot revive a lease the stage gave back."""
 
-    def run(self) -> None:
-        interval = max(self.held.ttl / 3, 0.05)
+    def __init__(self) -> None:
+        self._due: dict[HeldLease, float] = {}
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, held: HeldLease) -> None:
+        with self._changed:
+            self._due[held] = time.monotonic() + _interval(held)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, daemon=True, name="resumer-heartbeats"
+                )
+                self._thread.start()
+            self._changed.notify()
+
+    def unwatch(self, held: HeldLease) -> None:
+        with self._changed:
+            self._due.pop(held, None)
+
+    def watching(self, held: HeldLease) -> bool:
+        with self._changed:
+            return held in self._due
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                due = self._wait_for_due()
+            try:
+                for held in due:
+                    self._beat(held)
+            finally:
+                connection.close()
+
+    def _wait_for_due(self) -> list[HeldLease]:
+        """Under the lock: block until some watched lease is due; those, rescheduled."""
+        while True:
+            now = time.monotonic()
+            due = [held for held, at in self._due.items() if at <= now]
+            if due:
+                for held in due:
+                    self._due[held] = now + _interval(held)
+                return due
+            self._changed.wait(timeout=min(self._due.values(), default=now + 3600) - now)
+
+    def _beat(self, held: HeldLease) -> None:
         try:
-            while not self._stop_event.wait(interval):
-                try:
-                    renew_held(self.held)
-                except LeaseLost:
-                    return
-                except Exception as exc:  # database hiccup: try again next beat
-                    log.warning("heartbeat for run-%s failed: %s", self.held.run_id, exc)
-                    connection.close()
-        finally:
-            # The thread's own connection: Django opens one per thread, and nothing else
-            # would close it.
+            renew_held(held)
+        except LeaseLost:
+            self.unwatch(held)  # the stage finds out at its next fenced write or call
+        except Exception as exc:  # database hiccup: try again next beat
+            log.warning("heartbeat for run-%s failed: %s", held.run_id, exc)
             connection.close()
 
-    def stop(self) -> None:
-        self._stop_event.set()
-        self.join(timeout=5)
+
+def _interval(held: HeldLease) -> float:
+    return max(held.ttl / 3, 0.05)
+
+
+heartbeats = Heartbeats()

@@ -190,3 +190,61 @@ def _waiting_on_a_lock(conn) -> bool:
             "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
         )
         return cursor.fetchone()[0] > 0
+
+
+# --- the process's heartbeat thread ----------------------------------------------------------
+
+
+def _expires_at(run: Run):
+    return Lease.objects.values_list("expires_at", flat=True).get(run=run)
+
+
+def _heartbeat_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "resumer-heartbeats" and t.is_alive()]
+
+
+def test_a_watched_lease_is_renewed_until_it_is_let_go(transactional_db):
+    run = new_run()
+    held = leases.hold(run.pk, "worker-a", ttl=0.6)
+    first = _expires_at(run)
+    leases.heartbeats.watch(held)
+    try:
+        wait_for(lambda: _expires_at(run) > first, timeout=30, what="a renewal")
+    finally:
+        leases.heartbeats.unwatch(held)
+    assert not leases.heartbeats.watching(held)
+    assert leases.holds(run.pk, held.token)
+    assert not held.lost.is_set()
+
+
+def test_one_thread_renews_the_leases_of_every_stage_of_the_process(transactional_db):
+    runs = [new_run(), new_run()]
+    helds = [leases.hold(r.pk, f"worker-{i}", ttl=0.6) for i, r in enumerate(runs)]
+    firsts = [_expires_at(r) for r in runs]
+    for held in helds:
+        leases.heartbeats.watch(held)
+    try:
+        wait_for(
+            lambda: all(_expires_at(r) > f for r, f in zip(runs, firsts, strict=True)),
+            timeout=30,
+            what="both leases renewed",
+        )
+        assert len(_heartbeat_threads()) == 1
+    finally:
+        for held in helds:
+            leases.heartbeats.unwatch(held)
+
+
+def test_a_lease_taken_over_is_marked_lost_and_no_longer_renewed(transactional_db):
+    run = new_run()
+    held = leases.hold(run.pk, "worker-a", ttl=0.6)
+    leases.heartbeats.watch(held)
+    try:
+        taker = leases.acquire(run.pk, "sweeper", takeover=True)
+        wait_for(held.lost.is_set, timeout=30, what="the heartbeat to find the lease lost")
+        assert not leases.heartbeats.watching(held)
+        assert Lease.objects.get(run=run).token == taker
+        with pytest.raises(LeaseLost):
+            held.check()
+    finally:
+        leases.heartbeats.unwatch(held)
