@@ -5,9 +5,9 @@
     effect intent before, external id after) → verify the output's rules → VERIFIED +
     checkpoint (or FAILED) → queue the next stage → release the lease.
 
-The process's heartbeat thread (leases.heartbeats) renews the lease while the stage runs. Every write
-checks the token, so a worker that lost its lease stops at its next write having written
-nothing.
+The process's heartbeat thread (leases.heartbeats) renews the lease while the stage runs.
+Every write checks the token, so a worker that lost its lease stops at its next write having
+written nothing.
 """
 
 from __future__ import annotations
