@@ -1,7 +1,7 @@
 """What a stage boundary costs, part by part, against a bare RQ job hop doing the same work.
 
     .venv/bin/python bench/stage_cost.py                    # SQLite and PostgreSQL
-    .venv/bin/python bench/stage_cost.py --db postgresql --runs 300 --rounds 3
+    .venv/bin/python bench/stage_cost.py --db postgresql --runs 50 --rounds 12
 
 Both sides run bench/_boundary_pipeline.py: three stages with no tool calls (gather → compose,
 which stores a small artifact → post), --runs runs, in one worker loop in this process with
@@ -15,7 +15,9 @@ real Redis, --rounds times, alternating sides so drift from outside load hits bo
     the next job's arguments, the artifact's bytes stored in the same storage, no database.
 
 Per stage it prints CPU (this process; and on PostgreSQL its server's, read from /proc as
-bench/fleet.py does) and wall time, their ratio boundary / bare (the goal: at most 2), and,
+bench/fleet.py does) and wall time, their ratio boundary / bare (the goal: at most 2), the
+median of the rounds' own ratios (each round's two sides run one after the other, so a burst
+of outside load on a shared machine moves one pair, not the whole figure), and,
 from one more instrumented round per side (not timed for the ratios), where the wall time
 goes: SQL statements, commits, artifact I/O, Redis round trips, and the rest (Python: Django,
 RQ, the engine). Production settings (DEBUG off). Each database is a scratch one; Redis is
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from collections import Counter
@@ -216,6 +219,12 @@ def child(runs: int, rounds: int) -> None:
                 side: {key: mean(side, key) for key in ("cpu_ms", "db_cpu_ms", "wall_ms")}
                 for side in timed
             },
+            # Each round's pair (the two sides one after the other): on a shared machine a
+            # burst of outside load hits one pair, and the median pair ratio ignores it.
+            "pair_cpu_ratios": [
+                (b["cpu_ms"] + b["db_cpu_ms"]) / (r["cpu_ms"] + r["db_cpu_ms"])
+                for b, r in zip(timed["boundary"], timed["bare"], strict=True)
+            ],
             "parts": {side: broken[side]["parts"] for side in broken},
             "instrumented_wall_ms": {side: broken[side]["wall_ms"] for side in broken},
         }
@@ -241,6 +250,11 @@ def _print(result: dict) -> None:
     print(
         f"    wall                       {b['wall_ms']:>8.2f} ms   {r['wall_ms']:>8.2f} ms"
         f"   {b['wall_ms'] / r['wall_ms']:>5.2f}x"
+    )
+    pairs = sorted(result["pair_cpu_ratios"])
+    print(
+        f"    CPU ratio per round, median of {len(pairs)}: {statistics.median(pairs):.2f}x "
+        f"(from {pairs[0]:.2f}x to {pairs[-1]:.2f}x)"
     )
     print("    where the wall time goes (an instrumented round; ms per stage, and how many):")
     for side in ("boundary", "bare"):
