@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 
 import redis
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models.functions import Now
 from rq import get_current_job
 
@@ -44,7 +44,7 @@ from runs.ledger.append import (
     create_run,
 )
 from runs.ledger.checkpoints import write_checkpoint
-from runs.models import Event, Run
+from runs.models import Artifact, Event, Run
 from runs.pipeline import Pipeline, Stage, StageOutput, registry
 from runs.planning import contract
 
@@ -340,63 +340,93 @@ def _checkpoint(
     the next stage's job, queued on that commit, finds it free instead of waiting for
     another commit, and the release costs no statement of its own.
 
-    A stage without artifacts that has a next stage ends in one write (on PostgreSQL one
-    statement): VERIFIED, the checkpoint and the release. Artifact rows, and at the end
-    SUCCEEDED, share a transaction with it, so a worker that lost its lease leaves no
-    artifact row behind (only content-addressed blobs, which nothing references) and a run
-    is never verified to the end without being done."""
-    run, writer = ctx.run, ctx.writer
+    A stage that has a next stage ends in one write (on PostgreSQL one statement): VERIFIED,
+    the checkpoint, its artifact rows and the release. That needs the artifacts' versions
+    before the write: a run never resumed writes each stage's artifacts once, as version 1
+    (a stage runs again only on an approved resume, which counts an attempt); if one was
+    taken all the same, that write wrote nothing, and the transaction below allocates them.
+    Otherwise the artifact rows, and at the end SUCCEEDED, share one transaction with
+    VERIFIED. Either way a worker that lost its lease leaves no artifact row behind (only
+    content-addressed blobs, which nothing references), and a run is never verified to the
+    end without being done."""
+    run = ctx.run
     next_stage = pipeline.next_stage(stage.name)
-    ticket = uuid.uuid4().hex if next_stage else ""
-    together = bool(output.artifacts) or not next_stage
-    with transaction.atomic() if together else contextlib.nullcontext():
-        stored = [
-            artifacts.store(f"{stage.name}/{run.public_id}/{name}", data, content_type, run=run)
-            for name, (data, content_type) in output.artifacts.items()
+    if next_stage and (run.attempt == 0 or not output.artifacts):
+        rows = [
+            artifacts.first_version(_artifact_name(stage, run, name), data, kind, run=run)
+            for name, (data, kind) in output.artifacts.items()
         ]
-        manifest = {
-            "inputs": {name: run.inputs.get(name) for name in stage.consumes},
-            "pinned": dict(run.inputs),
-            "artifacts": [
-                {
-                    "name": name,
-                    "uri": a.uri,
-                    "sha256": a.sha256,
-                    "size": a.size,
-                    "content_type": a.content_type,
-                }
-                for name, a in zip(output.artifacts, stored, strict=True)
-            ],
-            "rules": results,
-            "outputs": output.outputs,
-        }
-        write_checkpoint(
-            writer,
-            run,
-            stage=stage.name,
-            next_stage=next_stage,
-            manifest=manifest,
-            usage=ctx.usage.to_dict(),
-            status=Run.Status.RUNNING,
-            release=bool(next_stage),
-            current_stage=next_stage or stage.name,
-            ticket=ticket,
-            queued_at=Now() if next_stage else None,
-        )
-        if next_stage:
-            # Outside a transaction the write has committed, and on_commit runs this now.
-            transaction.on_commit(lambda: enqueuing.dispatch(run.pk, next_stage, ticket))
-        else:
-            if ctx.contract is not None and not ctx.deviated:
-                _verdict(ctx)
-            append(
-                writer,
-                Event.Type.SUCCEEDED,
-                payload={},
-                status=Run.Status.SUCCEEDED,
-                release=True,
-            )
-        leases.released_on_commit(ctx.held)
+        try:
+            _seal(ctx, stage, output, results, next_stage, rows, riding=True)
+            return
+        except IntegrityError:
+            if not rows:
+                raise
+            log.warning("run-%s %s: an artifact version was taken; allocating", run.pk, stage.name)
+    with transaction.atomic():
+        stored = [
+            artifacts.store(_artifact_name(stage, run, name), data, kind, run=run)
+            for name, (data, kind) in output.artifacts.items()
+        ]
+        _seal(ctx, stage, output, results, next_stage, stored, riding=False)
+
+
+def _artifact_name(stage: Stage, run: Run, name: str) -> str:
+    return f"{stage.name}/{run.public_id}/{name}"
+
+
+def _seal(
+    ctx: StageContext,
+    stage: Stage,
+    output: StageOutput,
+    results: list,
+    next_stage: str,
+    stored: list[Artifact],
+    *,
+    riding: bool,
+) -> None:
+    """VERIFIED with the checkpoint on `stored` (their rows written with it when `riding`),
+    and what follows it: the next stage queued once it commits, or the end of the run."""
+    run, writer = ctx.run, ctx.writer
+    ticket = uuid.uuid4().hex if next_stage else ""
+    manifest = {
+        "inputs": {name: run.inputs.get(name) for name in stage.consumes},
+        "pinned": dict(run.inputs),
+        "artifacts": [
+            {
+                "name": name,
+                "uri": a.uri,
+                "sha256": a.sha256,
+                "size": a.size,
+                "content_type": a.content_type,
+            }
+            for name, a in zip(output.artifacts, stored, strict=True)
+        ],
+        "rules": results,
+        "outputs": output.outputs,
+    }
+    write_checkpoint(
+        writer,
+        run,
+        stage=stage.name,
+        next_stage=next_stage,
+        manifest=manifest,
+        usage=ctx.usage.to_dict(),
+        status=Run.Status.RUNNING,
+        release=bool(next_stage),
+        artifacts=stored if riding else (),
+        current_stage=next_stage or stage.name,
+        ticket=ticket,
+        queued_at=Now() if next_stage else None,
+    )
+    if next_stage:
+        # Outside a transaction the write has committed, and on_commit runs this now.
+        transaction.on_commit(lambda: enqueuing.dispatch(run.pk, next_stage, ticket))
+    else:
+        if ctx.contract is not None and not ctx.deviated:
+            _verdict(ctx)
+        append(writer, Event.Type.SUCCEEDED, payload={}, status=Run.Status.SUCCEEDED, release=True)
+    leases.released_on_commit(ctx.held)
 
 
 def _verdict(ctx: StageContext) -> None:

@@ -59,8 +59,8 @@ def _blob_holds(path: str, digest: str) -> bool:
         return False
 
 
-def store(name: str, data: bytes, content_type: str, *, run: Run | None = None) -> Artifact:
-    """Store `data` as the next version of `name`."""
+def save_blob(data: bytes) -> tuple[str, str]:
+    """Store `data` content-addressed: its sha256 and the blob's path in storage."""
     digest = hashlib.sha256(data).hexdigest()
     path = blob_path(digest)
     if not _blob_holds(path, digest):
@@ -70,6 +70,12 @@ def store(name: str, data: bytes, content_type: str, *, run: Run | None = None) 
         # row gets a fresh copy under a new name: a re-executed stage must not seal a
         # checkpoint on bytes that already fail verify().
         path = default_storage.save(path, ContentFile(data))
+    return digest, path
+
+
+def store(name: str, data: bytes, content_type: str, *, run: Run | None = None) -> Artifact:
+    """Store `data` as the next version of `name`."""
+    digest, path = save_blob(data)
     db = connections[DEFAULT_DB_ALIAS]
     for _ in range(5):
         artifact = Artifact(
@@ -85,6 +91,23 @@ def store(name: str, data: bytes, content_type: str, *, run: Run | None = None) 
                 return artifact
         # Another writer took this version number (nothing was written): take the next one.
     raise IntegrityError(f"could not allocate a version for artifact {name!r}")
+
+
+def first_version(name: str, data: bytes, content_type: str, *, run: Run) -> Artifact:
+    """`data` stored as version 1 of `name`, its row not written: the row rides with the
+    checkpoint that names it (checkpoints.write_checkpoint(artifacts=…)), whose write fails
+    with nothing written if the version was taken. For a name written once, such as a stage
+    output of a run never resumed (the engine's)."""
+    digest, path = save_blob(data)
+    return Artifact(
+        name=name,
+        version=1,
+        sha256=digest,
+        size=len(data),
+        content_type=content_type,
+        blob=path,
+        run=run,
+    )
 
 
 def get(uri: str) -> Artifact:

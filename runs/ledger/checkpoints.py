@@ -14,8 +14,8 @@ from django.db.models import Q
 from runs.ledger import derived
 from runs.ledger.append import Writer, append
 from runs.ledger.chain import manifest_hash, manifest_ok
-from runs.ledger.sql import CheckpointSeal, boundary_for
-from runs.models import Checkpoint, Event, Run
+from runs.ledger.sql import ARTIFACT_COLUMNS, CheckpointSeal, boundary_for
+from runs.models import Artifact, Checkpoint, Event, Run
 
 __all__ = [
     "checkpoint_id",
@@ -46,18 +46,26 @@ def write_checkpoint(
     status: str,
     usage: dict[str, Any] | None = None,
     release: bool = False,
+    artifacts: Sequence[Artifact] = (),
     **run_fields: Any,
 ) -> Checkpoint:
     """Append VERIFIED with the checkpoint sealed on its seq (CheckpointSeal): one write, so a
     checkpoint without its VERIFIED event (or the reverse) can never be observed. With
     `release` it is the writer's last write under its lease, given up in the same write.
+    `artifacts` (unsaved, their versions set: artifacts.first_version) are the rows of the
+    artifacts the manifest names, written with it; IntegrityError, with nothing written, when
+    a version is taken.
 
     Outside a transaction that write is its own: on PostgreSQL one statement, without BEGIN
     and COMMIT around it. Inside a caller's (the engine's, when artifact rows or SUCCEEDED go
     with it) it is that transaction's, without a savepoint; append() refuses (LeaseLost)
     having written nothing, which leaves the caller's transaction usable."""
     seal = CheckpointSeal(
-        id=checkpoint_id(run, stage), stage=stage, next_stage=next_stage, manifest=manifest
+        id=checkpoint_id(run, stage),
+        stage=stage,
+        next_stage=next_stage,
+        manifest=manifest,
+        artifacts=tuple(tuple(getattr(a, c) for c in ARTIFACT_COLUMNS) for a in artifacts),
     )
     verified = append(
         writer,

@@ -23,7 +23,7 @@ from runs.ledger.checkpoints import write_checkpoint
 from runs.ledger.maintenance import maintenance
 from runs.ledger.sql import EffectClaim
 from runs.ledger.verify import verify_chain
-from runs.models import Checkpoint, Effect, Event, Run
+from runs.models import Artifact, Checkpoint, Effect, Event, Run
 from tests.support.plans import change_manifest
 
 
@@ -524,6 +524,63 @@ def test_a_stage_end_of_a_writer_without_the_lease_seals_and_releases_nothing(co
     lease = leases.current(run_id)
     assert (lease.token, lease.holder) == (intruder, "intruder")
     assert leases.holds(run_id, intruder)
+
+
+def _end_with_artifact(writer: Writer, run: Run, artifact) -> Checkpoint:
+    entry = {"name": "text", "uri": artifact.uri, "sha256": artifact.sha256, "size": artifact.size}
+    return write_checkpoint(
+        writer,
+        run,
+        stage="research",
+        next_stage="draft",
+        manifest={"inputs": {}, "artifacts": [entry], "rules": [], "outputs": {}},
+        status=Run.Status.RUNNING,
+        release=True,
+        artifacts=[artifact],
+        current_stage="draft",
+    )
+
+
+def test_a_stage_ends_with_its_artifact_rows_in_the_same_write(
+    committed_writer, settings, tmp_path
+):
+    settings.MEDIA_ROOT = tmp_path
+    run = Run.objects.get(pk=committed_writer.run_id)
+    artifact = artifacts.first_version("research/x/text", b"three facts", "text/plain", run=run)
+    ran: list[str] = []
+    with connection.execute_wrapper(
+        lambda execute, sql, *args: ran.append(sql) or execute(sql, *args)
+    ):
+        checkpoint = _end_with_artifact(committed_writer, run, artifact)
+    stored = Artifact.objects.get(name="research/x/text")
+    assert (stored.version, stored.sha256, stored.run_id) == (1, artifact.sha256, run.pk)
+    assert (
+        Checkpoint.objects.get(pk=checkpoint.pk).artifacts[0]["uri"]
+        == "artifact://research/x/text/v1"
+    )
+    assert artifacts.read(stored.uri) == b"three facts"
+    if connection.vendor == "postgresql":
+        assert len(ran) == 1  # the artifact row, VERIFIED, the checkpoint, the release
+    assert leases.current(run.pk).holder == ""
+
+
+def test_a_stage_end_whose_artifact_version_is_taken_writes_nothing(
+    committed_writer, settings, tmp_path
+):
+    settings.MEDIA_ROOT = tmp_path
+    run = Run.objects.get(pk=committed_writer.run_id)
+    taken = artifacts.store("research/x/text", b"older", "text/plain", run=run)
+    assert taken.version == 1
+    before = Event.objects.filter(run=run).count()
+    artifact = artifacts.first_version("research/x/text", b"three facts", "text/plain", run=run)
+    with pytest.raises(IntegrityError):
+        _end_with_artifact(committed_writer, run, artifact)
+    assert Event.objects.filter(run=run).count() == before
+    assert not Checkpoint.objects.filter(run=run).exists()
+    assert list(Artifact.objects.filter(name="research/x/text").values_list("pk", flat=True)) == [
+        taken.pk
+    ]
+    assert leases.holds(run.pk, committed_writer.token)
 
 
 def test_an_effect_cannot_ride_with_a_release(committed_writer):

@@ -22,6 +22,7 @@ from __future__ import annotations
 from django.core.exceptions import ImproperlyConfigured
 
 from runs.ledger.sql.base import (
+    ARTIFACT_COLUMNS,
     EFFECT_COLUMNS,
     EVENT_COLUMNS,
     SETTLE_COLUMNS,
@@ -40,6 +41,7 @@ from runs.ledger.sql.postgresql import PostgreSQLAppend
 from runs.ledger.sql.sqlite import SQLiteAppend
 
 __all__ = [
+    "ARTIFACT_COLUMNS",
     "EFFECT_COLUMNS",
     "EVENT_COLUMNS",
     "SETTLE_COLUMNS",

@@ -18,9 +18,10 @@ from django.db.models.functions import Now
 from django.db.models.sql import Query
 
 from runs.ledger.canonical import canonical_json
-from runs.models import Checkpoint, Effect, Event, Lease, Run
+from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run
 
 __all__ = [
+    "ARTIFACT_COLUMNS",
     "CHECKPOINT_COLUMNS",
     "EFFECT_COLUMNS",
     "EVENT_COLUMNS",
@@ -90,6 +91,8 @@ SETTLE_COLUMNS = ("status", "external_id", "result", "error", "cost")
 # A checkpoint's row as a seal writes it (its created_at is the database's); last_seq is the
 # seq of the event it is sealed on.
 CHECKPOINT_COLUMNS = ("id", "run_id", "last_seq", "stage", "next_stage", "manifest")
+# An artifact row as a seal writes it, when its version is known before the write.
+ARTIFACT_COLUMNS = ("name", "version", "sha256", "size", "content_type", "blob", "run_id")
 JSON_COLUMNS = frozenset({"inputs", "payload", "artifacts", "request", "result", "manifest"})
 # What every append moves; an append that moves only these leaves the run's updated_at.
 HEAD_COLUMNS = frozenset({"last_seq", "head_hash", "head_anchor"})
@@ -118,16 +121,22 @@ EffectWrite = EffectClaim | EffectSettle
 class CheckpointSeal:
     """A stage's checkpoint, sealed on the VERIFIED event it is written with (its last_seq is
     that event's seq): in the event's transaction on SQLite, in its very statement on
-    PostgreSQL, so neither is ever observed without the other."""
+    PostgreSQL, so neither is ever observed without the other. `artifacts` are the rows of
+    the artifacts its manifest names, when their versions are known before the write
+    (ARTIFACT_COLUMNS' values): written with it, or the write fails (IntegrityError) with
+    nothing written when a version is taken."""
 
     id: str
     stage: str
     next_stage: str
     manifest: dict[str, Any]
+    artifacts: tuple[tuple[Any, ...], ...] = ()
 
     def params(self, row: EventRow) -> list[Any]:
-        """CHECKPOINT_COLUMNS' values for a seal on `row`; the manifest as canonical text."""
-        return [
+        """The artifact rows' values, then CHECKPOINT_COLUMNS', for a seal on `row`; the
+        manifest as canonical text."""
+        values = [value for artifact in self.artifacts for value in artifact]
+        values += [
             self.id,
             row.run_id,
             row.seq,
@@ -135,6 +144,7 @@ class CheckpointSeal:
             self.next_stage,
             canonical_json(self.manifest),
         ]
+        return values
 
 
 class KeyTaken(Exception):
@@ -228,6 +238,11 @@ class AppendSQL:
         # the checkpoint's row, and the lease given up. The release is also leases.release()'s
         # statement on its own (boundary.py).
         qn = self.qn
+        self.artifact_insert = (
+            f"INSERT INTO {qn(Artifact._meta.db_table)} "
+            f"({', '.join(qn(c) for c in ARTIFACT_COLUMNS)}) "
+            f"VALUES ({', '.join(['%s'] * len(ARTIFACT_COLUMNS))})"
+        )
         self.seal = (
             f"INSERT INTO {qn(Checkpoint._meta.db_table)} "
             f"({', '.join(qn(c) for c in CHECKPOINT_COLUMNS)}) "
@@ -359,12 +374,15 @@ class AppendSQL:
         return pk, created_at, rider
 
     def end_stage(self, cursor, row: EventRow, seal: CheckpointSeal | None, release: bool) -> Any:
-        """After `row`'s event, in its transaction: the checkpoint sealed on it, and the lease
-        given up. The checkpoint's created_at as the database returned it (None without a
+        """After `row`'s event, in its transaction: the artifact rows and the checkpoint sealed
+        on it, and the lease given up. The checkpoint's created_at as the database returned it (None without a
         seal)."""
         created_at = None
         if seal is not None:
-            (created_at,) = self.first_row(cursor, self.seal, seal.params(row))
+            for artifact in seal.artifacts:
+                self.execute(cursor, self.artifact_insert, list(artifact))
+            params = seal.params(row)[len(seal.artifacts) * len(ARTIFACT_COLUMNS) :]
+            (created_at,) = self.first_row(cursor, self.seal, params)
         if release:
             self.execute(cursor, self.release, [row.run_id, row.token])
         return created_at

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from runs.ledger.sql.base import (
+    ARTIFACT_COLUMNS,
     CHECKPOINT_COLUMNS,
     EFFECT_COLUMNS,
     EVENT_COLUMNS,
@@ -21,7 +22,7 @@ from runs.ledger.sql.base import (
     Written,
     guard,
 )
-from runs.models import Checkpoint, Lease
+from runs.models import Artifact, Checkpoint, Lease
 
 __all__ = ["PostgreSQLAppend"]
 
@@ -64,6 +65,7 @@ class PostgreSQLAppend(AppendSQL):
         self.effect_values = ", ".join(self.placeholder(c) for c in EFFECT_COLUMNS)
         self.heads = {flush: self.head(flush) for flush in (True, False)}
         self.checkpoint_table = qn(Checkpoint._meta.db_table)
+        self.artifact_table = qn(Artifact._meta.db_table)
         self.lease_table, self.lease_run = qn(Lease._meta.db_table), qn(Lease._meta.pk.column)
         # The effect statements the locked path runs on their own, saying they are the
         # ledger's in a FROM that is evaluated before the row (and its trigger) is written.
@@ -80,10 +82,11 @@ class PostgreSQLAppend(AppendSQL):
             EffectClaim: self.claim_statement,
             EffectSettle: self.settle_statement,
         }
-        # The statements by (kind of effect, flush, SET list, seal, release) and by SET list:
+        # The statements by (kind of effect, flush, SET list, the seal's artifact count,
+        # release) and by SET list:
         # a bounded set (sets() has one SET list per shape of head move), each built on its
         # first use.
-        self._guarded: dict[tuple[type, bool, str, bool, bool], str] = {}
+        self._guarded: dict[tuple[type, bool, str, int | None, bool], str] = {}
         self._unguarded: dict[str, str] = {}
 
     # --- the statements -----------------------------------------------------------------
@@ -99,13 +102,14 @@ class PostgreSQLAppend(AppendSQL):
         )
 
     def event_statement(
-        self, head: str, sets: str, seal: bool = False, release: bool = False
+        self, head: str, sets: str, seal: int | None = None, release: bool = False
     ) -> str:
-        """The event, and what ends a stage riding with it: c, the checkpoint sealed on it;
-        l, the lease given up (the writer's last write: the next stage's job, queued once
-        this commits, finds the lease free). Both write only when h has a row, so a write
-        refused writes none of them, and in autocommit the statement is the whole end of the
-        stage: no BEGIN, no COMMIT, one round trip."""
+        """The event, and what ends a stage riding with it: a, the seal's artifact rows
+        (`seal` of them); c, the checkpoint sealed on it; l, the lease given up (the writer's
+        last write: the next stage's job, queued once this commits, finds the lease free).
+        Each writes only when h has a row, so a write refused writes none of them, and in
+        autocommit the statement is the whole end of the stage: no BEGIN, no COMMIT, one
+        round trip. A taken artifact version fails the whole statement."""
         pk, qn = self.pk, self.qn
         parts = [
             head,
@@ -115,6 +119,14 @@ class PostgreSQLAppend(AppendSQL):
         ]
         rider = "NULL"
         if seal:
+            one = ", ".join(["%s"] * len(ARTIFACT_COLUMNS))
+            parts.append(
+                f"a AS (INSERT INTO {self.artifact_table} "
+                f"({', '.join(qn(c) for c in ARTIFACT_COLUMNS)}) "
+                + " UNION ALL ".join([f"SELECT {one} FROM h"] * seal)
+                + ")"
+            )
+        if seal is not None:
             parts.append(
                 f"c AS (INSERT INTO {self.checkpoint_table} "
                 f"({', '.join(qn(c) for c in CHECKPOINT_COLUMNS)}) "
@@ -183,12 +195,18 @@ class PostgreSQLAppend(AppendSQL):
         flush: bool = True,
     ) -> Written | None:
         set_list, params = self.sets(moves)
-        key = (type(effect), flush, set_list, seal is not None, release)
+        key = (
+            type(effect),
+            flush,
+            set_list,
+            None if seal is None else len(seal.artifacts),
+            release,
+        )
         sql = self._guarded.get(key)
         if sql is None:
             head = self.heads[flush]
             sql = self._guarded[key] = (
-                self.event_statement(head, set_list, seal is not None, release)
+                self.event_statement(head, set_list, key[3], release)
                 if effect is None
                 else self.builders[key[0]](head, set_list)
             )
