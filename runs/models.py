@@ -455,11 +455,11 @@ class Lease(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     acquired_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        indexes = [
-            # Sweeper: leases that ran out.
-            models.Index(fields=["expires_at"], name="lease_expiry_idx"),
-        ]
+    # No index but the primary key: every stage takes and gives back its run's lease, and
+    # with no indexed column moving PostgreSQL updates the row in place (HOT), without new
+    # index entries. The sweeper's "leases that ran out" (sweeper.find_expired) starts from
+    # the active runs (run_status_idx) and joins their leases by key; an index on expires_at
+    # served it no better, as a released lease's expires_at is in the past too.
 
     def __str__(self) -> str:
         return f"{self.run_id} token={self.token} holder={self.holder or '-'}"
