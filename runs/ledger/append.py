@@ -21,11 +21,13 @@ from django.db.models.functions import Now
 
 from runs import ids, signals
 from runs.ledger import heads
+from runs.ledger.head_checks import HeadLost, StaleRead, check_head, moved_since_read, went_back
 from runs.ledger.leases import LeaseLost
 from runs.ledger.rows import (
     Head,
     LedgerError,
     NewEvent,
+    Writer,
     event_row,
     head_moves,
     new_event,
@@ -53,15 +55,6 @@ __all__ = [
 EVENT_FIELDS = ("id", *EVENT_COLUMNS, "created_at")
 
 
-@dataclass(frozen=True)
-class Writer:
-    """Who writes, and under which fencing token."""
-
-    run_id: int
-    token: int
-    actor: str
-
-
 def append(
     writer: Writer,
     type: str,
@@ -79,30 +72,18 @@ def append(
     flush: bool = True,
     **run_fields: Any,
 ) -> Event:
-    """Append one event to the writer's run, fenced by its lease; optionally move the run,
-    and write an effect row with the event (effects.py: an intent claiming its delivery key,
-    or an outcome), whose id the event then carries as `effect_pk`. A VERIFIED event carries
-    its checkpoint's `seal` instead (checkpoints.write_checkpoint), whose row is written with
-    it; `release` makes the append the writer's last write under its token: the lease is given
-    up in the same write (on PostgreSQL the same statement), once the fence has held.
-    `read_head` says that the head this writer knows was read, perhaps before its lease was
-    taken (leases.hold_reading_run): if the run's head is another, nothing is written and
-    StaleRead says so, for the writer to read again.
+    """Append one event to the writer's run, fenced by its lease; optionally move the run.
+    Written with it once the fence held: `effect`, an effect row (effects.py) whose id the
+    event carries as `effect_pk`; `seal`, a VERIFIED event's checkpoint; `release`, the lease
+    given up. `read_head`: the known head was read as the lease was taken; if the run's head
+    is another, StaleRead (nothing written).
 
-    `flush=False` is for a write whose loss in a database crash leaves a state the protocol
-    already recovers from, as if the worker had died just before it: a SAFE call's events, a
-    confirmed outcome (its intent is on disk, so the call is reconciled or retried under its
-    key, never made blind), a re-use of a confirmed effect. Its commit is a commit (every
-    reader sees it at once) but does not wait for the disk, unless RESUMER_DEFER_FLUSH is
-    off; the next flushed commit carries it there (sql/postgresql.py). It applies to an
-    append that is its own transaction; inside a caller's, the caller's commit decides, and
-    waits unless the caller opened it with deferred_commit().
-
-    Raises LeaseLost (nothing written) when the token is stale or expired (HeadLost, one of
-    them, when the head went back behind this writer's last write), LedgerError for an
-    unknown type or stage, an illegal status move or an oversized payload, KeyTaken (nothing
-    written) when a claimed delivery key has an effect already.
-    """
+    `flush=False`: a write whose loss in a database crash the protocol recovers from, as if
+    the worker died just before it; its own commit does not wait for the disk (unless
+    RESUMER_DEFER_FLUSH is off), a caller's transaction's commit decides (deferred_commit()).
+    Raises LeaseLost (HeadLost when the head went back behind this writer's last write),
+    LedgerError (an unknown type or stage, an illegal status move, an oversized payload) or
+    KeyTaken (a claimed delivery key has an effect already), having written nothing."""
     new = new_event(
         writer.actor,
         writer.token,
@@ -115,17 +96,13 @@ def append(
         status=status,
         run_fields=run_fields,
     )
-    if effect is not None and (seal is not None or release):
-        raise LedgerError("an effect rides alone: not with a checkpoint's seal or a release")
-    ends = _StageEnd(seal, release)
+    ends = _StageEnd.of(effect, seal, release)
     connection = connections[DEFAULT_DB_ALIAS]
     known = heads.known(connection.alias, writer.run_id, writer.token)
     guarded = _can_guard(connection, known, new)
     if guarded and not connection.in_atomic_block and connection.get_autocommit():
-        # The common case, a tool call's event: no caller's transaction is open, so the
-        # guarded write is its own (AppendSQL.write_alone). On PostgreSQL it is one statement
-        # that locks, fences, inserts, moves the head and writes the effect: one round trip,
-        # where BEGIN and COMMIT around it would make three.
+        # The common case (a tool call's event, a stage's end), its own transaction
+        # (AppendSQL.write_alone): on PostgreSQL one statement, not BEGIN, it and COMMIT.
         flush = flush or not settings.RESUMER_DEFER_FLUSH
         event = _write(
             connection, known, new, guarded=True, alone=True, effect=effect, ends=ends, flush=flush
@@ -145,6 +122,12 @@ class _StageEnd:
 
     seal: CheckpointSeal | None = None
     release: bool = False
+
+    @classmethod
+    def of(cls, effect: EffectWrite | None, seal: CheckpointSeal | None, release: bool):
+        if effect is not None and (seal is not None or release):
+            raise LedgerError("an effect rides alone: not with a checkpoint's seal or a release")
+        return cls(seal, release)
 
 
 NO_END = _StageEnd()
@@ -206,8 +189,8 @@ def _append_locked(
         else:
             head = Head(writer.run_id, *row)
             refused = (
-                _went_back(writer, known, head)
-                or (_moved_since_read(writer, known, head) if read_head else None)
+                went_back(writer, known, head)
+                or (moved_since_read(writer, known, head) if read_head else None)
                 or refusal(head, new)
             )
             if refused is None:
@@ -328,65 +311,6 @@ def announce_stop(
         ),
         robust=True,
     )
-
-
-class HeadLost(LeaseLost):
-    """The run's head is behind what this writer wrote under its token: writes it was told
-    were committed are gone (a database crash took the last ones that did not wait for the
-    disk, or the database was restored). The writer stops, writing nothing: what it knows no
-    longer matches the log, and the resume's plan starts from the log."""
-
-    def __init__(self, run_id: int, token: int | None, seq: int, known: int) -> None:
-        Exception.__init__(
-            self,
-            f"{ids.run_id(run_id)}'s head is at seq {seq}, behind the seq {known} this worker wrote "
-            f"under fencing token {token}: its last writes were lost, so nothing more was "
-            "written",
-        )
-        self.run_id = run_id
-        self.token = token
-
-
-def check_head(writer: Writer) -> None:
-    """Raise HeadLost if the last write this process committed under the writer's token is
-    gone from the log. A worker whose connection died mid-stage asks this once the database
-    answers again, before anything else: its next write may never come (it stops), and the
-    run's INTERRUPTED would then fill the gap unnoticed."""
-    known = heads.known(DEFAULT_DB_ALIAS, writer.run_id, writer.token)
-    if known is None or not known.committed_seq:
-        return
-    mine = Event.objects.filter(run_id=writer.run_id, seq=known.committed_seq, token=writer.token)
-    if not mine.exists():
-        head = Run.objects.filter(pk=writer.run_id).values_list("last_seq", flat=True).first()
-        raise HeadLost(writer.run_id, writer.token, head or 0, known.committed_seq)
-
-
-class StaleRead(Exception):
-    """The head a writer read is not the run's head under the lock, though its lease holds:
-    the read predates a write that committed before the lease was taken. Nothing was
-    written; the writer reads the run again."""
-
-
-def _moved_since_read(writer: Writer, known: Head | None, head: Head) -> StaleRead | None:
-    # While the token holds nobody else appends, so a head other than the one read means the
-    # read saw the run from before the take (one statement's snapshot, taken before the take
-    # waited for the lease row): what was decided from it (a ticket still pending, a stage
-    # still to run) may no longer hold.
-    if known is None or (known.last_seq, known.head_hash) != (head.last_seq, head.head_hash):
-        return StaleRead(
-            f"{ids.run_id(writer.run_id)}'s head moved since it was read (seq {head.last_seq}, "
-            f"read {known.last_seq if known else 'nothing'})"
-        )
-    return None
-
-
-def _went_back(writer: Writer, known: Head | None, head: Head) -> HeadLost | None:
-    # While a token holds, only its writer moves the head, and only forward. Going on from a
-    # head that went back would build on a log missing what this worker did (an outcome it
-    # acted on), so it must not.
-    if known is not None and head.last_seq < known.committed_seq:
-        return HeadLost(writer.run_id, writer.token, head.last_seq, known.committed_seq)
-    return None
 
 
 def _write(

@@ -49,17 +49,12 @@ def write_checkpoint(
     artifacts: Sequence[Artifact] = (),
     **run_fields: Any,
 ) -> Checkpoint:
-    """Append VERIFIED with the checkpoint sealed on its seq (CheckpointSeal): one write, so a
-    checkpoint without its VERIFIED event (or the reverse) can never be observed. With
-    `release` it is the writer's last write under its lease, given up in the same write.
-    `artifacts` (unsaved, their versions set: artifacts.first_version) are the rows of the
-    artifacts the manifest names, written with it; IntegrityError, with nothing written, when
-    a version is taken.
-
-    Outside a transaction that write is its own: on PostgreSQL one statement, without BEGIN
-    and COMMIT around it. Inside a caller's (the engine's, when artifact rows or SUCCEEDED go
-    with it) it is that transaction's, without a savepoint; append() refuses (LeaseLost)
-    having written nothing, which leaves the caller's transaction usable."""
+    """Append VERIFIED with the checkpoint sealed on its seq (CheckpointSeal): one write, so
+    neither is ever observed without the other; outside a transaction, on PostgreSQL one
+    statement. `release`: the writer's last write, giving its lease up. `artifacts`
+    (unsaved, versions set: artifacts.first_version) are written with it; IntegrityError,
+    nothing written, when a version is taken. In a caller's transaction it is that one's,
+    without a savepoint: a refusal (LeaseLost) writes nothing and leaves it usable."""
     seal = CheckpointSeal(
         id=checkpoint_id(run, stage),
         stage=stage,

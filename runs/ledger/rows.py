@@ -44,6 +44,15 @@ class LedgerError(ValueError):
     """A write the ledger refuses: unknown type or stage, illegal transition, bad payload."""
 
 
+@dataclass(frozen=True)
+class Writer:
+    """Who writes, and under which fencing token."""
+
+    run_id: int
+    token: int
+    actor: str
+
+
 @dataclass(frozen=True, slots=True)
 class NewEvent:
     """What a writer asks to append, checked and encoded once, whichever path writes it."""

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
 
-from runs.ledger.sql.base import (
+from runs.ledger.sql.base import AppendSQL
+from runs.ledger.sql.boundary import BoundarySQL
+from runs.ledger.sql.postgresql import PostgreSQLAppend
+from runs.ledger.sql.shapes import (
     ARTIFACT_COLUMNS,
     EFFECT_COLUMNS,
     EVENT_COLUMNS,
     SETTLE_COLUMNS,
-    AppendSQL,
     CheckpointSeal,
     EffectClaim,
     EffectSettle,
@@ -36,8 +38,6 @@ from runs.ledger.sql.base import (
     Moves,
     Written,
 )
-from runs.ledger.sql.boundary import BoundarySQL
-from runs.ledger.sql.postgresql import PostgreSQLAppend
 from runs.ledger.sql.sqlite import SQLiteAppend
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""The interface every vendor's ledger SQL implements, and what the vendors share.
+"""The interface every vendor's ledger SQL implements, and what the vendors share (the rows
+they write are shapes.py's).
 
 `AppendSQL` writes an event and moves the run's head in two statements, and an effect row in
 a third; a vendor that can do better overrides `write_event`/`write`, and one that can fence,
@@ -10,152 +11,33 @@ a shape of head move), never per call.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
-from django.db.models import Model
 from django.db.models.functions import Now
 from django.db.models.sql import Query
 
 from runs.ledger.canonical import canonical_json
+from runs.ledger.sql.reading import RowReader, convert, converters_of
+from runs.ledger.sql.shapes import (
+    ARTIFACT_COLUMNS,
+    CHECKPOINT_COLUMNS,
+    EFFECT_COLUMNS,
+    EVENT_COLUMNS,
+    HEAD_COLUMNS,
+    JSON_COLUMNS,
+    SETTLE_COLUMNS,
+    CheckpointSeal,
+    EffectClaim,
+    EffectSettle,
+    EffectWrite,
+    EventRow,
+    KeyTaken,
+    Moves,
+    Written,
+)
 from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run
 
-__all__ = [
-    "ARTIFACT_COLUMNS",
-    "CHECKPOINT_COLUMNS",
-    "EFFECT_COLUMNS",
-    "EVENT_COLUMNS",
-    "HEAD_COLUMNS",
-    "JSON_COLUMNS",
-    "SETTLE_COLUMNS",
-    "AppendSQL",
-    "CheckpointSeal",
-    "EffectClaim",
-    "EffectSettle",
-    "EffectWrite",
-    "EventRow",
-    "KeyTaken",
-    "Moves",
-    "Written",
-]
-
-
-class EventRow(NamedTuple):
-    """An event row as every insert writes it: its fields are the insert's columns, in
-    order. The JSON columns hold the canonical text the event's hash covers."""
-
-    run_id: int
-    seq: int
-    stage: str
-    type: str
-    inputs: str
-    payload: str
-    payload_ref: str
-    artifacts: str
-    idempotency_key: str
-    actor: str
-    token: int | None
-    prev_hash: str
-    hash: str
-
-
-EVENT_COLUMNS: tuple[str, ...] = EventRow._fields
-
-# Head moves: run column -> value, or Now() for the database clock.
-Moves = dict[str, Any]
-# What a write returns: the event's id and created_at (as the database returned it, None when
-# it cannot), and what its rider wrote: the effect's id, or the sealed checkpoint's created_at
-# as the database returned it (None without either).
-Written = tuple[int, Any, Any]
-
-# A new effect row (its intent), in this order; created_at and updated_at are the database's.
-EFFECT_COLUMNS = (
-    "delivery_key",
-    "run_id",
-    "stage",
-    "call_id",
-    "tool",
-    "policy",
-    "target",
-    "request_hash",
-    "request",
-    "status",
-    "external_id",
-    "result",
-    "error",
-    "attempts",
-    "cost",
-)
-# What an outcome sets on an effect row, in this order.
-SETTLE_COLUMNS = ("status", "external_id", "result", "error", "cost")
-# A checkpoint's row as a seal writes it (its created_at is the database's); last_seq is the
-# seq of the event it is sealed on.
-CHECKPOINT_COLUMNS = ("id", "run_id", "last_seq", "stage", "next_stage", "manifest")
-# An artifact row as a seal writes it, when its version is known before the write.
-ARTIFACT_COLUMNS = ("name", "version", "sha256", "size", "content_type", "blob", "run_id")
-JSON_COLUMNS = frozenset({"inputs", "payload", "artifacts", "request", "result", "manifest"})
-# What every append moves; an append that moves only these leaves the run's updated_at.
-HEAD_COLUMNS = frozenset({"last_seq", "head_hash", "head_anchor"})
-
-
-@dataclass(frozen=True, slots=True)
-class EffectClaim:
-    """An effect's intent, claiming its delivery key: written with its event, or neither is
-    (the key is taken: the caller reads the existing effect and decides what to do)."""
-
-    fields: dict[str, Any]  # EFFECT_COLUMNS by name, Python values
-
-
-@dataclass(frozen=True, slots=True)
-class EffectSettle:
-    """An effect's outcome, written with its event."""
-
-    pk: int
-    fields: dict[str, Any]  # SETTLE_COLUMNS by name, Python values
-
-
-EffectWrite = EffectClaim | EffectSettle
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointSeal:
-    """A stage's checkpoint, sealed on the VERIFIED event it is written with (its last_seq is
-    that event's seq): in the event's transaction on SQLite, in its very statement on
-    PostgreSQL, so neither is ever observed without the other. `artifacts` are the rows of
-    the artifacts its manifest names, when their versions are known before the write
-    (ARTIFACT_COLUMNS' values): written with it, or the write fails (IntegrityError) with
-    nothing written when a version is taken."""
-
-    id: str
-    stage: str
-    next_stage: str
-    manifest: dict[str, Any]
-    artifacts: tuple[tuple[Any, ...], ...] = ()
-
-    def params(self, row: EventRow) -> list[Any]:
-        """The artifact rows' values, then CHECKPOINT_COLUMNS', for a seal on `row`; the
-        manifest as canonical text."""
-        values = [value for artifact in self.artifacts for value in artifact]
-        values += [
-            self.id,
-            row.run_id,
-            row.seq,
-            self.stage,
-            self.next_stage,
-            canonical_json(self.manifest),
-        ]
-        return values
-
-
-class KeyTaken(Exception):
-    """The claimed delivery key has an effect already: nothing was written."""
-
-
-def guard(row: EventRow) -> tuple[int, int | None, int, str]:
-    """The fence's parameters for a guarded write of `row`, in the order `AppendSQL.fence`
-    and the head check after it take them: the run, the writer's token, and the head the row
-    chains to (the seq before it, the hash it links to). The row says all four."""
-    return row.run_id, row.token, row.seq - 1, row.prev_hash
+__all__ = ["AppendSQL", "KeyTaken"]
 
 
 class AppendSQL:
@@ -461,44 +343,3 @@ class AppendSQL:
     def set_maintenance(self, connection, on: bool) -> None:
         """Lift (on) or restore (off) the append-only triggers for this connection only."""
         raise NotImplementedError
-
-
-class RowReader:
-    """A model's rows as Model.from_db() takes them, read by one statement: its columns in
-    field order, each value through the converters a query would apply (found once)."""
-
-    def __init__(self, model: type[Model], connection, where: str, tail: str = "") -> None:
-        qn = connection.ops.quote_name
-        fields = model._meta.concrete_fields
-        self.model = model
-        self.names = tuple(field.attname for field in fields)
-        self.quoted = [qn(field.column) for field in fields]
-        self.table = qn(model._meta.db_table)
-        self.sql = f"SELECT {', '.join(self.quoted)} FROM {self.table} WHERE {where}{tail}"
-        read = [(i, *converters_of(field, connection)) for i, field in enumerate(fields)]
-        self.converters = [(i, column, found) for i, column, found in read if found]
-
-    def columns_of(self, alias: str) -> str:
-        """The select list, each column qualified by `alias` (for a statement that reads the
-        row beside another)."""
-        return ", ".join(f"{alias}.{column}" for column in self.quoted)
-
-    def instance(self, row: tuple, connection) -> Model:
-        values = list(row)
-        for i, column, converters in self.converters:
-            values[i] = convert(values[i], column, converters, connection)
-        return self.model.from_db(connection.alias, self.names, values)
-
-
-def converters_of(field, connection) -> tuple[Any, list]:
-    """A model field's column expression and the converters a query applies to its values
-    on this connection (the backend's, then the field's own)."""
-    column = field.get_col(field.model._meta.db_table)
-    return column, connection.ops.get_db_converters(column) + field.get_db_converters(connection)
-
-
-def convert(value: Any, column, converters: list, connection) -> Any:
-    """A value read from the database through `converters_of`' list, as a query applies it."""
-    for converter in converters:
-        value = converter(value, column, connection)
-    return value

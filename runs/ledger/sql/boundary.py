@@ -18,7 +18,7 @@ from django.db.models import DateTimeField, DurationField, ExpressionWrapper, Va
 from django.db.models.functions import Now
 from django.db.models.sql import Query
 
-from runs.ledger.sql.base import RowReader, convert, converters_of
+from runs.ledger.sql.reading import RowReader, convert, converters_of
 from runs.models import Artifact, Checkpoint, Lease, Run
 
 __all__ = ["BoundarySQL", "db_now_plus"]

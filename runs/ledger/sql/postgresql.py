@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from runs.ledger.sql.base import (
+from runs.ledger.sql.base import AppendSQL
+from runs.ledger.sql.shapes import (
     ARTIFACT_COLUMNS,
     CHECKPOINT_COLUMNS,
     EFFECT_COLUMNS,
     EVENT_COLUMNS,
     JSON_COLUMNS,
     SETTLE_COLUMNS,
-    AppendSQL,
     CheckpointSeal,
     EffectClaim,
     EffectSettle,

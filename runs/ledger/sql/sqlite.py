@@ -8,10 +8,10 @@ from typing import Any
 
 from django.db.backends.utils import CursorDebugWrapper
 
-from runs.ledger.sql.base import (
+from runs.ledger.sql.base import AppendSQL
+from runs.ledger.sql.shapes import (
     EFFECT_COLUMNS,
     EVENT_COLUMNS,
-    AppendSQL,
     CheckpointSeal,
     EffectClaim,
     EffectSettle,
