@@ -17,6 +17,7 @@ from runs.models import Event, Lease, Run
 from runs.pipeline import Pipeline, Stage, StageOutput
 from tests.support.pipelines import registered
 from tests.support.processes import wait_for
+from tests.support.state import another_session_waits_on_a_lock
 
 
 def _step(ctx) -> StageOutput:
@@ -45,16 +46,6 @@ def test_a_stage_job_takes_the_lease_and_reads_the_run_it_starts(pipeline):
     started = Event.objects.get(run=run, type=Event.Type.STARTED)
     assert (started.token, started.payload["worker"]) == (1, "worker-a")
     assert Lease.objects.get(run=run).holder == ""
-
-
-def _waiting_on_a_lock() -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_clear_snapshot()")
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
-        )
-        return cursor.fetchone()[0] > 0
 
 
 def test_a_take_that_waited_for_an_interruption_starts_nothing(pipeline):
@@ -86,7 +77,7 @@ def test_a_take_that_waited_for_an_interruption_starts_nothing(pipeline):
         )
         leases.release(run.pk, token)
         job.start()
-        wait_for(_waiting_on_a_lock, timeout=30, what="the stage job's take to wait")
+        wait_for(another_session_waits_on_a_lock, timeout=30, what="the stage job's take to wait")
     job.join(timeout=60)
     assert outcome == [Outcome.NOTHING_TO_DO]
     run.refresh_from_db()

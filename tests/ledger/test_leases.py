@@ -11,6 +11,7 @@ from runs.ledger import leases
 from runs.ledger.append import LeaseLost, Writer, append, create_run
 from runs.models import Event, Lease, Run
 from tests.support.processes import wait_for
+from tests.support.state import another_session_waits_on_a_lock
 
 
 def new_run() -> Run:
@@ -171,7 +172,7 @@ def test_a_write_queued_behind_a_takeover_on_postgresql_is_refused(transactional
         thread = threading.Thread(target=stale_append)
         thread.start()
         wait_for(
-            lambda: _waiting_on_a_lock(connections["default"]),
+            lambda: another_session_waits_on_a_lock(connections["default"]),
             timeout=30,
             what="the stale writer to wait for the run's row lock",
         )
@@ -179,17 +180,6 @@ def test_a_write_queued_behind_a_takeover_on_postgresql_is_refused(transactional
     thread.join(timeout=30)
     assert len(outcome) == 1 and isinstance(outcome[0], LeaseLost), outcome
     assert event_count(run) == before
-
-
-def _waiting_on_a_lock(conn) -> bool:
-    with conn.cursor() as cursor:
-        # Inside a transaction the activity view is a snapshot taken once; refresh it.
-        cursor.execute("SELECT pg_stat_clear_snapshot()")
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
-        )
-        return cursor.fetchone()[0] > 0
 
 
 # --- the process's heartbeat thread ----------------------------------------------------------

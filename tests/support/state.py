@@ -61,3 +61,18 @@ def new_account(label: str) -> str:
     an account, so runs of identical content under one account would find each other's
     article. Artifacts do not depend on the account."""
     return f"acct-{label}-{uuid.uuid4().hex[:8]}"[:64]
+
+
+def another_session_waits_on_a_lock(conn=None) -> bool:
+    """Whether another PostgreSQL session of this database waits for a lock (a row lock this
+    test holds, say): what a race test waits for before it commits."""
+    from django.db import connection
+
+    with (conn or connection).cursor() as cursor:
+        # Inside a transaction the activity view is a snapshot taken once; refresh it.
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchone()[0] > 0
