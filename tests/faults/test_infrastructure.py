@@ -146,17 +146,19 @@ def test_a_connection_dropped_mid_append_leaves_no_partial_write(table, event_ty
         psycopg.connect(_pg_conninfo(), autocommit=False) as blocker,
         psycopg.connect(_pg_conninfo(), autocommit=True) as observer,
     ):
-        # SHARE lets the worker read the table but makes its INSERT wait: the worker sits
-        # inside its append transaction, after the event row, before the row that goes
-        # with it. Then its connection is killed. (The observer is a connection of its own:
-        # inside a transaction pg_stat_activity is a snapshot that would never change.)
+        # SHARE lets the worker read the table but makes its write wait: the worker sits
+        # inside the append that writes the event and the row that goes with it (one
+        # statement on PostgreSQL, which waits for the table's lock before writing either).
+        # Then its connection is killed. The waiter is found by the lock it waits for, not
+        # by its query's text, which pg_stat_activity cuts at 1 kB. (The observer is a
+        # connection of its own: inside a transaction pg_stat_activity is a snapshot that
+        # would never change.)
         blocker.execute(f"LOCK TABLE {table} IN SHARE MODE")
         workers.start("dropped")
         pid = wait_for(
             lambda: observer.execute(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock' AND query ILIKE %s",
-                (f"%INSERT INTO%{table}%",),
+                "SELECT pid FROM pg_locks WHERE NOT granted AND relation = %s::regclass",
+                (table,),
             ).fetchone(),
             what=f"the worker to block inside its {table} append",
         )[0]
