@@ -117,17 +117,18 @@ class AppendSQL:
 
     def _build_stage_end(self, connection) -> None:
         # What ends a stage, riding with its last events (write()'s `seal` and `release`):
-        # the checkpoint's row, and the lease given up. The release is also leases.release()'s
-        # statement on its own (boundary.py).
+        # the artifact and checkpoint rows, and the lease given up. The release is also
+        # leases.release()'s statement on its own (boundary.py); the column lists are the
+        # vendors' too (postgresql.py writes the rows inside its guarded statement).
         qn = self.qn
+        self.artifact_columns = ", ".join(qn(c) for c in ARTIFACT_COLUMNS)
+        self.checkpoint_columns = ", ".join(qn(c) for c in CHECKPOINT_COLUMNS)
         self.artifact_insert = (
-            f"INSERT INTO {qn(Artifact._meta.db_table)} "
-            f"({', '.join(qn(c) for c in ARTIFACT_COLUMNS)}) "
+            f"INSERT INTO {qn(Artifact._meta.db_table)} ({self.artifact_columns}) "
             f"VALUES ({', '.join(['%s'] * len(ARTIFACT_COLUMNS))})"
         )
         self.seal = (
-            f"INSERT INTO {qn(Checkpoint._meta.db_table)} "
-            f"({', '.join(qn(c) for c in CHECKPOINT_COLUMNS)}) "
+            f"INSERT INTO {qn(Checkpoint._meta.db_table)} ({self.checkpoint_columns}) "
             f"VALUES ({', '.join(self.placeholder(c) for c in CHECKPOINT_COLUMNS)}) "
             f"RETURNING {qn('created_at')}"
         )
@@ -257,14 +258,13 @@ class AppendSQL:
 
     def end_stage(self, cursor, row: EventRow, seal: CheckpointSeal | None, release: bool) -> Any:
         """After `row`'s event, in its transaction: the artifact rows and the checkpoint sealed
-        on it, and the lease given up. The checkpoint's created_at as the database returned it (None without a
-        seal)."""
+        on it, and the lease given up. The checkpoint's created_at as the database returned
+        it (None without a seal)."""
         created_at = None
         if seal is not None:
             for artifact in seal.artifacts:
                 self.execute(cursor, self.artifact_insert, list(artifact))
-            params = seal.params(row)[len(seal.artifacts) * len(ARTIFACT_COLUMNS) :]
-            (created_at,) = self.first_row(cursor, self.seal, params)
+            (created_at,) = self.first_row(cursor, self.seal, seal.checkpoint_params(row))
         if release:
             self.execute(cursor, self.release, [row.run_id, row.token])
         return created_at

@@ -1,8 +1,9 @@
 """The stage boundary's statements outside the append path, each one statement built once per
 database: take and release a run's lease, read the run for its new holder, read the checkpoint
-a stage builds on, and name an artifact's next version in its own insert. (A checkpoint's row
-and the release that ends a stage ride with the append: base.py's CheckpointSeal.) Compiling a queryset for each of these, on every stage job, cost more than running
-the statement (bench/stage_cost.py shows the parts).
+a stage builds on, and name a resumed run's artifact's next version in its own insert. (What
+ends a stage, its checkpoint's and artifact rows and the release, rides with the append:
+shapes.py's CheckpointSeal.) Compiling a queryset for each of these, on every stage job, cost
+more than running the statement (bench/stage_cost.py shows the parts).
 
 The SQL is the same on both vendors (RETURNING, ON CONFLICT, Django's own Now() and duration
 arithmetic compiled for the connection); statements run through the vendor's AppendSQL, so

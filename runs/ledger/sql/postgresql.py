@@ -83,9 +83,8 @@ class PostgreSQLAppend(AppendSQL):
             EffectSettle: self.settle_statement,
         }
         # The statements by (kind of effect, flush, SET list, the seal's artifact count,
-        # release) and by SET list:
-        # a bounded set (sets() has one SET list per shape of head move), each built on its
-        # first use.
+        # release) and by SET list: a bounded set (sets() has one SET list per shape of head
+        # move), each built on its first use.
         self._guarded: dict[tuple[type, bool, str, int | None, bool], str] = {}
         self._unguarded: dict[str, str] = {}
 
@@ -121,15 +120,13 @@ class PostgreSQLAppend(AppendSQL):
         if seal:
             one = ", ".join(["%s"] * len(ARTIFACT_COLUMNS))
             parts.append(
-                f"a AS (INSERT INTO {self.artifact_table} "
-                f"({', '.join(qn(c) for c in ARTIFACT_COLUMNS)}) "
+                f"a AS (INSERT INTO {self.artifact_table} ({self.artifact_columns}) "
                 + " UNION ALL ".join([f"SELECT {one} FROM h"] * seal)
                 + ")"
             )
         if seal is not None:
             parts.append(
-                f"c AS (INSERT INTO {self.checkpoint_table} "
-                f"({', '.join(qn(c) for c in CHECKPOINT_COLUMNS)}) "
+                f"c AS (INSERT INTO {self.checkpoint_table} ({self.checkpoint_columns}) "
                 f"SELECT {', '.join(self.placeholder(c) for c in CHECKPOINT_COLUMNS)} FROM h "
                 f"RETURNING {self.created})"
             )
@@ -219,7 +216,8 @@ class PostgreSQLAppend(AppendSQL):
         else:
             values = [*guard(row), *row, *params]
             if seal is not None:
-                values += seal.params(row)
+                values += [value for artifact in seal.artifacts for value in artifact]
+                values += seal.checkpoint_params(row)
             if release:
                 values.append(row.token)
         return self.first_row(cursor, sql, values)

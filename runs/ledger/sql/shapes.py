@@ -122,11 +122,9 @@ class CheckpointSeal:
     manifest: dict[str, Any]
     artifacts: tuple[tuple[Any, ...], ...] = ()
 
-    def params(self, row: EventRow) -> list[Any]:
-        """The artifact rows' values, then CHECKPOINT_COLUMNS', for a seal on `row`; the
-        manifest as canonical text."""
-        values = [value for artifact in self.artifacts for value in artifact]
-        values += [
+    def checkpoint_params(self, row: EventRow) -> list[Any]:
+        """CHECKPOINT_COLUMNS' values for a seal on `row`; the manifest as canonical text."""
+        return [
             self.id,
             row.run_id,
             row.seq,
@@ -134,7 +132,6 @@ class CheckpointSeal:
             self.next_stage,
             canonical_json(self.manifest),
         ]
-        return values
 
 
 class KeyTaken(Exception):
