@@ -35,12 +35,10 @@ from runs.execution.durable_call import StageStopped
 from runs.execution.hooks import CallHooks
 from runs.ledger import artifacts, chain, heads, leases
 from runs.ledger.append import (
-    HeadLost,
     LeaseLost,
     StaleRead,
     Writer,
     append,
-    check_head,
     create_run,
 )
 from runs.ledger.checkpoints import write_checkpoint
@@ -176,35 +174,14 @@ def _execute(
             raise
         leases.heartbeats.unwatch(held)
         outage.wait_for_database(f"run-{run_pk}'s {stage_name} job", tick=_job_alive)
-        return None if run is None else _lost_mid_stage(writer, stage_name)
+        if run is None:
+            return None
+        interrupted = sweeper.interrupt_lost_mid_stage(writer, stage_name)
+        return Outcome.INTERRUPTED if interrupted else Outcome.LEASE_LOST
     finally:
         leases.heartbeats.unwatch(held)
         if not held.released:
             leases.release(run_pk, held.token)
-
-
-def _lost_mid_stage(writer: Writer, stage_name: str) -> Outcome:
-    """The connection died while the stage ran, and the database answers again. Nothing of
-    the stage goes on (an operator decides, from the plan, as after a worker crash): the run
-    is interrupted now, saying why, unless another writer has taken it over meanwhile. First
-    the head is checked: writes this worker was told were committed may be gone with a
-    database crash (HeadLost), and the interruption says so."""
-    reason = "the database connection was lost while the stage ran"
-    try:
-        check_head(writer)
-    except HeadLost as exc:
-        log.warning("%s", exc)
-        reason = f"{reason}; {exc}"
-    version = (
-        Run.objects.filter(pk=writer.run_id, lease__token=writer.token)
-        .values_list("version", flat=True)
-        .first()
-    )
-    if version is None:
-        return Outcome.LEASE_LOST
-    finding = sweeper.Finding(writer.run_id, reason, {"stage": stage_name}, version)
-    sweeper.interrupt(finding, takeover=True)
-    return Outcome.INTERRUPTED
 
 
 def _job_alive() -> None:

@@ -25,7 +25,7 @@ from rq.job import Job
 
 from runs import enqueue
 from runs.ledger import leases
-from runs.ledger.append import Writer, append
+from runs.ledger.append import HeadLost, Writer, append, check_head
 from runs.models import Event, Lease, Run
 
 log = logging.getLogger("runs.sweeper")
@@ -247,3 +247,26 @@ def sweep() -> list[int]:
         if interrupt(finding):
             done.append(finding.run_pk)
     return done
+
+
+def interrupt_lost_mid_stage(writer: Writer, stage_name: str) -> bool:
+    """The connection died while `writer`'s stage ran, and the database answers again.
+    Nothing of the stage goes on (an operator decides, from the plan, as after a worker
+    crash): the run is interrupted now, saying why; False when another writer has taken it
+    over meanwhile. First the head is checked: writes this worker was told were committed
+    may be gone with a database crash (HeadLost), and the interruption says so."""
+    reason = "the database connection was lost while the stage ran"
+    try:
+        check_head(writer)
+    except HeadLost as exc:
+        log.warning("%s", exc)
+        reason = f"{reason}; {exc}"
+    version = (
+        Run.objects.filter(pk=writer.run_id, lease__token=writer.token)
+        .values_list("version", flat=True)
+        .first()
+    )
+    if version is None:
+        return False
+    interrupt(Finding(writer.run_id, reason, {"stage": stage_name}, version), takeover=True)
+    return True
