@@ -47,6 +47,16 @@ class StageContext(DurableCalls, Asking, AgentLoops):
         self.deviated = deviated
         # What this stage used: recorded in its VERIFIED event, summed against the plan.
         self.usage = Usage()
+        # The checkpoints this stage read, by stage. While it holds the lease nobody else
+        # verifies a stage of this run, so the newest checkpoint of a stage stays the one
+        # read: a stage that reads its upstream twice reads it once.
+        self._upstream: dict[str, Checkpoint] = {}
+
+    def read_upstream(self, checkpoint: Checkpoint | None) -> None:
+        """Say that `checkpoint` is the run's newest, read as the lease was taken: the newest
+        of its stage too, so upstream() of that stage costs no read."""
+        if checkpoint is not None:
+            self._upstream[checkpoint.stage] = checkpoint
 
     @property
     def run_id(self) -> str:
@@ -57,9 +67,10 @@ class StageContext(DurableCalls, Asking, AgentLoops):
         return self.run.root.public_id
 
     def upstream(self, stage: str) -> Checkpoint:
-        checkpoint = latest_checkpoint(self.run, stage)
+        checkpoint = self._upstream.get(stage) or latest_checkpoint(self.run, stage)
         if checkpoint is None:
             raise LookupError(f"{self.run.public_id} has no verified {stage} checkpoint")
+        self._upstream[stage] = checkpoint
         return checkpoint
 
     def upstream_artifact(self, stage: str, name: str) -> bytes:

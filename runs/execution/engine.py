@@ -42,7 +42,7 @@ from runs.ledger.append import (
     create_run,
 )
 from runs.ledger.checkpoints import write_checkpoint
-from runs.models import Artifact, Event, Run
+from runs.models import Artifact, Checkpoint, Event, Run
 from runs.pipeline import Pipeline, Stage, StageOutput, registry
 from runs.planning import contract
 
@@ -143,7 +143,7 @@ def _execute(
 ) -> Outcome | None:
     """execute() once; None when the connection was lost before the stage started."""
     try:
-        held, read = _acquire_for_ticket(run_pk, ticket, holder)
+        held, read, newest = _acquire_for_ticket(run_pk, ticket, holder)
     except leases.LeaseBusy:
         log.info(
             "run-%s is leased by another worker; job %s/%s skipped",
@@ -159,7 +159,9 @@ def _execute(
         if run is None:
             return Outcome.NOTHING_TO_DO
         leases.heartbeats.watch(held)
-        return _run_stage(writer, held, run, stage_name, hooks)
+        # A run read again (_begin) was read without its newest checkpoint: the stage reads
+        # what it builds on itself.
+        return _run_stage(writer, held, run, stage_name, hooks, newest if run is read else None)
     except StageWaiting as exc:
         log.info("run-%s in %s: %s", run_pk, stage_name, exc)
         return Outcome.WAITING
@@ -200,7 +202,7 @@ def _ticket_pending(run_pk: int, ticket: str) -> bool:
 
 def _acquire_for_ticket(
     run_pk: int, ticket: str, holder: str
-) -> tuple[leases.HeldLease, Run | None]:
+) -> tuple[leases.HeldLease, Run | None, Checkpoint | None]:
     """Take the lease for the job that owns the run's pending ticket, reading the run with
     it (leases.hold_reading_run).
 
@@ -277,7 +279,12 @@ def _start(
 
 
 def _run_stage(
-    writer: Writer, held: leases.HeldLease, run: Run, stage_name: str, hooks: CallHooks
+    writer: Writer,
+    held: leases.HeldLease,
+    run: Run,
+    stage_name: str,
+    hooks: CallHooks,
+    newest: Checkpoint | None,
 ) -> Outcome:
     pipeline = registry.get(run.pipeline)
     stage = pipeline.stage(stage_name)
@@ -285,6 +292,7 @@ def _run_stage(
     ctx = StageContext(
         writer, run, pipeline, stage_name, hooks, held=held, contract=bound, deviated=deviated
     )
+    ctx.read_upstream(newest)
     try:
         output = stage.run(ctx)
         if not isinstance(output, StageOutput):

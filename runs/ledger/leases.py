@@ -18,7 +18,7 @@ from django.db.models.functions import Now
 from runs import ids
 from runs.ledger.sql import boundary_for
 from runs.ledger.sql.boundary import db_now_plus
-from runs.models import Lease, Run
+from runs.models import Checkpoint, Lease, Run
 
 log = logging.getLogger("runs.leases")
 
@@ -155,12 +155,13 @@ def acquire(run_id: int, holder: str, *, ttl: float | None = None, takeover: boo
 
 def hold_reading_run(
     run_id: int, holder: str, *, ttl: float | None = None
-) -> tuple[HeldLease, Run | None]:
-    """hold() for a stage job, with the run its new holder reads next: in the take's own
-    statement on PostgreSQL (sql/boundary.py), a round trip fewer per stage. One statement is
-    one snapshot, taken before the take may have waited for the lease row's lock, so the read
-    may predate a commit the take waited for: the holder's first append says it chains to a
-    read head (append's `read_head`), and is refused if the run's head is another."""
+) -> tuple[HeldLease, Run | None, Checkpoint | None]:
+    """hold() for a stage job, with the run its new holder reads next and the run's newest
+    checkpoint (None when it has none of its own): in the take's own statement on PostgreSQL
+    (sql/boundary.py), round trips fewer per stage. One statement is one snapshot, taken
+    before the take may have waited for the lease row's lock, so the read may predate a
+    commit the take waited for: the holder's first append says it chains to a read head
+    (append's `read_head`), and is refused if the run's head is another."""
     ttl = ttl_seconds() if ttl is None else ttl
     read_at = _clock()
     db = connections[DEFAULT_DB_ALIAS]
@@ -168,8 +169,8 @@ def hold_reading_run(
         taken = boundary_for(db).take_lease_reading_run(cursor, db, run_id, holder, ttl)
     if taken is None:
         _not_taken(run_id)
-    token, run = taken
-    return HeldLease(run_id, token, ttl, read_at), run
+    token, run, newest = taken
+    return HeldLease(run_id, token, ttl, read_at), run, newest
 
 
 def _not_taken(run_id: int) -> None:

@@ -29,7 +29,7 @@ def start_content(*, enqueue: bool = False) -> Run:
 
 def begin_stage(run: Run, *, ttl: float) -> Writer:
     """What a worker does first: take the lease, consume the ticket, append STARTED."""
-    held, read = leases.hold_reading_run(run.pk, "worker:doomed", ttl=ttl)
+    held, read, _ = leases.hold_reading_run(run.pk, "worker:doomed", ttl=ttl)
     writer = Writer(run.pk, held.token, "worker:doomed")
     assert stage_job._begin(writer, run.current_stage, run.ticket, read) is not None
     return writer

@@ -1,13 +1,15 @@
 """The stage boundary's statements outside the append path, each one statement built once per
-database: take and release a run's lease, read the run for its new holder, read the checkpoint
-a stage builds on, and name a resumed run's artifact's next version in its own insert. (What
-ends a stage, its checkpoint's and artifact rows and the release, rides with the append:
-shapes.py's CheckpointSeal.) Compiling a queryset for each of these, on every stage job, cost
-more than running the statement (bench/stage_cost.py shows the parts).
+database: take and release a run's lease, read the run for its new holder (with its newest
+checkpoint, the one its next stage most often builds on), read the checkpoint a stage builds
+on, and name a resumed run's artifact's next version in its own insert. (What ends a stage,
+its checkpoint's and artifact rows and the release, rides with the append: shapes.py's
+CheckpointSeal.) Compiling a queryset for each of these, on every stage job, cost more than
+running the statement (bench/stage_cost.py shows the parts).
 
 The SQL is the same on both vendors (RETURNING, ON CONFLICT, Django's own Now() and duration
-arithmetic compiled for the connection); statements run through the vendor's AppendSQL, so
-SQLite's rewrite-once path applies to them as to the append's.
+arithmetic compiled for the connection), but for the take with its read, which only
+PostgreSQL runs as one statement; statements run through the vendor's AppendSQL, so SQLite's
+rewrite-once path applies to them as to the append's.
 """
 
 from __future__ import annotations
@@ -51,17 +53,6 @@ class BoundarySQL:
             f"WHERE {run_col} = %s AND {expires} <= {now} RETURNING {token}"
         )
         self.run = RowReader(Run, connection, f"{qn('id')} = %s")
-        # The take and the read of the run its new holder reads next, in one statement where
-        # the vendor can update inside WITH (PostgreSQL): the row comes back only when the
-        # take did. One statement is one snapshot, taken before the take may wait for the
-        # lease row's lock: the caller checks that the head it read is still the run's
-        # (append's `read_head`).
-        self.take_reading = (
-            f"WITH t AS ({self.take}) SELECT t.{token}, {self.run.columns_of('r')} "
-            f"FROM t, {self.run.table} r WHERE r.{qn('id')} = %s"
-            if append_sql.writes_in_with
-            else ""
-        )
         # The newest checkpoint of a stage, optionally up to a branch point's seq
         # (checkpoints.latest_checkpoint); served by checkpoint_run_seq_unique.
         latest = f" ORDER BY {qn('last_seq')} DESC LIMIT 1"
@@ -69,6 +60,31 @@ class BoundarySQL:
         self.latest = RowReader(Checkpoint, connection, where, latest)
         self.latest_upto = RowReader(
             Checkpoint, connection, f"{where} AND {qn('last_seq')} <= %s", latest
+        )
+        # The run read for its new holder comes with the run's newest checkpoint (k; none
+        # when it has none of its own): the upstream a stage most often reads
+        # (StageContext.upstream), without a statement of its own. Found by an index scan
+        # of checkpoint_run_seq_unique, not a join the planner may hash.
+        newest = (
+            f"SELECT {qn('id')} FROM {self.latest.table} "
+            f"WHERE {qn('run_id')} = r.{qn('id')}{latest}"
+        )
+        reading = f"{self.run.columns_of('r')}, {self.latest.columns_of('k')}"
+        self.run_newest = (
+            f"SELECT {reading} FROM {self.run.table} r LEFT JOIN {self.latest.table} k "
+            f"ON k.{qn('id')} = ({newest}) WHERE r.{qn('id')} = %s"
+        )
+        # The take and that read, in one statement where the vendor can update inside WITH
+        # and join LATERAL (PostgreSQL): the row comes back only when the take did. One
+        # statement is one snapshot, taken before the take may wait for the lease row's
+        # lock: the caller checks that the head it read is still the run's (append's
+        # `read_head`), and reads both again if not.
+        self.take_reading = (
+            f"WITH t AS ({self.take}) SELECT t.{token}, {reading} "
+            f"FROM t, {self.run.table} r LEFT JOIN LATERAL (SELECT * FROM {self.latest.table} "
+            f"WHERE {qn('run_id')} = r.{qn('id')}{latest}) k ON TRUE WHERE r.{qn('id')} = %s"
+            if append_sql.writes_in_with
+            else ""
         )
         self.artifact_created = converters_of(Artifact._meta.get_field("created_at"), connection)
         artifact, version, name = qn(Artifact._meta.db_table), qn("version"), qn("name")
@@ -100,19 +116,29 @@ class BoundarySQL:
 
     def take_lease_reading_run(
         self, cursor, connection, run_id: int, holder: str, ttl: float
-    ) -> tuple[int, Run | None] | None:
-        """take_lease(), and the run read for its new holder: one statement on PostgreSQL,
-        two on SQLite (where the read after the take cannot be stale: writers are
-        serialised). None when the lease is held or the run has no lease row."""
-        if not self.take_reading:
+    ) -> tuple[int, Run | None, Checkpoint | None] | None:
+        """take_lease(), and the run read for its new holder with its newest checkpoint: one
+        statement on PostgreSQL, two on SQLite (where the read after the take cannot be
+        stale: writers are serialised). None when the lease is held or the run has no lease
+        row."""
+        if self.take_reading:
+            row = self.run_sql.first_row(
+                cursor, self.take_reading, [holder, self.ttl(ttl), run_id, run_id]
+            )
+            if row is None:
+                return None
+            token, row = row[0], row[1:]
+        else:
             token = self.take_lease(cursor, run_id, holder, ttl)
-            return None if token is None else (token, self.read_run(cursor, connection, run_id))
-        row = self.run_sql.first_row(
-            cursor, self.take_reading, [holder, self.ttl(ttl), run_id, run_id]
-        )
-        if row is None:
-            return None
-        return row[0], self.run.instance(row[1:], connection)
+            if token is None:
+                return None
+            row = self.run_sql.first_row(cursor, self.run_newest, [run_id])
+            if row is None:
+                return token, None, None
+        split = len(self.run.names)
+        run = self.run.instance(row[:split], connection)
+        newest = None if row[split] is None else self.latest.instance(row[split:], connection)
+        return token, run, newest
 
     def release_lease(self, cursor, run_id: int, token: int) -> bool:
         """Give the lease up if `token` still holds it; whether it did."""
