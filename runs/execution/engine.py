@@ -325,18 +325,18 @@ def _checkpoint(
     the next stage's job, queued on that commit, finds it free instead of waiting for
     another commit, and the release costs no statement of its own.
 
-    A stage that has a next stage ends in one write (on PostgreSQL one statement): VERIFIED,
-    the checkpoint, its artifact rows and the release. That needs the artifacts' versions
+    A stage ends in one write (on PostgreSQL one statement): VERIFIED, the checkpoint, its
+    artifact rows, at the end SUCCEEDED, and the release. That needs the artifacts' versions
     before the write: a run never resumed writes each stage's artifacts once, as version 1
     (a stage runs again only on an approved resume, which counts an attempt); if one was
     taken all the same, that write wrote nothing, and the transaction below allocates them.
-    Otherwise the artifact rows, and at the end SUCCEEDED, share one transaction with
-    VERIFIED. Either way a worker that lost its lease leaves no artifact row behind (only
-    content-addressed blobs, which nothing references), and a run is never verified to the
-    end without being done."""
+    Resumed work that ends is also held against its plan between VERIFIED and SUCCEEDED
+    (_verdict), in that transaction too. Either way a worker that lost its lease leaves no
+    artifact row behind (only content-addressed blobs, which nothing references), and a run
+    is never verified to the end without being done."""
     run = ctx.run
     next_stage = pipeline.next_stage(stage.name)
-    if next_stage and (run.attempt == 0 or not output.artifacts):
+    if not _held_to_plan(ctx, next_stage) and (run.attempt == 0 or not output.artifacts):
         rows = [
             artifacts.first_version(_artifact_name(stage, run, name), data, kind, run=run)
             for name, (data, kind) in output.artifacts.items()
@@ -354,6 +354,12 @@ def _checkpoint(
             for name, (data, kind) in output.artifacts.items()
         ]
         _seal(ctx, stage, output, results, next_stage, stored, riding=False)
+
+
+def _held_to_plan(ctx: StageContext, next_stage: str) -> bool:
+    """Whether the run ends here with resumed work that kept to its plan so far, which
+    _verdict() then holds against the plan before SUCCEEDED."""
+    return not next_stage and ctx.contract is not None and not ctx.deviated
 
 
 def _artifact_name(stage: Stage, run: Run, name: str) -> str:
@@ -374,6 +380,7 @@ def _seal(
     and what follows it: the next stage queued once it commits, or the end of the run."""
     run, writer = ctx.run, ctx.writer
     ticket = uuid.uuid4().hex if next_stage else ""
+    verdict = _held_to_plan(ctx, next_stage)
     manifest = {
         "inputs": {name: run.inputs.get(name) for name in stage.consumes},
         "pinned": dict(run.inputs),
@@ -398,7 +405,9 @@ def _seal(
         manifest=manifest,
         usage=ctx.usage.to_dict(),
         status=Run.Status.RUNNING,
-        release=bool(next_stage),
+        release=not verdict,
+        # The run's last stage ends it in the same write, unless its verdict comes between.
+        then=Run.Status.SUCCEEDED if not (next_stage or verdict) else None,
         artifacts=stored if riding else (),
         current_stage=next_stage or stage.name,
         ticket=ticket,
@@ -407,9 +416,8 @@ def _seal(
     if next_stage:
         # Outside a transaction the write has committed, and on_commit runs this now.
         transaction.on_commit(lambda: enqueuing.dispatch(run.pk, next_stage, ticket))
-    else:
-        if ctx.contract is not None and not ctx.deviated:
-            _verdict(ctx)
+    elif verdict:
+        _verdict(ctx)
         append(writer, Event.Type.SUCCEEDED, payload={}, status=Run.Status.SUCCEEDED, release=True)
     leases.released_on_commit(ctx.held)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -24,16 +24,27 @@ from runs.ledger import heads
 from runs.ledger.head_checks import HeadLost, StaleRead, check_head, moved_since_read, went_back
 from runs.ledger.leases import LeaseLost
 from runs.ledger.rows import (
+    NO_END,
     Head,
     LedgerError,
     NewEvent,
+    StageEnd,
     Writer,
+    closing_event,
     event_row,
+    head_after,
     head_moves,
     new_event,
     refusal,
 )
-from runs.ledger.sql import EVENT_COLUMNS, CheckpointSeal, EffectWrite, KeyTaken, for_connection
+from runs.ledger.sql import (
+    EVENT_COLUMNS,
+    CheckpointSeal,
+    EffectWrite,
+    EventRow,
+    KeyTaken,
+    for_connection,
+)
 from runs.models import Checkpoint, Event, Lease, Run
 
 __all__ = [
@@ -68,15 +79,17 @@ def append(
     effect: EffectWrite | None = None,
     seal: CheckpointSeal | None = None,
     release: bool = False,
+    then: str | None = None,
     read_head: bool = False,
     flush: bool = True,
     **run_fields: Any,
 ) -> Event:
     """Append one event to the writer's run, fenced by its lease; optionally move the run.
     Written with it once the fence held: `effect`, an effect row (effects.py) whose id the
-    event carries as `effect_pk`; `seal`, a VERIFIED event's checkpoint; `release`, the lease
-    given up. `read_head`: the known head was read as the lease was taken; if the run's head
-    is another, StaleRead (nothing written).
+    event carries as `effect_pk`; `seal`, a VERIFIED event's checkpoint; `then`, a terminal
+    status whose event (SUCCEEDED for succeeded) follows this one in the same write, as a
+    run's last stage ends; `release`, the lease given up. `read_head`: the known head was
+    read as the lease was taken; if the run's head is another, StaleRead (nothing written).
 
     `flush=False`: a write whose loss in a database crash the protocol recovers from, as if
     the worker died just before it; its own commit does not wait for the disk (unless
@@ -96,7 +109,7 @@ def append(
         status=status,
         run_fields=run_fields,
     )
-    ends = _StageEnd.of(effect, seal, release)
+    ends = StageEnd.of(effect, seal, release, closing_event(writer, new, then))
     connection = connections[DEFAULT_DB_ALIAS]
     known = heads.known(connection.alias, writer.run_id, writer.token)
     guarded = _can_guard(connection, known, new)
@@ -104,33 +117,16 @@ def append(
         # The common case (a tool call's event, a stage's end), its own transaction
         # (AppendSQL.write_alone): on PostgreSQL one statement, not BEGIN, it and COMMIT.
         flush = flush or not settings.RESUMER_DEFER_FLUSH
-        event = _write(
+        written = _write(
             connection, known, new, guarded=True, alone=True, effect=effect, ends=ends, flush=flush
         )
-        if event is not None:
-            return _appended(connection, writer, known, event, new, committed=True)
+        if written is not None:
+            return _appended(connection, writer, known, written, new, ends, committed=True)
         guarded = False
     deferral = _deferral_of(connection, new, flush)
     return _append_locked(
         connection, writer, known, new, effect, ends, guarded, deferral, read_head=read_head
     )
-
-
-@dataclass(frozen=True, slots=True)
-class _StageEnd:
-    """What rides with a stage's last events: the checkpoint's seal, the lease's release."""
-
-    seal: CheckpointSeal | None = None
-    release: bool = False
-
-    @classmethod
-    def of(cls, effect: EffectWrite | None, seal: CheckpointSeal | None, release: bool):
-        if effect is not None and (seal is not None or release):
-            raise LedgerError("an effect rides alone: not with a checkpoint's seal or a release")
-        return cls(seal, release)
-
-
-NO_END = _StageEnd()
 
 
 def _can_guard(connection, known: Head | None, new: NewEvent) -> bool:
@@ -152,7 +148,7 @@ def _append_locked(
     known: Head | None,
     new: NewEvent,
     effect: EffectWrite | None,
-    ends: _StageEnd,
+    ends: StageEnd,
     guarded: bool,
     deferral: _Deferral | None,
     *,
@@ -170,13 +166,13 @@ def _append_locked(
         if guarded:
             # A deferred transaction's setting rides in the guarded write's own statement.
             flush = deferral is None or deferral.said
-            event = _write(
+            written = _write(
                 connection, known, new, guarded=True, effect=effect, ends=ends, flush=flush
             )
-            if event is not None:
+            if written is not None:
                 if deferral is not None:
                     deferral.said = True
-                return _appended(connection, writer, known, event, new)
+                return _appended(connection, writer, known, written, new, ends)
         # The fencing check and the row lock are one statement (see runs/ledger/sql/ for what
         # each vendor locks).
         with connection.cursor() as cursor:
@@ -194,11 +190,11 @@ def _append_locked(
                 or refusal(head, new)
             )
             if refused is None:
-                event = _write(connection, head, new, effect=effect, ends=ends)
-                if event is not None:
+                written = _write(connection, head, new, effect=effect, ends=ends)
+                if written is not None:
                     if deferral is not None:
                         deferral.say()
-                    return _appended(connection, writer, head, event, new)
+                    return _appended(connection, writer, head, written, new, ends)
                 refused = KeyTaken(f"delivery key {new.idempotency_key} has an effect already")
     raise refused
 
@@ -255,19 +251,25 @@ def deferred_commit(flush: bool = False) -> Iterator[None]:
 
 
 def _appended(
-    connection, writer: Writer, head: Head, event: Event, new: NewEvent, *, committed: bool = False
+    connection,
+    writer: Writer,
+    head: Head,
+    written: tuple[Event, EventRow | None],
+    new: NewEvent,
+    ends: StageEnd = NO_END,
+    *,
+    committed: bool = False,
 ) -> Event:
-    after = Head(
-        head.pk,
-        head.pipeline,
-        new.status or head.status,
-        event.seq,
-        event.hash,
-        bool(new.run_fields.get("deviated", head.deviated)),
-        event.seq if committed else 0,
-    )
-    heads.remember(connection.alias, writer.token, after, committed)
+    """What follows a write of `new` (and of `ends.then`, as `written`'s row, when it
+    follows): this process knows the head it left, and a stop is announced."""
+    event, follower = written
+    after = head_after(head, new, event)
     _after_append(event, head, new)
+    if follower is not None and ends.then is not None:
+        _after_append(follower, after, ends.then)
+        after = head_after(after, ends.then, follower)
+    after = replace(after, committed_seq=after.last_seq if committed else 0)
+    heads.remember(connection.alias, writer.token, after, committed)
     return event
 
 
@@ -321,31 +323,34 @@ def _write(
     guarded: bool = False,
     alone: bool = False,
     effect: EffectWrite | None = None,
-    ends: _StageEnd = NO_END,
+    ends: StageEnd = NO_END,
     flush: bool = True,
-) -> Event | None:
-    """Write the event, move the run's head and write `effect`. The caller has checked what
-    refusal() checks, and holds the run's lock, or asks for the `guarded` write, which
-    fences itself and writes nothing (returns None) unless the lease is still the writer's
-    and the run's head is still `run`'s; `alone`, as its own transaction (the caller has no
-    transaction open), which does not wait for the disk unless `flush` (append() passes
-    False only then). None too, having written nothing, when `effect` claims a delivery key
-    that is taken."""
+) -> tuple[Event, EventRow | None] | None:
+    """Write the event, move the run's head and write `effect`, or what ends a stage (its
+    seal, the event that follows, the release). The caller has checked what refusal() checks,
+    and holds the run's lock, or asks for the `guarded` write, which fences itself and
+    writes nothing (returns None) unless the lease is still the writer's and the run's head
+    is still `run`'s; `alone`, as its own transaction (the caller has no transaction open),
+    which does not wait for the disk unless `flush` (append() passes False only then). None
+    too, having written nothing, when `effect` claims a delivery key that is taken. The
+    event written, and the row of the one that followed it (None without `ends.then`)."""
     sql = for_connection(connection)
     row, body = event_row(run, new)
     moves = head_moves(connection, run, new, row)
-    seal, release = ends.seal, ends.release
+    follower = None
+    if ends.then is not None:
+        # The run's last event follows in the same write; the head moves past both.
+        middle = head_after(run, new, row)
+        follower, _ = event_row(middle, ends.then)
+        moves = {**moves, **head_moves(connection, middle, ends.then, follower)}
+    rides = {"seal": ends.seal, "release": ends.release, "then": follower}
     with connection.cursor() as cursor:
         if not guarded:
-            written = sql.write(cursor, row, moves, effect, seal=seal, release=release)
+            written = sql.write(cursor, row, moves, effect, **rides)
         elif alone:
-            written = sql.write_alone(
-                cursor, row, moves, effect=effect, seal=seal, release=release, flush=flush
-            )
+            written = sql.write_alone(cursor, row, moves, effect=effect, flush=flush, **rides)
         else:
-            written = sql.write_guarded(
-                cursor, row, moves, effect=effect, seal=seal, release=release, flush=flush
-            )
+            written = sql.write_guarded(cursor, row, moves, effect=effect, flush=flush, **rides)
     if written is None:
         return None
     pk, created_at, rider = written
@@ -358,11 +363,11 @@ def _write(
         (pk, *row, sql.created_at(created_at, connection, pk)),
     )
     event.inputs, event.payload, event.artifacts = new.inputs, body, new.artifacts
-    if seal is None:
+    if ends.seal is None:
         event.effect_pk = rider
     else:
         event.effect_pk, event.sealed_at = None, sql.sealed_at(rider, connection)
-    return event
+    return event, follower
 
 
 def create_run(

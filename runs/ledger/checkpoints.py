@@ -46,12 +46,14 @@ def write_checkpoint(
     status: str,
     usage: dict[str, Any] | None = None,
     release: bool = False,
+    then: str | None = None,
     artifacts: Sequence[Artifact] = (),
     **run_fields: Any,
 ) -> Checkpoint:
     """Append VERIFIED with the checkpoint sealed on its seq (CheckpointSeal): one write, so
     neither is ever observed without the other; outside a transaction, on PostgreSQL one
-    statement. `release`: the writer's last write, giving its lease up. `artifacts`
+    statement. `then`: the run ends as that status in the same write (append's `then`).
+    `release`: the writer's last write, giving its lease up. `artifacts`
     (unsaved, versions set: artifacts.first_version) are written with it; IntegrityError,
     nothing written, when a version is taken. In a caller's transaction it is that one's,
     without a savepoint: a refusal (LeaseLost) writes nothing and leaves it usable."""
@@ -80,6 +82,7 @@ def write_checkpoint(
         status=status,
         seal=seal,
         release=release,
+        then=then,
         **run_fields,
     )
     # The row exists now; the instance reads as a query would have returned it.

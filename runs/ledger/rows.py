@@ -9,7 +9,7 @@ run's head it goes on is a `Head`; `refusal` is what the ledger refuses to appen
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -19,15 +19,19 @@ from runs import ids
 from runs.ledger import artifacts as artifact_store
 from runs.ledger.chain import canonical_json, encoded_event_hash, head_anchor
 from runs.ledger.payload_summary import summarize
-from runs.ledger.sql import EventRow, Moves
+from runs.ledger.sql import CheckpointSeal, EffectWrite, EventRow, Moves
 from runs.models import Event, Run
 from runs.pipeline import registry
 
 __all__ = [
+    "NO_END",
     "Head",
     "LedgerError",
     "NewEvent",
+    "StageEnd",
+    "closing_event",
     "event_row",
+    "head_after",
     "head_moves",
     "new_event",
     "refusal",
@@ -139,6 +143,69 @@ def refusal(run: Head, new: NewEvent) -> LedgerError | None:
         if hasattr(value, "resolve_expression") and not isinstance(value, Now):
             return LedgerError(f"run field {name} takes a value or Now(), not {value!r}")
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class StageEnd:
+    """What rides with a stage's last events: the checkpoint's seal, the event that follows
+    (a run's last), the lease's release."""
+
+    seal: CheckpointSeal | None = None
+    release: bool = False
+    then: NewEvent | None = None
+
+    @classmethod
+    def of(
+        cls,
+        effect: EffectWrite | None,
+        seal: CheckpointSeal | None,
+        release: bool,
+        then: NewEvent | None = None,
+    ):
+        if effect is not None and (seal is not None or release or then is not None):
+            raise LedgerError("an effect rides alone: not with a checkpoint's seal or a release")
+        return cls(seal, release, then)
+
+
+NO_END = StageEnd()
+
+# A run's terminal status -> the event that says it, for append's `then`.
+CLOSING = {Run.Status.SUCCEEDED: Event.Type.SUCCEEDED}
+
+
+def closing_event(writer: Writer, new: NewEvent, status: str | None) -> NewEvent | None:
+    """The event that ends the run as `status` after `new`. Checked here, before anything is
+    written, as far as refusal() would check it on the head `new` leaves: that head's status
+    is `new`'s, which must leave the run's status free to move."""
+    if status is None:
+        return None
+    if status not in CLOSING:
+        raise LedgerError(f"no event follows another to end a run as {status!r}")
+    if new.status in Run.TERMINAL:
+        raise LedgerError(f"a run {new.status} by {new.type} ends with no event after it")
+    return new_event(
+        writer.actor,
+        writer.token,
+        CLOSING[status],
+        stage="",
+        payload={},
+        artifacts=(),
+        idempotency_key="",
+        inputs=None,
+        status=status,
+        run_fields={},
+    )
+
+
+def head_after(head: Head, new: NewEvent, row: EventRow) -> Head:
+    """The head `row` (appending `new`) leaves, as the next event in the same write sees it."""
+    return replace(
+        head,
+        status=new.status or head.status,
+        last_seq=row.seq,
+        head_hash=row.hash,
+        deviated=bool(new.run_fields.get("deviated", head.deviated)),
+    )
 
 
 def event_row(run: Head, new: NewEvent) -> tuple[EventRow, dict[str, Any]]:

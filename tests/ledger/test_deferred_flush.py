@@ -146,15 +146,18 @@ def held_writer() -> tuple[Run, Writer]:
 
 @on_postgresql
 def test_only_writes_the_protocol_recovers_from_skip_the_wait_for_the_disk(pipeline):
-    run_stage()
+    run = run_stage()
     assert WRITES == [
         (Event.Type.STARTED, False),
         (Event.Type.TOOL_CALLED, True),  # the SAFE call, before
         (Event.Type.TOOL_RESULT, True),  # the SAFE call, after
         (Event.Type.TOOL_CALLED, False),  # the intent: on disk before the call
         (Event.Type.TOOL_RESULT, True),  # the confirmed outcome
-        (Event.Type.VERIFIED, False),
-        (Event.Type.SUCCEEDED, False),
+        (Event.Type.VERIFIED, False),  # SUCCEEDED follows it in its statement (issue 28)
+    ]
+    assert list(Event.objects.filter(run=run).values_list("type", flat=True))[-2:] == [
+        Event.Type.VERIFIED,
+        Event.Type.SUCCEEDED,
     ]
 
 
@@ -162,7 +165,7 @@ def test_only_writes_the_protocol_recovers_from_skip_the_wait_for_the_disk(pipel
 def test_with_deferred_flush_off_every_commit_waits_for_the_disk(pipeline, settings):
     settings.RESUMER_DEFER_FLUSH = False
     run_stage()
-    assert len(WRITES) == 7
+    assert len(WRITES) == 6
     assert not [write for write in WRITES if write[1]]
 
 
@@ -177,8 +180,7 @@ def test_a_reuse_of_a_confirmed_effect_skips_the_wait_for_the_disk(pipeline):
         (Event.Type.TOOL_RESULT, True),
         (Event.Type.TOOL_CALLED, False),  # the claim, tried: the key is taken, nothing written
         (Event.Type.TOOL_RESULT, True),  # the re-use
-        (Event.Type.VERIFIED, False),
-        (Event.Type.SUCCEEDED, False),
+        (Event.Type.VERIFIED, False),  # SUCCEEDED follows it in its statement (issue 28)
     ]
     keyed = Event.objects.filter(run=second).exclude(idempotency_key="")
     assert [(e.type, e.payload.get("reused")) for e in keyed] == [(Event.Type.TOOL_RESULT, True)]
@@ -195,17 +197,15 @@ def test_an_http_tools_result_and_outcome_commit_with_their_exchanges_without_wa
         (Event.Type.TOOL_RESULT, True),  # the SAFE call's result, with its exchanges
         (Event.Type.TOOL_CALLED, False),  # the intent: on disk before the call
         (Event.Type.TOOL_RESULT, True),  # the confirmed outcome, with its exchanges
-        (Event.Type.VERIFIED, False),
-        (Event.Type.SUCCEEDED, False),
+        (Event.Type.VERIFIED, False),  # SUCCEEDED follows it in its statement (issue 28)
     ]
     # The two results' transactions commit with synchronous_commit off, their exchanges'
-    # artifact rows with them; the stage's boundaries wait (STARTED is a statement of its
-    # own in autocommit, which WRITES shows does not turn the setting off).
+    # artifact rows with them; the stage's boundaries wait (STARTED, and VERIFIED with
+    # SUCCEEDED, are statements of their own in autocommit, which WRITES shows do not turn
+    # the setting off).
     assert COMMITTED_WITH == [
         (Event.Type.TOOL_RESULT, "off"),
         (Event.Type.TOOL_RESULT, "off"),
-        (Event.Type.VERIFIED, "on"),
-        (Event.Type.SUCCEEDED, "on"),
     ]
     assert Artifact.objects.filter(name__startswith=f"http/{run.public_id}/calls/").count() >= 2
     assert verify_chain(run.pk).ok
@@ -215,7 +215,7 @@ def test_an_http_tools_result_and_outcome_commit_with_their_exchanges_without_wa
 def test_with_deferred_flush_off_an_http_tools_outcome_waits_for_the_disk(http_pipeline, settings):
     settings.RESUMER_DEFER_FLUSH = False
     run_stage("flushing-http")
-    assert len(WRITES) == 7
+    assert len(WRITES) == 6
     assert not [write for write in WRITES if write[1]]
     assert {setting for _, setting in COMMITTED_WITH} == {"on"}
 

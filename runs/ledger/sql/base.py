@@ -238,11 +238,13 @@ class AppendSQL:
         *,
         seal: CheckpointSeal | None = None,
         release: bool = False,
+        then: EventRow | None = None,
     ) -> Written | None:
         """Write the event (write_event) and `effect`, or the checkpoint `seal`s; the caller
-        holds the run's lock. With `release`, the writer's lease is given up last: this is
-        its last write (append() lets neither ride with an effect). None, having written
-        nothing, when an EffectClaim's key is taken."""
+        holds the run's lock. `then`: the event that follows it, the run's last (`moves`
+        already move the head past it). With `release`, the writer's lease is given up last:
+        this is its last write (append() lets none of these ride with an effect). None,
+        having written nothing, when an EffectClaim's key is taken."""
         rider = None
         if isinstance(effect, EffectClaim):
             # The claim first: a taken key must leave no event behind.
@@ -250,11 +252,21 @@ class AppendSQL:
             if rider is None:
                 return None
         pk, created_at = self.write_event(cursor, row, moves)
+        if then is not None:
+            self.write_follower(cursor, then)
         if isinstance(effect, EffectSettle):
             rider = self.write_effect(cursor, effect)
         if seal is not None or release:
             rider = self.end_stage(cursor, row, seal, release)
         return pk, created_at, rider
+
+    def write_follower(self, cursor, row: EventRow) -> None:
+        """Insert the event that follows another in the same write; the head update that
+        went with the first moved the head past it already."""
+        if self.returning:
+            self.first_row(cursor, self.insert, row)
+        else:
+            self.execute(cursor, self.insert, row)
 
     def end_stage(self, cursor, row: EventRow, seal: CheckpointSeal | None, release: bool) -> Any:
         """After `row`'s event, in its transaction: the artifact rows and the checkpoint sealed
@@ -278,13 +290,14 @@ class AppendSQL:
         effect: EffectWrite | None = None,
         seal: CheckpointSeal | None = None,
         release: bool = False,
+        then: EventRow | None = None,
         flush: bool = True,
     ) -> Written | None:
         """write() for a writer that knows the head and holds no lock: fence (the row's token
         and its expiry) and check that the head is still the one the row chains to (guard())
         in the first statement; None, having written nothing, when anything moved or a
         claimed key is taken (the caller then takes the locked path, which tells the two
-        apart). `seal` and `release` as in write(), written only once the fence held. Only
+        apart). `seal`, `release` and `then` as in write(), written only once the fence held. Only
         vendors with `guarded` have it. `flush` as in write_alone(); inside a caller's
         transaction, False says so of the whole transaction (append's deferred_commit())."""
         raise NotImplementedError(f"{self.vendor} has no guarded append")
@@ -298,6 +311,7 @@ class AppendSQL:
         effect: EffectWrite | None = None,
         seal: CheckpointSeal | None = None,
         release: bool = False,
+        then: EventRow | None = None,
         flush: bool = True,
     ) -> Written | None:
         """write_guarded() as its own transaction, for a caller in autocommit (no atomic()
@@ -309,7 +323,7 @@ class AppendSQL:
         writes may). A vendor whose every commit already returns before the disk flush
         ignores it."""
         return self.write_guarded(
-            cursor, row, moves, effect=effect, seal=seal, release=release, flush=flush
+            cursor, row, moves, effect=effect, seal=seal, release=release, then=then, flush=flush
         )
 
     def defer_flush(self, cursor) -> None:

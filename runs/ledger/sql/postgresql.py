@@ -83,9 +83,9 @@ class PostgreSQLAppend(AppendSQL):
             EffectSettle: self.settle_statement,
         }
         # The statements by (kind of effect, flush, SET list, the seal's artifact count,
-        # release) and by SET list: a bounded set (sets() has one SET list per shape of head
+        # release, an event following) and by SET list: a bounded set (sets() has one SET list per shape of head
         # move), each built on its first use.
-        self._guarded: dict[tuple[type, bool, str, int | None, bool], str] = {}
+        self._guarded: dict[tuple[type, bool, str, int | None, bool, bool], str] = {}
         self._unguarded: dict[str, str] = {}
 
     # --- the statements -----------------------------------------------------------------
@@ -101,11 +101,17 @@ class PostgreSQLAppend(AppendSQL):
         )
 
     def event_statement(
-        self, head: str, sets: str, seal: int | None = None, release: bool = False
+        self,
+        head: str,
+        sets: str,
+        seal: int | None = None,
+        release: bool = False,
+        then: bool = False,
     ) -> str:
         """The event, and what ends a stage riding with it: a, the seal's artifact rows
         (`seal` of them); c, the checkpoint sealed on it; l, the lease given up (the writer's
-        last write: the next stage's job, queued once this commits, finds the lease free).
+        last write: the next stage's job, queued once this commits, finds the lease free);
+        f, the event that follows it, the run's last (`sets` move the head past it).
         Each writes only when h has a row, so a write refused writes none of them, and in
         autocommit the statement is the whole end of the stage: no BEGIN, no COMMIT, one
         round trip. A taken artifact version fails the whole statement."""
@@ -136,6 +142,11 @@ class PostgreSQLAppend(AppendSQL):
                 f"l AS (UPDATE {self.lease_table} SET {qn('holder')} = '', "
                 f"{qn('expires_at')} = {self.now} "
                 f"WHERE {self.lease_run} = (SELECT {pk} FROM h) AND {qn('token')} = %s)"
+            )
+        if then:
+            parts.append(
+                f"f AS (INSERT INTO {self.event_table} ({self.columns}) "
+                f"SELECT {self.event_values} FROM h)"
             )
         return f"WITH {', '.join(parts)} SELECT {pk}, {self.created}, {rider} FROM e"
 
@@ -189,6 +200,7 @@ class PostgreSQLAppend(AppendSQL):
         effect: EffectWrite | None = None,
         seal: CheckpointSeal | None = None,
         release: bool = False,
+        then: EventRow | None = None,
         flush: bool = True,
     ) -> Written | None:
         set_list, params = self.sets(moves)
@@ -198,12 +210,13 @@ class PostgreSQLAppend(AppendSQL):
             set_list,
             None if seal is None else len(seal.artifacts),
             release,
+            then is not None,
         )
         sql = self._guarded.get(key)
         if sql is None:
             head = self.heads[flush]
             sql = self._guarded[key] = (
-                self.event_statement(head, set_list, key[3], release)
+                self.event_statement(head, set_list, key[3], release, key[5])
                 if effect is None
                 else self.builders[key[0]](head, set_list)
             )
@@ -220,6 +233,8 @@ class PostgreSQLAppend(AppendSQL):
                 values += seal.checkpoint_params(row)
             if release:
                 values.append(row.token)
+            if then is not None:
+                values += then
         return self.first_row(cursor, sql, values)
 
     def defer_flush(self, cursor) -> None:

@@ -87,6 +87,7 @@ class SQLiteAppend(AppendSQL):
         effect: EffectWrite | None = None,
         seal: CheckpointSeal | None = None,
         release: bool = False,
+        then: EventRow | None = None,
         flush: bool = True,
     ) -> Written | None:
         fence = guard(row)
@@ -106,6 +107,8 @@ class SQLiteAppend(AppendSQL):
         if written is None:
             return None
         self.move_head(cursor, moves, row.run_id)
+        if then is not None:
+            self.write_follower(cursor, then)
         if seal is not None or release:
             # In the same IMMEDIATE transaction: the stage's end is one commit.
             return written[0], written[1], self.end_stage(cursor, row, seal, release)
@@ -121,6 +124,7 @@ class SQLiteAppend(AppendSQL):
         effect: EffectWrite | None = None,
         seal: CheckpointSeal | None = None,
         release: bool = False,
+        then: EventRow | None = None,
         flush: bool = True,
     ) -> Written | None:
         # Two to four statements: their own IMMEDIATE transaction, taken on the raw cursor
@@ -131,7 +135,7 @@ class SQLiteAppend(AppendSQL):
         self.execute(cursor, "BEGIN IMMEDIATE")
         try:
             written = self.write_guarded(
-                cursor, row, moves, effect=effect, seal=seal, release=release
+                cursor, row, moves, effect=effect, seal=seal, release=release, then=then
             )
         except BaseException:
             self.execute(cursor, "ROLLBACK")
