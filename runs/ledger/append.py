@@ -9,10 +9,8 @@ the SQL it runs is the vendor's (runs/ledger/sql/).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
@@ -21,6 +19,7 @@ from django.db.models.functions import Now
 
 from runs import ids, signals
 from runs.ledger import heads
+from runs.ledger.deferral import Deferral, deferral_of, deferred_commit
 from runs.ledger.head_checks import HeadLost, StaleRead, check_head, moved_since_read, went_back
 from runs.ledger.leases import LeaseLost
 from runs.ledger.rows import (
@@ -123,7 +122,7 @@ def append(
         if written is not None:
             return _appended(connection, writer, known, written, new, ends, committed=True)
         guarded = False
-    deferral = _deferral_of(connection, new, flush)
+    deferral = deferral_of(connection, new, flush)
     return _append_locked(
         connection, writer, known, new, effect, ends, guarded, deferral, read_head=read_head
     )
@@ -150,7 +149,7 @@ def _append_locked(
     effect: EffectWrite | None,
     ends: StageEnd,
     guarded: bool,
-    deferral: _Deferral | None,
+    deferral: Deferral | None,
     *,
     read_head: bool = False,
 ) -> Event:
@@ -197,57 +196,6 @@ def _append_locked(
                     return _appended(connection, writer, head, written, new, ends)
                 refused = KeyTaken(f"delivery key {new.idempotency_key} has an effect already")
     raise refused
-
-
-@dataclass
-class _Deferral:
-    """A deferred_commit() open on `connection`; `said` once its transaction knows."""
-
-    connection: Any
-    said: bool = False
-
-    def say(self) -> None:
-        if not self.said:
-            with self.connection.cursor() as cursor:
-                for_connection(self.connection).defer_flush(cursor)
-            self.said = True
-
-
-_deferral: ContextVar[_Deferral | None] = ContextVar("resumer_deferral", default=None)
-
-
-def _deferral_of(connection, new: NewEvent, flush: bool) -> _Deferral | None:
-    """The deferred_commit() this append runs in, if any."""
-    deferral = _deferral.get()
-    if deferral is None or deferral.connection is not connection:
-        return None
-    if flush:
-        # Checked before anything is written: the transaction's commit will not wait, so a
-        # write that must (an intent, a stop) has no place in it.
-        raise LedgerError(f"a {new.type} that must wait for the disk, inside deferred_commit()")
-    return deferral
-
-
-@contextmanager
-def deferred_commit(flush: bool = False) -> Iterator[None]:
-    """A transaction of the caller's own whose commit need not wait for the disk: append's
-    `flush=False` said of a whole transaction (an append and what rides with it, an HTTP
-    tool's exchanges and their artifact rows), all of which a crash may lose. Appends inside
-    must say flush=False too (one that must wait raises LedgerError). On PostgreSQL the first
-    one turns synchronous_commit off in its own statement (no round trip more, unless it took
-    the locked path). A plain transaction.atomic() with `flush`, with RESUMER_DEFER_FLUSH off,
-    or inside a transaction already open: that one's commit decides, and waits."""
-    connection = connections[DEFAULT_DB_ALIAS]
-    if flush or not settings.RESUMER_DEFER_FLUSH or connection.in_atomic_block:
-        with transaction.atomic():
-            yield
-        return
-    with transaction.atomic():
-        token = _deferral.set(_Deferral(connection))
-        try:
-            yield
-        finally:
-            _deferral.reset(token)
 
 
 def _appended(
