@@ -16,7 +16,6 @@ import contextlib
 import logging
 import os
 import socket
-import time
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -28,15 +27,14 @@ from rq import get_current_job
 
 from runs import enqueue as enqueuing  # start_run takes an `enqueue` flag
 from runs import tracing
-from runs.execution import outage, sweeper
+from runs.execution import outage, starting, sweeper
 from runs.execution.asking import StageWaiting
 from runs.execution.context import StageContext
 from runs.execution.durable_call import StageStopped
 from runs.execution.hooks import CallHooks
-from runs.ledger import artifacts, chain, heads, leases
+from runs.ledger import artifacts, leases
 from runs.ledger.append import (
     LeaseLost,
-    StaleRead,
     Writer,
     append,
     create_run,
@@ -143,7 +141,7 @@ def _execute(
 ) -> Outcome | None:
     """execute() once; None when the connection was lost before the stage started."""
     try:
-        held, read, newest = _acquire_for_ticket(run_pk, ticket, holder)
+        taken = starting.take(run_pk, ticket, holder)
     except leases.LeaseBusy:
         log.info(
             "run-%s is leased by another worker; job %s/%s skipped",
@@ -152,16 +150,18 @@ def _execute(
             ticket,
         )
         return Outcome.BUSY
+    held = taken.held
     writer = Writer(run_pk, held.token, holder)
     run = None
     try:
-        run = _begin(writer, stage_name, ticket, read)
+        run = starting.begin(writer, stage_name, ticket, taken)
         if run is None:
             return Outcome.NOTHING_TO_DO
         leases.heartbeats.watch(held)
-        # A run read again (_begin) was read without its newest checkpoint: the stage reads
+        # A run read again (begin) was read without its newest checkpoint: the stage reads
         # what it builds on itself.
-        return _run_stage(writer, held, run, stage_name, hooks, newest if run is read else None)
+        newest = taken.newest if run is taken.run else None
+        return _run_stage(writer, held, run, stage_name, hooks, newest)
     except StageWaiting as exc:
         log.info("run-%s in %s: %s", run_pk, stage_name, exc)
         return Outcome.WAITING
@@ -194,88 +194,6 @@ def _job_alive() -> None:
         return
     with contextlib.suppress(redis.exceptions.RedisError):
         job.heartbeat(datetime.now(UTC), int(leases.ttl_seconds() * 3))
-
-
-def _ticket_pending(run_pk: int, ticket: str) -> bool:
-    return bool(ticket) and Run.objects.filter(pk=run_pk, ticket=ticket).exists()
-
-
-def _acquire_for_ticket(
-    run_pk: int, ticket: str, holder: str
-) -> tuple[leases.HeldLease, Run | None, Checkpoint | None]:
-    """Take the lease for the job that owns the run's pending ticket, reading the run with
-    it (leases.hold_reading_run).
-
-    While a ticket is pending no stage is executing, so whoever holds the lease holds it for
-    a moment: the previous stage's worker between its commit (which queued this job) and its
-    release, a duplicate delivery finding nothing to do, a sweeper or a supervisor's edit. A
-    job that gave up at once would be dropped with its ticket still pending, and the sweeper
-    would later interrupt a healthy run; so the owner waits, at most one lease TTL (by then
-    a holder that froze has expired). A job whose ticket is not pending (a duplicate, or a
-    stage already taken) gives up at once: it has nothing to do anyway."""
-    deadline = time.monotonic() + leases.ttl_seconds() + 1
-    while True:
-        try:
-            return leases.hold_reading_run(run_pk, holder)
-        except leases.LeaseBusy:
-            if time.monotonic() > deadline or not _ticket_pending(run_pk, ticket):
-                raise
-        time.sleep(min(0.1, leases.ttl_seconds() / 20))
-
-
-def _begin(writer: Writer, stage_name: str, ticket: str, read: Run | None) -> Run | None:
-    """Consume the ticket and append STARTED, or find that this job has nothing to do (a
-    duplicate delivery, a stage already done, a run an operator has not resumed).
-
-    `read` is the run as the lease's take read it, in the same statement; it is not read
-    again. While the token holds nobody else appends (every writer takes the lease, bumping
-    the token), and the ticket moves only with the head (append's run fields). So STARTED is
-    the guarded append, one statement that writes only if the token, its expiry and the head
-    read here all still hold; if anything moved, it writes nothing and append's locked path
-    decides: LeaseLost for a token that was taken over, StaleRead for a read older than the
-    take (its snapshot predates a commit the take waited for), after which the run is read
-    again, now after the take, and decided once more."""
-    if not ticket or read is None:
-        return None
-    heads.learn_run(writer.token, read)
-    try:
-        return _start(writer, stage_name, ticket, read, read_head=True)
-    except StaleRead as exc:
-        log.info("%s; reading it again", exc)
-    again = heads.run_for_writer(writer.run_id, writer.token)
-    return None if again is None else _start(writer, stage_name, ticket, again)
-
-
-def _start(
-    writer: Writer, stage_name: str, ticket: str, run: Run, *, read_head: bool = False
-) -> Run | None:
-    if run.ticket != ticket or run.current_stage != stage_name or not run.is_active:
-        return None
-    stage = registry.get(run.pipeline).stage(stage_name)
-    started = append(
-        writer,
-        Event.Type.STARTED,
-        stage=stage_name,
-        inputs={name: run.inputs.get(name) for name in stage.consumes},
-        payload={
-            "worker": writer.actor,
-            "token": writer.token,
-            "attempt": run.attempt,
-            **tracing.started(run, stage_name),  # {} unless tracing is on
-        },
-        status=Run.Status.RUNNING,
-        ticket="",
-        queued_at=None,
-        read_head=read_head,
-    )
-    # What the append moved, as a read would now return it (the stage reads the run's
-    # status, head and ticket; nothing in a stage reads its clock columns).
-    run.status, run.ticket, run.queued_at = Run.Status.RUNNING, "", None
-    run.last_seq, run.head_hash, run.version = started.seq, started.hash, run.version + 1
-    run.head_anchor = chain.head_anchor(run.pk, started.seq, started.hash)
-    run.attention = Run.attention_for(run.status, run.deviated)
-    run.severity = Run.severity_for(run.status, run.deviated)
-    return run
 
 
 def _run_stage(

@@ -12,8 +12,7 @@ from rq.job import Job
 from rq.utils import utcformat
 
 from runs import engine, enqueue
-from runs.execution import engine as stage_job
-from runs.execution import sweeper
+from runs.execution import starting, sweeper
 from runs.ledger import leases
 from runs.ledger.append import LeaseLost, Writer, append
 from runs.models import Event, Lease, Run
@@ -29,9 +28,10 @@ def start_content(*, enqueue: bool = False) -> Run:
 
 def begin_stage(run: Run, *, ttl: float) -> Writer:
     """What a worker does first: take the lease, consume the ticket, append STARTED."""
-    held, read, _ = leases.hold_reading_run(run.pk, "worker:doomed", ttl=ttl)
+    held, read, newest = leases.hold_reading_run(run.pk, "worker:doomed", ttl=ttl)
     writer = Writer(run.pk, held.token, "worker:doomed")
-    assert stage_job._begin(writer, run.current_stage, run.ticket, read) is not None
+    taken = starting.Taken(held, read, newest)
+    assert starting.begin(writer, run.current_stage, run.ticket, taken) is not None
     return writer
 
 
