@@ -85,10 +85,9 @@ def append(
 ) -> Event:
     """Append one event to the writer's run, fenced by its lease; optionally move the run.
     Written with it once the fence held: `effect`, an effect row (effects.py) whose id the
-    event carries as `effect_pk`; `seal`, a VERIFIED event's checkpoint; `then`, a terminal
-    status whose event (SUCCEEDED for succeeded) follows this one in the same write, as a
-    run's last stage ends; `release`, the lease given up. `read_head`: the known head was
-    read as the lease was taken; if the run's head is another, StaleRead (nothing written).
+    event carries as `effect_pk`; `seal`, a VERIFIED event's checkpoint; `then`, the status
+    a run's last stage ends it in, its event following this one; `release`, the lease given
+    up. `read_head`: the head known was read with the lease's take; StaleRead if it moved.
 
     `flush=False`: a write whose loss in a database crash the protocol recovers from, as if
     the worker died just before it; its own commit does not wait for the disk (unless

@@ -52,11 +52,10 @@ def write_checkpoint(
 ) -> Checkpoint:
     """Append VERIFIED with the checkpoint sealed on its seq (CheckpointSeal): one write, so
     neither is ever observed without the other; outside a transaction, on PostgreSQL one
-    statement. `then`: the run ends as that status in the same write (append's `then`).
-    `release`: the writer's last write, giving its lease up. `artifacts`
-    (unsaved, versions set: artifacts.first_version) are written with it; IntegrityError,
-    nothing written, when a version is taken. In a caller's transaction it is that one's,
-    without a savepoint: a refusal (LeaseLost) writes nothing and leaves it usable."""
+    statement. `then` and `release` as append's. `artifacts` (unsaved, versions set:
+    artifacts.first_version) are written with it; IntegrityError, nothing written, when a
+    version is taken. In a caller's transaction it is that one's, without a savepoint: a
+    refusal (LeaseLost) writes nothing and leaves it usable."""
     seal = CheckpointSeal(
         id=checkpoint_id(run, stage),
         stage=stage,

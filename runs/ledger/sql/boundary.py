@@ -61,6 +61,23 @@ class BoundarySQL:
         self.latest_upto = RowReader(
             Checkpoint, connection, f"{where} AND {qn('last_seq')} <= %s", latest
         )
+        self._build_reading(qn, token, latest, append_sql.writes_in_with)
+        self.artifact_created = converters_of(Artifact._meta.get_field("created_at"), connection)
+        artifact, version, name = qn(Artifact._meta.db_table), qn("version"), qn("name")
+        # The next version of a name in the insert itself: no read before it. Two writers
+        # of one name racing (a name belongs to one run's stage, so only a duplicate
+        # delivery could) both compute the same version; the second's row conflicts and
+        # writes nothing, and the caller asks again.
+        self.next_version = (
+            f"INSERT INTO {artifact} ({name}, {version}, {qn('sha256')}, {qn('size')}, "
+            f"{qn('content_type')}, {qn('blob')}, {qn('run_id')}) "
+            f"SELECT %s, COALESCE(MAX({version}), 0) + 1, %s, %s, %s, %s, %s "
+            f"FROM {artifact} WHERE {name} = %s "
+            f"ON CONFLICT ({name}, {version}) DO NOTHING "
+            f"RETURNING {qn('id')}, {version}, {qn('created_at')}"
+        )
+
+    def _build_reading(self, qn, token: str, latest: str, in_with: bool) -> None:
         # The run read for its new holder comes with the run's newest checkpoint (k; none
         # when it has none of its own): the upstream a stage most often reads
         # (StageContext.upstream), without a statement of its own. Found by an index scan
@@ -83,22 +100,8 @@ class BoundarySQL:
             f"WITH t AS ({self.take}) SELECT t.{token}, {reading} "
             f"FROM t, {self.run.table} r LEFT JOIN LATERAL (SELECT * FROM {self.latest.table} "
             f"WHERE {qn('run_id')} = r.{qn('id')}{latest}) k ON TRUE WHERE r.{qn('id')} = %s"
-            if append_sql.writes_in_with
+            if in_with
             else ""
-        )
-        self.artifact_created = converters_of(Artifact._meta.get_field("created_at"), connection)
-        artifact, version, name = qn(Artifact._meta.db_table), qn("version"), qn("name")
-        # The next version of a name in the insert itself: no read before it. Two writers
-        # of one name racing (a name belongs to one run's stage, so only a duplicate
-        # delivery could) both compute the same version; the second's row conflicts and
-        # writes nothing, and the caller asks again.
-        self.next_version = (
-            f"INSERT INTO {artifact} ({name}, {version}, {qn('sha256')}, {qn('size')}, "
-            f"{qn('content_type')}, {qn('blob')}, {qn('run_id')}) "
-            f"SELECT %s, COALESCE(MAX({version}), 0) + 1, %s, %s, %s, %s, %s "
-            f"FROM {artifact} WHERE {name} = %s "
-            f"ON CONFLICT ({name}, {version}) DO NOTHING "
-            f"RETURNING {qn('id')}, {version}, {qn('created_at')}"
         )
 
     def ttl(self, seconds: float) -> Any:
