@@ -178,12 +178,34 @@ def _execute(
         outage.wait_for_database(f"run-{run_pk}'s {stage_name} job", tick=_job_alive)
         if run is None:
             return None
+        if _ended_unanswered(writer, stage_name):
+            return Outcome.VERIFIED
         interrupted = sweeper.interrupt_lost_mid_stage(writer, stage_name)
         return Outcome.INTERRUPTED if interrupted else Outcome.LEASE_LOST
     finally:
         leases.heartbeats.unwatch(held)
         if not held.released:
             leases.release(run_pk, held.token)
+
+
+def _ended_unanswered(writer: Writer, stage_name: str) -> bool:
+    """Whether the stage's end committed though its answer was lost with the connection (a
+    commit is durable before the server answers it): the run's last event is then this
+    writer's VERIFIED of the stage, or SUCCEEDED. The run goes on as the answer would have
+    let it: the next stage's job, which only the commit's answer would have queued
+    (on_commit), is queued now, under the ticket the end wrote. Interrupting it instead
+    would stop a run whose stage had verified and whose next had not started."""
+    last = Event.objects.filter(run_id=writer.run_id).order_by("-seq").first()
+    if last is None or last.token != writer.token:
+        return False
+    if last.type == Event.Type.SUCCEEDED:
+        return True
+    if last.type != Event.Type.VERIFIED or last.stage != stage_name:
+        return False
+    run = Run.objects.filter(pk=writer.run_id).values("ticket", "current_stage").first()
+    if run and run["ticket"]:
+        enqueuing.dispatch(writer.run_id, run["current_stage"], run["ticket"])
+    return True
 
 
 def _job_alive() -> None:
