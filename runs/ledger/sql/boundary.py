@@ -82,14 +82,12 @@ class BoundarySQL:
         # when it has none of its own): the upstream a stage most often reads
         # (StageContext.upstream), without a statement of its own. Found by an index scan
         # of checkpoint_run_seq_unique, not a join the planner may hash.
-        newest = (
-            f"SELECT {qn('id')} FROM {self.latest.table} "
-            f"WHERE {qn('run_id')} = r.{qn('id')}{latest}"
-        )
+        # The run's checkpoints, newest first.
+        newest = f"FROM {self.latest.table} WHERE {qn('run_id')} = r.{qn('id')}{latest}"
         reading = f"{self.run.columns_of('r')}, {self.latest.columns_of('k')}"
         self.run_newest = (
             f"SELECT {reading} FROM {self.run.table} r LEFT JOIN {self.latest.table} k "
-            f"ON k.{qn('id')} = ({newest}) WHERE r.{qn('id')} = %s"
+            f"ON k.{qn('id')} = (SELECT {qn('id')} {newest}) WHERE r.{qn('id')} = %s"
         )
         # The take and that read, in one statement where the vendor can update inside WITH
         # and join LATERAL (PostgreSQL): the row comes back only when the take did. One
@@ -98,8 +96,8 @@ class BoundarySQL:
         # `read_head`), and reads both again if not.
         self.take_reading = (
             f"WITH t AS ({self.take}) SELECT t.{token}, {reading} "
-            f"FROM t, {self.run.table} r LEFT JOIN LATERAL (SELECT * FROM {self.latest.table} "
-            f"WHERE {qn('run_id')} = r.{qn('id')}{latest}) k ON TRUE WHERE r.{qn('id')} = %s"
+            f"FROM t, {self.run.table} r LEFT JOIN LATERAL (SELECT * {newest}) k ON TRUE "
+            f"WHERE r.{qn('id')} = %s"
             if in_with
             else ""
         )
