@@ -173,8 +173,9 @@ def _append_locked(
                 return _appended(connection, writer, known, written, new, ends)
         # The fencing check and the row lock are one statement (see runs/ledger/sql/ for what
         # each vendor locks).
-        with connection.cursor() as cursor:
-            row = for_connection(connection).read_head(cursor, writer.run_id, writer.token)
+        sql = for_connection(connection)
+        with sql.cursor(connection) as cursor:
+            row = sql.read_head(cursor, writer.run_id, writer.token)
         if row is None:
             if Run.objects.filter(pk=writer.run_id).exists():
                 refused = LeaseLost(writer.run_id, writer.token)
@@ -291,7 +292,7 @@ def _write(
         follower, _ = event_row(middle, ends.then)
         moves = {**moves, **head_moves(connection, middle, ends.then, follower)}
     rides = {"seal": ends.seal, "release": ends.release, "then": follower}
-    with connection.cursor() as cursor:
+    with sql.cursor(connection) as cursor:
         if not guarded:
             written = sql.write(cursor, row, moves, effect, **rides)
         elif alone:

@@ -86,7 +86,7 @@ def store(name: str, data: bytes, content_type: str, *, run: Run | None = None) 
             blob=path,
             run=run,
         )
-        with db.cursor() as cursor:
+        with boundary_for(db).cursor(db) as cursor:
             if boundary_for(db).insert_next_version(cursor, db, artifact):
                 return artifact
         # Another writer took this version number (nothing was written): take the next one.

@@ -105,7 +105,7 @@ def latest_checkpoint(run: Run, stage: str) -> Checkpoint | None:
     limit: int | None = None
     db = connections[DEFAULT_DB_ALIAS]
     while node is not None:
-        with db.cursor() as cursor:
+        with boundary_for(db).cursor(db) as cursor:
             found = boundary_for(db).latest_checkpoint(cursor, db, node.pk, stage, limit)
         if found is not None:
             return found

@@ -27,8 +27,9 @@ class Deferral:
 
     def say(self) -> None:
         if not self.said:
-            with self.connection.cursor() as cursor:
-                for_connection(self.connection).defer_flush(cursor)
+            sql = for_connection(self.connection)
+            with sql.cursor(self.connection) as cursor:
+                sql.defer_flush(cursor)
             self.said = True
 
 

@@ -59,8 +59,9 @@ def find(key: str) -> Effect | None:
     """The effect holding delivery key `key`, if any: the read every replay decision starts
     from, run once per call that is not a first attempt."""
     connection = connections[DEFAULT_DB_ALIAS]
-    with connection.cursor() as cursor:
-        return for_connection(connection).read_effect(cursor, connection, key)
+    sql = for_connection(connection)
+    with sql.cursor(connection) as cursor:
+        return sql.read_effect(cursor, connection, key)
 
 
 def claim_intent(writer: Writer, effect_fields: dict[str, Any], *, event_payload: dict) -> Intent | None:  # fmt: skip

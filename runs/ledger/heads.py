@@ -68,7 +68,7 @@ def run_for_writer(run_id: int, token: int) -> Run | None:
     this process then knows (learn()); None when there is no such run. One statement, built
     once (sql/boundary.py), not a compiled queryset."""
     db = connections[DEFAULT_DB_ALIAS]
-    with db.cursor() as cursor:
+    with boundary_for(db).cursor(db) as cursor:
         run = boundary_for(db).read_run(cursor, db, run_id)
     if run is not None:
         learn_run(token, run)

@@ -130,7 +130,7 @@ def acquire(run_id: int, holder: str, *, ttl: float | None = None, takeover: boo
         # the token only if the lease is free, and returns it. Two callers racing both run
         # it; the row lock orders them and the second finds the lease taken.
         db = connections[DEFAULT_DB_ALIAS]
-        with db.cursor() as cursor:
+        with boundary_for(db).cursor(db) as cursor:
             token = boundary_for(db).take_lease(cursor, run_id, holder, ttl)
         if token is not None:
             return token
@@ -165,7 +165,7 @@ def hold_reading_run(
     ttl = ttl_seconds() if ttl is None else ttl
     read_at = _clock()
     db = connections[DEFAULT_DB_ALIAS]
-    with db.cursor() as cursor:
+    with boundary_for(db).cursor(db) as cursor:
         taken = boundary_for(db).take_lease_reading_run(cursor, db, run_id, holder, ttl)
     if taken is None:
         _not_taken(run_id)
@@ -193,7 +193,7 @@ def release(run_id: int, token: int) -> bool:
     """Give the lease up early so the next stage's worker can take it at once. Inside a
     transaction it goes with that transaction's commit (a checkpoint's carries it)."""
     db = connections[DEFAULT_DB_ALIAS]
-    with db.cursor() as cursor:
+    with boundary_for(db).cursor(db) as cursor:
         return boundary_for(db).release_lease(cursor, run_id, token)
 
 

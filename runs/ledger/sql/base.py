@@ -143,6 +143,11 @@ class AppendSQL:
 
     # --- statements ---------------------------------------------------------------------
 
+    def cursor(self, connection) -> Any:
+        """The cursor the ledger's statements run on, in a `with`: Django's, unless the
+        vendor keeps one of its own (postgresql.py)."""
+        return connection.cursor()
+
     def execute(self, cursor, sql: str, params: Sequence[Any] | None = None) -> Any:
         """Execute one of the append path's statements on Django's `cursor`; returns the
         cursor its rows are read from."""

@@ -102,6 +102,10 @@ class BoundarySQL:
             else ""
         )
 
+    def cursor(self, connection) -> Any:
+        """The cursor these statements run on (AppendSQL.cursor)."""
+        return self.run_sql.cursor(connection)
+
     def ttl(self, seconds: float) -> Any:
         if isinstance(self._one_second, timedelta):
             return timedelta(seconds=seconds)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from runs.ledger.sql.base import AppendSQL
+from runs.ledger.sql.driver import kept_cursor
 from runs.ledger.sql.shapes import (
     ARTIFACT_COLUMNS,
     CHECKPOINT_COLUMNS,
@@ -183,6 +184,9 @@ class PostgreSQLAppend(AppendSQL):
         )
 
     # --- what the append path calls -----------------------------------------------------
+
+    def cursor(self, connection) -> Any:
+        return kept_cursor(connection)
 
     def write_event(self, cursor, row: EventRow, moves: Moves) -> tuple[int, Any]:
         set_list, params = self.sets(moves)
