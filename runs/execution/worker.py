@@ -15,6 +15,8 @@ import contextlib
 import logging
 import sys
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import redis
@@ -76,7 +78,20 @@ class SweeperThread(threading.Thread):
                 self.scheduler.release_locks()
 
 
+# Seconds between pings while Redis is away: the first wait and the longest (as outage.py's
+# waits for the database, short enough that work goes on soon after Redis is back).
+REDIS_FIRST_WAIT = 0.25
+REDIS_LONGEST_WAIT = 5.0
+
+
 class ResumerWorker(SimpleWorker):
+    """RQ's SimpleWorker, the sweeper thread beside it, and a worker that rides out a Redis
+    outage. RQ retries an idle worker's blocking pop, but a job that ends while Redis is away
+    fails in RQ's own bookkeeping after the job (its heartbeat, its registries), and RQ's loop
+    quits on any error. The job's work is in the database, fenced by its lease, so nothing is
+    lost with that bookkeeping: the worker waits for Redis and takes the next job instead of
+    leaving the fleet one process short until something restarts it."""
+
     def work(self, *args, **kwargs):  # type: ignore[override]
         thread = SweeperThread(float(settings.RESUMER_SWEEP_INTERVAL), self)
         thread.start()
@@ -100,6 +115,53 @@ class ResumerWorker(SimpleWorker):
                 queue.push_job_id(job.id, pipeline=pipe, at_front=True)
                 pipe.execute()
             outage.wait_for_database(f"worker {self.name}", tick=self._alive)
+
+    def execute_job(self, job, queue):  # type: ignore[override]
+        with self.riding_out_redis(f"as job {job.id} ended"):
+            super().execute_job(job, queue)
+
+    # The loop's other Redis commands between jobs: an outage that begins there.
+    def check_for_suspension(self, burst: bool) -> None:
+        with self.riding_out_redis("between jobs"):
+            super().check_for_suspension(burst)
+
+    def run_maintenance_tasks(self) -> None:
+        with self.riding_out_redis("during RQ's maintenance"):
+            super().run_maintenance_tasks()
+
+    @contextlib.contextmanager
+    def riding_out_redis(self, when: str) -> Iterator[None]:
+        try:
+            yield
+        except redis.exceptions.ConnectionError as exc:
+            log.warning("Redis went away %s (%s); waiting for it", when, exc)
+            self.wait_for_redis()
+
+    def wait_for_redis(self) -> None:
+        """Ping until Redis answers, backing off. The loop's next heartbeat registers the
+        worker again if Redis came back empty."""
+        wait = REDIS_FIRST_WAIT
+        while True:
+            try:
+                self.connection.ping()
+                break
+            except redis.exceptions.ConnectionError:
+                time.sleep(wait)
+                wait = min(wait * 2, REDIS_LONGEST_WAIT)
+        log.warning("Redis answers again; worker %s goes on", self.name)
+
+    def heartbeat(self, timeout=None, pipeline=None):  # type: ignore[override]
+        """RQ's heartbeat in one round trip, and a worker that registers again when Redis
+        came back empty (a restart without persistence forgets every worker): monitoring and
+        RQ's cleanup then see it alive. The heartbeat's field is new only on such a hash."""
+        if pipeline is not None:
+            return super().heartbeat(timeout, pipeline)
+        with self.connection.pipeline() as pipe:
+            super().heartbeat(timeout, pipe)
+            field_added = pipe.execute()[0]
+        if field_added:
+            self.connection.delete(self.key)
+            self.register_birth()
 
     def _alive(self) -> None:
         # Seen alive by RQ while it waits; Redis may be away too, which its loop handles.
