@@ -63,6 +63,16 @@ class ServiceClient:
         """Forget all objects, stored responses, meter rows and faults."""
         self._control("POST", "/_reset")
 
+    def state(self) -> bytes:
+        """Everything the service holds, as a document put_state() takes back."""
+        response = httpx.get(f"{self.url}/_state", timeout=30, trust_env=False)
+        response.raise_for_status()
+        return response.content
+
+    def put_state(self, document: bytes) -> None:
+        """Replace everything the service holds by what state() returned."""
+        self._control("PUT", "/_state", content=document)
+
     def arm(
         self,
         op: str,

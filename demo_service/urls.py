@@ -18,4 +18,5 @@ urlpatterns = [
     path("_meter", views.meter),
     path("_marks", views.marks),
     path("_reset", views.reset),
+    path("_state", views.state),
 ]

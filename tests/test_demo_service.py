@@ -210,3 +210,32 @@ def test_manage_py_demo_service_starts_the_service_again_when_it_dies_and_stops_
             supervisor.kill()
         for pid in _children(supervisor.pid) if supervisor.poll() is None else []:
             os.kill(pid, signal.SIGKILL)
+
+
+def test_the_whole_state_goes_out_and_comes_back_as_it_was(demo_service):
+    post(demo_service, "/v1/articles", {**ARTICLE, "delivery_key": "p"}, "a")
+    post(demo_service, "/v1/charges", {"account": "acct-42", "amount": "5.00"}, "c")
+    saved = demo_service.state()
+    articles, meter = demo_service.articles(), demo_service.meter()
+
+    demo_service.reset()
+    post(demo_service, "/v1/renders", {"prompt": "later"}, "r")
+    demo_service.put_state(saved)
+
+    assert demo_service.articles() == articles
+    assert demo_service.meter() == meter
+    assert demo_service.renders() == []
+    # The stored response answers the same key again, without a second charge.
+    again = post(demo_service, "/v1/charges", {"account": "acct-42", "amount": "5.00"}, "c")
+    assert again.is_success
+    assert len(demo_service.charges()) == 1
+
+
+def test_a_state_that_is_not_one_is_refused_and_changes_nothing(demo_service):
+    post(demo_service, "/v1/articles", {**ARTICLE, "delivery_key": "p"}, "a")
+
+    refused = httpx.put(f"{demo_service.url}/_state", content=b"{not json", trust_env=False)
+
+    assert refused.status_code == 400
+    assert "not a state document" in refused.json()["error"]["message"]
+    assert len(demo_service.articles()) == 1
