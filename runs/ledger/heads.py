@@ -63,6 +63,14 @@ def _committed(key: tuple[str, int, int], seq: int) -> None:
             _known[key] = replace(found, committed_seq=seq)
 
 
+def forget() -> None:
+    """Forget every head: the database was put back from a copy (a restore from a backup, a
+    test's snapshot), so what this process wrote under its tokens is no longer in it, and a
+    run id may come again with a head this process never wrote."""
+    with _lock:
+        _known.clear()
+
+
 def run_for_writer(run_id: int, token: int) -> Run | None:
     """The run, read for a writer that has just taken its lease under `token`, whose head
     this process then knows (learn()); None when there is no such run. One statement, built
