@@ -15,14 +15,17 @@ from collections.abc import Iterator
 import django_rq
 import pytest
 from django.conf import settings
+from django.db import connection
 from django.test import TransactionTestCase
 
 from demo import faults
 from demo_service.process import ServiceProcess
 from runs.ledger.maintenance import maintenance
 from runs.models import Run
+from tests.support import processes, worlds
+from tests.support.isolation import ProcessResources, resources_root
 from tests.support.processes import Workers, wait_for
-from tests.support.state import run_status
+from tests.support.state import run_status, wait_lease_free
 
 _original_teardown = TransactionTestCase._fixture_teardown
 
@@ -35,9 +38,50 @@ def _teardown_in_maintenance(self: TransactionTestCase) -> None:
 TransactionTestCase._fixture_teardown = _teardown_in_maintenance
 
 
+# The markers (pyproject.toml) a test gets from what it uses, so that a selection by marker
+# (`make test-fast`, the PostgreSQL pass) never misses one: a test that starts worker
+# processes through these fixtures is `workers`; one with no way into the database is `nodb`.
+WORKER_FIXTURES = {"workers", "private_workers", "story_run", "reference"}
+DATABASE_FIXTURES = {
+    "db",
+    "transactional_db",
+    "django_db_reset_sequences",
+    "django_db_serialized_rollback",
+    "live_server",
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & WORKER_FIXTURES:
+            item.add_marker(pytest.mark.workers)
+        if not (used & DATABASE_FIXTURES or item.get_closest_marker("django_db")):
+            item.add_marker(pytest.mark.nodb)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    postgres = item.get_closest_marker("postgres")
+    if postgres and connection.vendor != "postgresql":
+        why = postgres.kwargs.get("reason", "it is about PostgreSQL")
+        pytest.skip(f"needs PostgreSQL: {why} (the PostgreSQL pass runs it)")
+    # A test that starts worker processes by hand must say so, or `make test-fast` would run it.
+    processes.starting_workers_allowed = item.get_closest_marker("workers") is not None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def process_resources() -> Iterator[ProcessResources]:
+    """This test process's own Redis and media folder (tests/support/isolation.py)."""
+    resources = ProcessResources(resources_root()).start()
+    yield resources
+    processes.stop_fork_server()
+    resources.stop()
+
+
 @pytest.fixture
 def redis_conn():
-    """The real Redis the tests' queue uses, emptied before the test."""
+    """This test process's own Redis, emptied before the test."""
     conn = django_rq.get_connection(settings.RESUMER_QUEUE)
     conn.ping()
     conn.flushdb()
@@ -63,10 +107,18 @@ def workers(transactional_db, redis_conn, facts, tmp_path) -> Iterator[Workers]:
 
 
 @pytest.fixture
-def story_run(workers) -> Run:
+def story_run(workers, demo_service) -> Run:
     """The protocol's story: research, facts, draft and two images done; the worker dies
     uploading the cover. Returns the run once the sweeper has marked it interrupted and a
-    worker has stored the plan the stop asked for (what an operator then reads)."""
+    worker has stored the plan the stop asked for (what an operator then reads), with a
+    healthy worker running. Built once per test process (tests/support/worlds.py); request
+    it before the fixtures that make users."""
+    pk = worlds.once("story", lambda: crash_the_story(workers), demo_service)
+    workers.start()
+    return Run.objects.get(pk=pk)
+
+
+def crash_the_story(workers: Workers) -> int:
     from runs.models import StoredPlan
 
     run = faults.start_run(
@@ -82,7 +134,9 @@ def story_run(workers) -> Run:
         lambda: StoredPlan.objects.filter(run=run, run_version=run.version).exists(),
         what="the stored plan",
     )
-    return run
+    wait_lease_free(run)
+    workers.stop_all()
+    return run.pk
 
 
 @pytest.fixture(scope="session")

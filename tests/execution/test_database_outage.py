@@ -21,8 +21,7 @@ from runs.models import Checkpoint, Event, ReplayPolicy, Run
 from runs.pipeline import Pipeline, Stage, StageOutput, Tool
 from tests.support.pipelines import registered
 
-pytestmark = pytest.mark.skipif(
-    "connection.vendor != 'postgresql'",
+pytestmark = pytest.mark.postgres(
     reason="needs a server connection to kill (PostgreSQL); a SQLite connection is its process",
 )
 

@@ -117,7 +117,7 @@ def test_a_first_attempt_reads_neither_the_effect_nor_the_lease(pipeline):
     assert not [sql for sql in SEEN if "SELECT" in sql.upper()[:10] and "lease" in sql.lower()]
 
 
-@pytest.mark.skipif("connection.vendor != 'postgresql'")
+@pytest.mark.postgres(reason="statements outside a transaction are the PostgreSQL path's")
 def test_on_postgresql_a_first_attempt_is_two_statements_outside_any_transaction(pipeline):
     run, outcome = run_stage(n="4")
     assert outcome == "verified"

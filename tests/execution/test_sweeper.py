@@ -240,3 +240,18 @@ def test_sweepers_reading_the_same_findings_interrupt_each_run_once_and_take_its
         # The second sweeper did not take the lease: one bump, the first sweeper's.
         assert Lease.objects.get(run=run).token == tokens[run.pk] + 1
         assert not Lease.objects.get(run=run).holder
+
+
+def test_the_storys_interruption_is_written_by_a_second_workers_sweeper_fencing_the_dead_one(
+    story_run,
+):
+    run = story_run
+    interrupted = Event.objects.get(run=run, type=Event.Type.INTERRUPTED)
+    dead = Event.objects.filter(run=run, type=Event.Type.STARTED).latest("seq")
+    assert interrupted.actor == sweeper.SWEEPER
+    assert interrupted.payload["reason"] == "the worker stopped renewing its lease"
+    assert interrupted.payload["holder"] == dead.payload["worker"]
+    assert interrupted.token > dead.token
+    # Nothing after the dead worker's last write but the sweeper's event.
+    assert interrupted.seq == run.last_seq
+    assert Event.objects.filter(run=run, token=dead.token).latest("seq").seq < interrupted.seq

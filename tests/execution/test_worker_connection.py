@@ -75,8 +75,7 @@ def test_a_connection_that_saw_an_error_is_closed_not_kept(pipeline):
     assert connection.connection is None
 
 
-needs_server = pytest.mark.skipif(
-    "connection.vendor != 'postgresql'",
+needs_server = pytest.mark.postgres(
     reason="needs a server connection to kill (PostgreSQL); a SQLite connection is its process",
 )
 

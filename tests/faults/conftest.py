@@ -9,12 +9,15 @@ from pathlib import Path
 import pytest
 
 from tests.faults import matrix
+from tests.support import worlds
 from tests.support.processes import PrivateRedis, Workers
 
 
 @pytest.fixture
-def reference(workers: Workers) -> dict[str, str]:
-    return matrix.reference_artifacts(workers)
+def reference(workers: Workers, demo_service) -> dict[str, str]:
+    """A database in which the pipeline has finished a run without a crash, and that run's
+    artifacts; built once per test process (tests/support/worlds.py)."""
+    return worlds.once("reference", lambda: matrix.reference_artifacts(workers), demo_service)
 
 
 @pytest.fixture

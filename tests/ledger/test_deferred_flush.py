@@ -26,9 +26,7 @@ from runs.pipeline import Input, KeyParts, Pipeline, Stage, StageOutput, Tool
 from runs.tools.http import http_tool
 from tests.support.pipelines import registered
 
-on_postgresql = pytest.mark.skipif(
-    "connection.vendor != 'postgresql'", reason="SQLite's commits never wait for the disk"
-)
+on_postgresql = pytest.mark.postgres(reason="SQLite's commits never wait for the disk")
 
 # (event type, whether its statement turned synchronous_commit off) for every statement that
 # writes an event, in the order the stage's worker sent them.

@@ -16,9 +16,7 @@ from runs.ledger.sql.driver import KeptCursor
 from runs.models import Event
 from tests.ledger.test_ledger import new_run, writer_for
 
-pytestmark = pytest.mark.skipif(
-    "connection.vendor != 'postgresql'", reason="the kept cursor is PostgreSQL's"
-)
+pytestmark = pytest.mark.postgres(reason="the kept cursor is PostgreSQL's")
 
 
 def _ledger_cursor():

@@ -501,7 +501,7 @@ def test_the_checkpoint_a_stage_end_returns_is_the_row_a_query_returns(committed
     assert not checkpoint._state.adding
 
 
-@pytest.mark.skipif("connection.vendor != 'postgresql'")
+@pytest.mark.postgres(reason="one statement per stage end is the PostgreSQL SQL's")
 def test_a_stage_end_is_one_statement_on_postgresql(committed_writer):
     run = Run.objects.get(pk=committed_writer.run_id)
     ran: list[str] = []
@@ -612,7 +612,9 @@ def _driver_statements(writer: Writer, *, observed: bool) -> list[str]:
     return [" ".join(statement.split()[:3]) for statement in seen]
 
 
-@pytest.mark.skipif("connection.vendor != 'sqlite'")
+@pytest.mark.skipif(
+    "connection.vendor != 'sqlite'", reason="the driver's-cursor rewrite is SQLite's"
+)
 def test_an_unobserved_append_runs_the_statements_an_observed_one_runs(transactional_db):
     # On SQLite the append path runs its statements on the driver's cursor unless someone
     # observes the connection (sql.sqlite.SQLiteAppend.execute): both ways must be the same writes.

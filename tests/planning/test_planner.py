@@ -15,7 +15,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from runs.ledger.edits import edit_effect
-from runs.models import Effect, Event, Run
+from runs.models import Checkpoint, Effect, Event, Run
 from runs.planning.planner import Action, compute_plan
 from tests.support.plans import (
     change_manifest,
@@ -50,6 +50,11 @@ def test_story_plan_resumes_visual_reusing_both_body_images_and_retrying_the_cov
     run = story_run
     plan = compute_plan(run)
 
+    # The crash left research's and draft's checkpoints, and visual's cover upload open.
+    assert set(Checkpoint.objects.filter(run=run).values_list("stage", flat=True)) == {
+        "research",
+        "draft",
+    }
     assert plan.checkpoint == checkpoint(run, "draft").id
     assert plan.fallbacks == []
     # The checkpoints it builds on were re-hashed: research's fact sheet and the draft.
@@ -61,9 +66,11 @@ def test_story_plan_resumes_visual_reusing_both_body_images_and_retrying_the_cov
     for call in ("render-body-1", "upload-body-1", "render-body-2", "upload-body-2"):
         recorded = effect(run, call)
         assert recorded.status == Effect.Status.CONFIRMED
+        assert recorded.external_id
         assert lines[call].action == Action.REUSE
         assert lines[call].external_id == recorded.external_id
     cover = effect(run, "upload-cover")
+    assert (cover.status, cover.external_id) == (Effect.Status.INTENT, "")
     assert lines["upload-cover"].status == Effect.Status.INTENT
     assert lines["upload-cover"].action == Action.RETRY_SAME_KEY
     assert lines["upload-cover"].delivery_key == cover.delivery_key

@@ -52,7 +52,10 @@ def test_story_strict_resume_uploads_the_cover_once_under_its_recorded_key(story
     cover_intent = effect(run, "upload-cover")
     body_keys = [effect(run, c).delivery_key for c in ("render-body-1", "render-body-2")]
 
-    approve(run, STRICT, compute_plan(run).fingerprint, actor="user:operator")
+    plan = compute_plan(run)
+    assert plan.next_stage == "visual"
+    assert plan.cost_resume.tool_calls < plan.cost_fresh.tool_calls
+    approve(run, STRICT, plan.fingerprint, actor="user:operator")
     wait_succeeded(run)
 
     # The retry reused the intent's key: one effect row, attempted twice, one stored asset.
@@ -64,6 +67,9 @@ def test_story_strict_resume_uploads_the_cover_once_under_its_recorded_key(story
     for key in body_keys:
         asked = demo_service.meter("render", key)
         assert [(row["outcome"], row["count"]) for row in asked] == [("billed", 1)]
+    # Three images rendered and billed in all, one article published.
+    assert len(demo_service.renders()) == 3
+    assert demo_service.count("render") == 3
     assert len(demo_service.articles()) == 1
 
 

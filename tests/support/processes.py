@@ -21,6 +21,9 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
+from tests.support import forkserver
+from tests.support.forkserver import ForkServer
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -31,6 +34,10 @@ class Timeout(AssertionError):
 class WorkersBroke(AssertionError):
     """Every worker exited with an error (e.g. it could not even import the project)."""
 
+
+# Whether the running test may start worker processes: pytest sets it per test from the test's
+# `workers` marker (tests/conftest.py); a script (the fault matrix) leaves it on.
+starting_workers_allowed = True
 
 # Worker pools to watch while waiting (see Workers.raise_if_broken).
 _LIVE_POOLS: weakref.WeakSet[Workers] = weakref.WeakSet()
@@ -64,6 +71,9 @@ def worker_env(redis_url: str | None = None) -> dict[str, str]:
     queue, pipelines, lease timings and demo service (and `redis_url`, or the configured
     Redis)."""
     env = dict(os.environ)
+    # pytest's name for the test and phase running now: no worker reads it, and it would make
+    # every test's environment differ from the fork server's (tests/support/forkserver.py).
+    env.pop("PYTEST_CURRENT_TEST", None)
     env.update(
         DATABASE_URL=database_url(),
         REDIS_URL=redis_url or settings.REDIS_URL,
@@ -90,6 +100,30 @@ def database_url() -> str:
     return f"postgres://{auth}{host}:{conf.get('PORT') or 5432}/{conf['NAME']}"
 
 
+# The fork server of this process (tests/support/forkserver.py), made for the environment of
+# the first worker started; a start in any other environment gets a new interpreter.
+_fork_server: ForkServer | None = None
+
+
+def fork_server_for(env: dict[str, str]) -> ForkServer | None:
+    global _fork_server
+    if not forkserver.enabled():
+        return None
+    if _fork_server is None:
+        _fork_server = ForkServer(env)
+    return _fork_server if _fork_server.env == env else None
+
+
+def stop_fork_server() -> None:
+    global _fork_server
+    if _fork_server is not None:
+        _fork_server.close()
+        _fork_server = None
+
+
+Process = subprocess.Popen | forkserver.ForkedProcess
+
+
 class Workers:
     """Starts real `manage.py rqworker` processes (ResumerWorker: SimpleWorker + sweeper) on
     the database this process uses and the given Redis, and makes sure none outlives it."""
@@ -101,7 +135,7 @@ class Workers:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.redis_url = redis_url or settings.REDIS_URL
         self.extra_env = dict(env or {})
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[Process] = []
         self.log_paths: dict[int, Path] = {}
         self._started_at: dict[int, float] = {}
         self.started = 0  # numbers the log files across cases
@@ -112,27 +146,32 @@ class Workers:
 
     def start(
         self, label: str = "", *, burst: bool = False, env: dict[str, str] | None = None
-    ) -> subprocess.Popen:
+    ) -> Process:
+        if not starting_workers_allowed:
+            raise AssertionError(
+                "this test starts worker processes: mark it @pytest.mark.workers (or use the "
+                "workers fixture), so that `make test-fast` leaves it out"
+            )
         self.started += 1
         name = f"worker-{self.started:03d}{'-' + label if label else ''}.log"
         path = self.log_dir / name.replace("/", "_")
         log = open(path, "wb")  # noqa: SIM115 - handed to the child, closed with it
         from runs.execution import worker  # Django is set up by now
 
-        proc = subprocess.Popen(
-            worker.command(burst=burst),
-            cwd=ROOT,
-            env={**self.env(), **(env or {})},
-            stdout=log,
-            stderr=log,
-        )
-        log.close()
+        command, full_env = worker.command(burst=burst), {**self.env(), **(env or {})}
+        server = fork_server_for(full_env)
+        if server is not None:
+            log.close()
+            proc = server.spawn(command, path)
+        else:
+            proc = subprocess.Popen(command, cwd=ROOT, env=full_env, stdout=log, stderr=log)
+            log.close()
         self.procs.append(proc)
         self.log_paths[proc.pid] = path
         self._started_at[proc.pid] = time.monotonic()
         return proc
 
-    def started_at(self, proc: subprocess.Popen) -> float:
+    def started_at(self, proc: Process) -> float:
         """When the process was started (time.monotonic())."""
         return self._started_at[proc.pid]
 
@@ -149,11 +188,11 @@ class Workers:
             f"{broken.returncode}:\n{tail}"
         )
 
-    def log_of(self, proc: subprocess.Popen) -> str:
+    def log_of(self, proc: Process) -> str:
         path = self.log_paths.get(proc.pid)
         return path.read_text(errors="replace") if path and path.exists() else ""
 
-    def stop(self, proc: subprocess.Popen) -> None:
+    def stop(self, proc: Process) -> None:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGCONT)  # a test may have frozen it
