@@ -8,7 +8,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from runs import engine
-from runs.models import Event, Run
+from runs.models import Event, Run, StoredPlan
 from tests.api.conftest import is_problem
 from tests.support.plans import interrupted_with_plan, stopped_with_plan
 
@@ -28,7 +28,11 @@ def test_the_list_puts_runs_that_need_a_human_first_with_why(viewer, facts):
     assert body["items"][0]["id"] == stopped.public_id
     assert body["items"][0]["needs_human"] is True
     assert body["items"][0]["stop"]["why"]
-    assert body["items"][0]["stop"]["plan"]["resume_calls"] >= 0
+    # The calls the stored plan's strict resume makes: the stage the stop cut short, again.
+    assert body["items"][0]["stop"]["plan"]["resume_calls"] == (
+        StoredPlan.objects.get(run=stopped).resume_calls
+    )
+    assert body["items"][0]["stop"]["plan"]["resume_calls"] > 0
     assert body["needs_human"] == 1
     assert len(body["items"]) == 3
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 from rq.job import Job
 
@@ -24,7 +23,11 @@ from runs.planning.resume import approve
 from tests.support.processes import wait_for
 from tests.support.state import run_status
 
-STALL_SECONDS = 3
+# The stalled render's length: the zombie must be frozen inside it, after a heartbeat. A
+# heartbeat is due every TTL/3; a busy machine can delay one by seconds, so the wait for it
+# may take most of the stall (the resumed render stalls as long, once).
+STALL_SECONDS = 8
+HEARTBEAT_WAIT = STALL_SECONDS - 2
 
 
 def freeze_between_heartbeats(pid: int, run: Run) -> None:
@@ -32,10 +35,11 @@ def freeze_between_heartbeats(pid: int, run: Run) -> None:
     renewal could leave its lease row locked (PostgreSQL) or the database's write lock held
     (SQLite) and stall everyone; just after one, the next is TTL/3 away."""
     seen = Lease.objects.values_list("heartbeat_at", flat=True).get(run=run)
-    deadline = time.monotonic() + STALL_SECONDS
-    while Lease.objects.values_list("heartbeat_at", flat=True).get(run=run) == seen:
-        assert time.monotonic() < deadline, "no heartbeat while the render was stalled"
-        time.sleep(0.01)
+    wait_for(
+        lambda: Lease.objects.values_list("heartbeat_at", flat=True).get(run=run) != seen,
+        timeout=HEARTBEAT_WAIT,
+        what="a heartbeat while the render was stalled",
+    )
     os.kill(pid, signal.SIGSTOP)
 
 
