@@ -230,6 +230,17 @@ RESUMER_SWEEP_INTERVAL = float(os.environ.get("RESUMER_SWEEP_INTERVAL", "15"))
 # A queued stage job that Redis no longer knows about counts as lost after this grace.
 RESUMER_QUEUE_GRACE = float(os.environ.get("RESUMER_QUEUE_GRACE", "10"))
 RESUMER_QUEUE = os.environ.get("RESUMER_QUEUE", "default")
+# An Idempotency-Key's claim (runs/api/idempotency.py) still unanswered after this long was
+# left by a web process that died mid-request: the next request with the key and body takes
+# it over. Longer than any API request runs: gunicorn kills a worker silent for its
+# --timeout (30 s by default), so the default leaves four times that.
+RESUMER_IDEMPOTENCY_CLAIM_SECONDS = float(
+    os.environ.get("RESUMER_IDEMPOTENCY_CLAIM_SECONDS", "120")
+)
+# Keys are forgotten after this long (the worker's sweeper purges them).
+RESUMER_IDEMPOTENCY_RETENTION_HOURS = float(
+    os.environ.get("RESUMER_IDEMPOTENCY_RETENTION_HOURS", "24")
+)
 # A group approval of more runs than this is carried out by a worker (the page follows its
 # progress); up to this many are approved within the web request.
 RESUMER_GROUP_INLINE = int(os.environ.get("RESUMER_GROUP_INLINE", "20"))
