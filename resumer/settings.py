@@ -89,6 +89,7 @@ if USES_DEMO:
     INSTALLED_APPS.append("demo")
 
 MIDDLEWARE = [
+    "runs.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "runs.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -324,11 +325,24 @@ if PRODUCTION:
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"request_id": {"()": "runs.middleware.RequestIdFilter"}},
+    "formatters": {
+        "plain": {"format": "%(levelname)s %(name)s [request %(request_id)s] %(message)s"}
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["request_id"],
+            "formatter": "plain",
+        }
+    },
     "loggers": {
         "runs": {
             "handlers": ["console"],
             "level": os.environ.get("RESUMER_LOG_LEVEL", "INFO"),
-        }
+        },
+        # Every 500 (a page, the admin, the API), with its traceback, whatever DEBUG says:
+        # Django's own handler for it prints only with DEBUG on.
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
     },
 }
