@@ -89,6 +89,7 @@ if USES_DEMO:
     INSTALLED_APPS.append("demo")
 
 MIDDLEWARE = [
+    "runs.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "runs.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -230,6 +231,17 @@ RESUMER_SWEEP_INTERVAL = float(os.environ.get("RESUMER_SWEEP_INTERVAL", "15"))
 # A queued stage job that Redis no longer knows about counts as lost after this grace.
 RESUMER_QUEUE_GRACE = float(os.environ.get("RESUMER_QUEUE_GRACE", "10"))
 RESUMER_QUEUE = os.environ.get("RESUMER_QUEUE", "default")
+# An Idempotency-Key's claim (runs/api/idempotency.py) still unanswered after this long was
+# left by a web process that died mid-request: the next request with the key and body takes
+# it over. Longer than any API request runs: gunicorn kills a worker silent for its
+# --timeout (30 s by default), so the default leaves four times that.
+RESUMER_IDEMPOTENCY_CLAIM_SECONDS = float(
+    os.environ.get("RESUMER_IDEMPOTENCY_CLAIM_SECONDS", "120")
+)
+# Keys are forgotten after this long (the worker's sweeper purges them).
+RESUMER_IDEMPOTENCY_RETENTION_HOURS = float(
+    os.environ.get("RESUMER_IDEMPOTENCY_RETENTION_HOURS", "24")
+)
 # A group approval of more runs than this is carried out by a worker (the page follows its
 # progress); up to this many are approved within the web request.
 RESUMER_GROUP_INLINE = int(os.environ.get("RESUMER_GROUP_INLINE", "20"))
@@ -313,11 +325,24 @@ if PRODUCTION:
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"request_id": {"()": "runs.middleware.RequestIdFilter"}},
+    "formatters": {
+        "plain": {"format": "%(levelname)s %(name)s [request %(request_id)s] %(message)s"}
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["request_id"],
+            "formatter": "plain",
+        }
+    },
     "loggers": {
         "runs": {
             "handlers": ["console"],
             "level": os.environ.get("RESUMER_LOG_LEVEL", "INFO"),
-        }
+        },
+        # Every 500 (a page, the admin, the API), with its traceback, whatever DEBUG says:
+        # Django's own handler for it prints only with DEBUG on.
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
     },
 }

@@ -1,10 +1,10 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
 from runs.api import token_views
-from runs.api.api import api
+from runs.api.api import api, api_not_found
 from runs.dashboard import queue_admin
 from runs.dashboard.urls import pipeline_urlpatterns
 from runs.observability import views as observability
@@ -19,6 +19,8 @@ urlpatterns = [
     path("pipelines/", include((pipeline_urlpatterns, "pipelines"))),
     # The JSON API (runs/api/, docs/api.md) and the page where people make their tokens.
     path("api/v1/", api.urls),
+    # Any other address under it is the API's too: a 404 problem, not the HTML page.
+    re_path(r"^api/", api_not_found),
     path("account/tokens/", include(token_views)),
     # Prometheus (docs/monitoring.md): a bearer token, or local clients only.
     path("metrics", observability.metrics, name="metrics"),

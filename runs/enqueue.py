@@ -84,6 +84,10 @@ def enqueue_batch(batch_id: str, runs: int) -> None:
         + 10 * runs,
         result_ttl=3600,
         failure_ttl=24 * 3600,
+        # Queued from inside the transaction that records the batch when the API's
+        # Idempotency-Key commits the action with its answer: a job that starts before that
+        # commit finds no row, and is tried again (a batch approves nothing twice).
+        retry=Retry(max=3, interval=[1, 5, 30]),
     )
 
 

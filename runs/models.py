@@ -8,11 +8,14 @@ Rules about one row's state live here. Flows that touch several rows live in pla
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.db.models import F
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from runs import ids
 
@@ -851,8 +854,11 @@ class ApiToken(models.Model):
 
 class IdempotentRequest(models.Model):
     """A POST made with an `Idempotency-Key` (runs/api/idempotency.py): the key is claimed
-    before the action, and the response is stored after it, so the same key and body get the
-    same response without acting again. `status` is null while the first request runs."""
+    before the action, and the response is stored with it, in the action's transaction, so
+    the same key and body get the same response without acting again. `status` is null
+    while the first request runs; a claim left null longer than
+    RESUMER_IDEMPOTENCY_CLAIM_SECONDS was left by a process that died (its action rolled
+    back with it), and the next request with the key and body takes it over."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     key = models.CharField(max_length=200)
@@ -862,12 +868,56 @@ class IdempotentRequest(models.Model):
     status = models.PositiveSmallIntegerField(null=True, blank=True)
     response = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
+    # The claim in force: when it was taken, and how many times (a takeover counts one more).
+    # The response is stored only under the attempt that acted, so a request slower than the
+    # bound, whose claim was taken over, stores nothing and its action rolls back.
+    claimed_at = models.DateTimeField(db_default=Now())
+    attempt = models.PositiveIntegerField(default=1)
 
     class Meta:
         constraints = [
             # The key is the user's: also serves the one lookup of a request by (user, key).
             models.UniqueConstraint(fields=["user", "key"], name="idempotent_request_unique"),
         ]
+        indexes = [
+            # The sweeper's purge of rows past their retention.
+            models.Index(fields=["created_at"], name="idempotent_request_age_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.key} [{self.status or 'running'}]"
+
+    @classmethod
+    def stale_before(cls) -> datetime:
+        """Claims taken before this are abandoned: longer than any request may run."""
+        return timezone.now() - timedelta(seconds=settings.RESUMER_IDEMPOTENCY_CLAIM_SECONDS)
+
+    def take_over(self) -> bool:
+        """Take this abandoned claim for the caller (a compare-and-set: of two requests
+        racing for it, one wins); False when it is not abandoned or another took it."""
+        taken = IdempotentRequest.objects.filter(
+            pk=self.pk,
+            status__isnull=True,
+            attempt=self.attempt,
+            claimed_at__lt=self.stale_before(),
+        ).update(attempt=F("attempt") + 1, claimed_at=Now())
+        if taken:
+            self.attempt += 1
+        return bool(taken)
+
+    def settle(self, status: int, response: Any) -> bool:
+        """Store the response under this attempt; False when the claim was taken over
+        meanwhile (the caller's transaction must then roll its action back)."""
+        return bool(
+            IdempotentRequest.objects.filter(
+                pk=self.pk, attempt=self.attempt, status__isnull=True
+            ).update(status=status, response=response)
+        )
+
+    @classmethod
+    def purge(cls) -> int:
+        """Forget keys older than RESUMER_IDEMPOTENCY_RETENTION_HOURS (the worker's sweeper,
+        each round): a client retries within minutes, not days."""
+        cutoff = timezone.now() - timedelta(hours=settings.RESUMER_IDEMPOTENCY_RETENTION_HOURS)
+        deleted, _ = cls.objects.filter(created_at__lt=cutoff).delete()
+        return deleted

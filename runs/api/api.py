@@ -22,7 +22,7 @@ from ninja.security import HttpBearer, SessionAuth
 
 from runs.api import deviations, gates, problems, tokens, triage
 from runs.api import runs as run_endpoints
-from runs.api.problems import Problem
+from runs.api.problems import Problem, problem_response
 from runs.api.schemas import UserOut
 from runs.dashboard import roles
 
@@ -104,3 +104,8 @@ api.add_router("/gates", gates.router)
 api.add_router("/runs", deviations.router)
 
 urls = api.urls
+
+
+def api_not_found(request: HttpRequest) -> HttpResponse:
+    """An address under /api/ that no operation answers: a 404 problem, like every API error."""
+    return problem_response(Problem(404, f"no API operation at {request.path}"))

@@ -28,6 +28,7 @@ from rq.worker import SimpleWorker
 from runs import notify
 from runs.execution import outage, sweeper
 from runs.gates import timeouts as gate_timeouts
+from runs.models import IdempotentRequest
 
 log = logging.getLogger("runs.worker")
 
@@ -35,7 +36,8 @@ log = logging.getLogger("runs.worker")
 class SweeperThread(threading.Thread):
     """Every sweep interval: crash detection, then the notification windows that are over,
     then the RQ jobs whose scheduled time has come (delivery retries waiting out their
-    backoff). Each step fails on its own and is tried again next round."""
+    backoff), then the API's Idempotency-Keys past their retention. Each step fails on its
+    own and is tried again next round."""
 
     def __init__(self, interval: float, worker: SimpleWorker) -> None:
         super().__init__(daemon=True, name="resumer-sweeper")
@@ -50,6 +52,7 @@ class SweeperThread(threading.Thread):
             ("gate time-outs", gate_timeouts.sweep),
             ("notification close", notify.close_due),
             ("scheduled jobs", self.release_scheduled),
+            ("idempotency keys", IdempotentRequest.purge),
         ]
         while not self.stopping.wait(self.interval):
             for name, step in steps:

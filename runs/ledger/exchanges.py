@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from django.conf import settings
 
@@ -22,6 +24,77 @@ from runs.ledger import artifacts
 from runs.models import Run
 
 ARTIFACT_NAME_RE = re.compile(r"[^A-Za-z0-9_./-]+")
+
+# What a credential is called, whatever a tool says: a query parameter, header or JSON field
+# of one of these names (any case, "-" and "_" alike) is recorded as REDACTED. A tool names
+# its own on top (http_tool(secret=...)).
+SECRET_NAMES = frozenset(
+    {
+        "access_token",
+        "api_key",
+        "apikey",
+        "auth",
+        "authorization",
+        "client_secret",
+        "cookie",
+        "key",
+        "password",
+        "private_key",
+        "refresh_token",
+        "secret",
+        "session",
+        "set_cookie",
+        "sig",
+        "signature",
+        "token",
+        "x_api_key",
+    }
+)
+REDACTED = "[redacted]"
+
+
+def secret_names(extra: Iterable[str] = ()) -> frozenset[str]:
+    return SECRET_NAMES | {_normal(name) for name in extra}
+
+
+def _normal(name: str) -> str:
+    return name.lower().replace("-", "_")
+
+
+def _redact_url(url: str, secret: frozenset[str]) -> str:
+    parts = urlsplit(url)
+    if not parts.query:
+        return url
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    kept = [(k, REDACTED if _normal(k) in secret else v) for k, v in pairs]
+    if kept == pairs:
+        return url
+    return urlunsplit(parts._replace(query=urlencode(kept, safe="[]")))
+
+
+def _redact_value(value: Any, secret: frozenset[str]) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: REDACTED if _normal(str(k)) in secret else _redact_value(v, secret)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_redact_value(v, secret) for v in value]
+    return value
+
+
+def _redact_body(body: bytes, secret: frozenset[str]) -> bytes:
+    """A JSON body with its secret fields redacted; any other body as it was."""
+    if not body:
+        return body
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return body
+    redacted = _redact_value(value, secret)
+    if redacted == value:
+        return body
+    return json.dumps(redacted, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 class ExchangeOutcome(StrEnum):
@@ -51,6 +124,24 @@ class Exchange:
     response_body: bytes = b""
     error: str = ""
     elapsed_ms: int = 0
+
+    def redacted(self, extra: Iterable[str] = ()) -> Exchange:
+        """This exchange as the ledger may keep it: the query parameters, headers and JSON
+        body fields named as credentials (SECRET_NAMES, and `extra`: the tool's) replaced by
+        REDACTED. What was sent is unchanged, and so is every key computed from it."""
+        secret = secret_names(extra)
+
+        def headers(values: dict[str, str]) -> dict[str, str]:
+            return {k: REDACTED if _normal(k) in secret else v for k, v in values.items()}
+
+        return replace(
+            self,
+            url=_redact_url(self.url, secret),
+            request_headers=headers(self.request_headers),
+            request_body=_redact_body(self.request_body, secret),
+            response_headers=headers(self.response_headers),
+            response_body=_redact_body(self.response_body, secret),
+        )
 
     def payload(
         self, *, name: str, run: Run | None = None, inline_bytes: int | None = None

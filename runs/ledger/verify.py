@@ -67,6 +67,20 @@ class _Walk:
     head_event: Event | None = None
     verified: dict[int, Event] = field(default_factory=dict)
     keyed: list[Event] = field(default_factory=list)
+    # Every artifact uri an event of the log names: a VERIFIED event's artifacts, the large
+    # bodies an exchange kept as artifacts.
+    named: set[str] = field(default_factory=set)
+
+
+def _named_artifacts(event: Event) -> Iterator[str]:
+    yield from event.artifacts or ()
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    for value in payload.values():
+        for record in value if isinstance(value, list) else ():
+            for side in ("request", "response"):
+                part = record.get(side) if isinstance(record, dict) else None
+                if isinstance(part, dict) and isinstance(part.get("body_ref"), str):
+                    yield part["body_ref"]
 
 
 def _events(run_id: int, batch: int) -> Iterator[Event]:
@@ -96,6 +110,7 @@ def _walk(run_id: int, report: ChainReport, batch: int) -> _Walk:
             walk.verified[event.seq] = event
         if event.idempotency_key:
             walk.keyed.append(event)
+        walk.named.update(_named_artifacts(event))
         walk.head_hash, expected, walk.last_seq = event.hash, event.seq + 1, event.seq
         walk.head_event = event
     return walk
@@ -134,12 +149,19 @@ def _check_effects(run_id: int, report: ChainReport, walk: _Walk) -> None:
 
 
 def _check_artifacts(run_id: int, report: ChainReport, walk: _Walk) -> None:
-    """Artifacts are written in their event's transaction (the database's clock stamps both
-    alike): one written after the head event belongs to events that are gone."""
+    """An artifact stamped no earlier than the head event, and named by no event of the log,
+    belongs to events that are gone.
+
+    The clock alone cannot tell: a run's end writes its last artifacts in its last events'
+    transaction, and SQLite reads its clock per statement, so they may be stamped after the
+    head they ride with. The log's own naming is exact; the clock only narrows which rows to
+    ask about, so that an artifact stored just before a worker died (its event never written,
+    the sweeper's INTERRUPTED after it) is not taken for tampering."""
     if walk.head_event is None:
         return
-    late = Artifact.objects.filter(run_id=run_id, created_at__gt=walk.head_event.created_at)
-    for artifact in late.order_by("id")[:5]:
+    late = Artifact.objects.filter(run_id=run_id, created_at__gte=walk.head_event.created_at)
+    orphans = [a for a in late.order_by("id") if a.uri not in walk.named]
+    for artifact in orphans[:5]:
         report.fail(
             f"artifact {artifact.uri} was written after the run's last event (seq "
             f"{walk.last_seq}): it belongs to events that are gone"

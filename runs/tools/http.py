@@ -101,13 +101,17 @@ def http_tool(
     meter: str = "",
     verb: str = "call",
     confirm: Confirm | bool | None = None,
+    secret: tuple[str, ...] = (),
 ) -> Tool:
     """Declare a tool that calls a JSON API. `url` (and a Lookup's url) is a template over
     the call's arguments and {key}; a relative one is joined to `base_url` (a string, or a
     function read at call time, e.g. from settings). `body(args, key)` builds the JSON body
     (default: the arguments, for POST/PUT/PATCH); `external_id` is a dotted path into the
     response ("id", "data.0.id") or a function of it, required for every policy but SAFE;
-    `result(response_json)` shapes what the stage gets (default: the response object)."""
+    `result(response_json)` shapes what the stage gets (default: the response object).
+    `secret` names the query parameters, headers and JSON body fields that carry
+    credentials: the recorded exchanges show them redacted, as they do the common names
+    (api_key, token, key, signature, ...: runs/ledger/exchanges.py's SECRET_NAMES)."""
     lookup = Lookup(reconcile) if isinstance(reconcile, str) else reconcile
     spec = HttpTool(
         name=name,
@@ -127,6 +131,7 @@ def http_tool(
         retry=retry or Retry(),
         target=target,
         trust_env=trust_env,
+        secret=tuple(secret),
     )
     reconcile_with = spec.reconcile if lookup is not None else None
     return Tool(name, policy, spec.call, key, reconcile_with, cost, meter, verb, confirm)

@@ -56,6 +56,8 @@ class _Attempt:
     number: int
     last: bool
     request: httpx.Request
+    # The names the tool marks as credentials, redacted in the record (exchanges.py).
+    secret: tuple[str, ...] = ()
     started: float = field(default_factory=time.monotonic)
 
     def note(
@@ -78,7 +80,7 @@ class _Attempt:
             response_body=b"" if response is None else response.content,
             error=error,
             elapsed_ms=int((time.monotonic() - self.started) * 1000),
-        )
+        ).redacted(self.secret)
         self.seen.append(exchange)
         exchanges.record(exchange)
 
@@ -104,6 +106,9 @@ class HttpTool:
     retry: Retry = Retry()
     target: str = ""
     trust_env: bool = True
+    # Query parameters, headers and JSON body fields that carry credentials, beyond the
+    # common names every exchange is redacted for (exchanges.SECRET_NAMES).
+    secret: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.policy != ReplayPolicy.SAFE and self.external_id is None:
@@ -127,7 +132,9 @@ class HttpTool:
                 request = client.build_request(
                     method, url, content=content, headers=headers, params=params
                 )
-                attempt = _Attempt(self.name, seen, number, number == attempts, request)
+                attempt = _Attempt(
+                    self.name, seen, number, number == attempts, request, self.secret
+                )
                 try:
                     response = client.send(request)
                 except httpx.TransportError as exc:
@@ -215,7 +222,7 @@ class HttpTool:
             request = client.build_request(
                 "GET", url, headers={"Accept": "application/json", **self._extra_headers()}
             )
-            attempt = _Attempt(self.name, [], 1, True, request)
+            attempt = _Attempt(self.name, [], 1, True, request, self.secret)
             try:
                 response = client.send(request)
             except httpx.TransportError as exc:

@@ -249,7 +249,7 @@ class ModelTool:
                 response_body=b"" if response is None else response.content,
                 error=error[:500],
                 elapsed_ms=int((time.monotonic() - started) * 1000),
-            )
+            ).redacted()
         )
 
     def _result(self, args: dict[str, Any], key: str, completion: Any) -> dict[str, Any]:
