@@ -159,15 +159,24 @@ class ResumerWorker(SimpleWorker):
         RQ's cleanup then see it alive. The heartbeat's field is new only on such a hash."""
         if pipeline is not None:
             return super().heartbeat(timeout, pipeline)
-        with self.connection.pipeline() as pipe:
-            super().heartbeat(timeout, pipe)
-            field_added = pipe.execute()[0]
+        while True:
+            # RQ's loop beats right after each job, outside any retry of its own: an outage
+            # that begins there is waited out here.
+            try:
+                with self.connection.pipeline() as pipe:
+                    super().heartbeat(timeout, pipe)
+                    field_added = pipe.execute()[0]
+                break
+            except redis.exceptions.ConnectionError as exc:
+                log.warning("Redis went away at a heartbeat (%s); waiting for it", exc)
+                self.wait_for_redis()
         if field_added:
             self.connection.delete(self.key)
             self.register_birth()
 
     def _alive(self) -> None:
-        # Seen alive by RQ while it waits; Redis may be away too, which its loop handles.
+        # Seen alive by RQ while it waits for the database; a Redis away too is waited for by
+        # heartbeat().
         with contextlib.suppress(redis.exceptions.RedisError):
             self.heartbeat()
 
