@@ -71,6 +71,15 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None):
+        # A row keyed by its run (a lease, a stored plan) is looked up without the range check
+        # Django gives integer keys, and SQLite refuses a number past 64 bits outright: such a
+        # number names no row, so the admin answers as for any missing one.
+        try:
+            return super().get_object(request, object_id, from_field)
+        except OverflowError:
+            return None
+
 
 class PipelineFilter(admin.SimpleListFilter):
     """Choices from the pipeline registry: no SELECT DISTINCT over a large table."""

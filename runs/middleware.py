@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import json
 import logging
 import re
 import uuid
@@ -43,31 +44,70 @@ class ContentSecurityPolicyMiddleware:
 
 
 class RejectNulMiddleware:
-    """A NUL character in a path, a query string or a form is a 400 with a message.
-    PostgreSQL refuses NUL in any text it is given, so such a value that reached a query (the
-    admin's filters and lookups take URL text as it comes) was a 500; no page or form here has
-    any use for one."""
+    """Text no database stores is a 400 with a message, wherever it comes in: a NUL in a path,
+    a query string, a form or a JSON body, and a lone surrogate in a JSON body (the one way
+    to write one: `"\\ud800"`; a form or a path decodes broken UTF-8 to U+FFFD). PostgreSQL
+    refuses both in any text it is given, so such a value that reached a query or a row was
+    a 500; no page, form or API operation here has any use for one. Under /api/ the answer
+    is a problem, as every API error is."""
 
     MESSAGE = "A NUL character is not accepted in an address or a form."
+    JSON_MESSAGE = (
+        "The JSON body holds text no database can store: a NUL character (\\u0000) or a lone "
+        "surrogate (\\ud800-\\udfff)."
+    )
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        # Only a form's body is parsed here; a JSON body is the API's to read and refuse.
         form = request.method == "POST" and request.content_type in FORM_TYPES
         if "\x00" in request.path or _has_nul(request.GET) or (form and _has_nul(request.POST)):
-            if request.path.startswith(API_PREFIX):
-                return problem_response(Problem(400, self.MESSAGE, kind="invalid-request"))
-            return HttpResponseBadRequest(self.MESSAGE, content_type="text/plain; charset=utf-8")
+            return self.refuse(request, self.MESSAGE)
+        if _is_json(request.content_type) and _json_has_unstorable_text(request.body):
+            return self.refuse(request, self.JSON_MESSAGE)
         return self.get_response(request)
+
+    @staticmethod
+    def refuse(request: HttpRequest, message: str) -> HttpResponse:
+        if request.path.startswith(API_PREFIX):
+            return problem_response(Problem(400, message, kind="invalid-request"))
+        return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
 
 
 FORM_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})
+# A NUL, or a UTF-16 surrogate standing alone (a decoded JSON string can hold one; UTF-8 can
+# encode neither for a database).
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def _has_nul(data) -> bool:
     return any("\x00" in key or any("\x00" in v for v in data.getlist(key)) for key in data)
+
+
+def _is_json(content_type: str) -> bool:
+    return content_type == "application/json" or content_type.endswith("+json")
+
+
+def _json_has_unstorable_text(body: bytes) -> bool:
+    """Whether any key or string of the JSON body holds unstorable text. A body that is not
+    JSON is left to the operation, which says what is wrong with it."""
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return False
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if UNSTORABLE.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 # The id of the request being answered, for every log line written while it is (RequestIdFilter).

@@ -87,6 +87,11 @@ def test_no_query_parameter_value_is_a_500(stocked, supervisor):
         "/admin/runs/event/-1/change/",
         "/admin/runs/checkpoint/%00/change/",
         "/admin/runs/gate/9223372036854775808/change/",
+        # Rows keyed by their run: no range check on the key, and SQLite's 64 bits.
+        "/admin/runs/lease/9223372036854775808/change/",
+        "/admin/runs/lease/9223372036854775808/history/",
+        "/admin/runs/storedplan/9223372036854775808/change/",
+        "/admin/runs/storedplan/9223372036854775808/history/",
         "/runs/batches/" + "f" * 32 + "/",
         "/runs/groups/" + "f" * 64 + "/",
     ],
@@ -140,5 +145,54 @@ def test_a_nul_character_is_a_400_that_says_so_and_changes_nothing(stocked, supe
     for response in (query, form):
         assert response.status_code == 400
         assert b"NUL character is not accepted" in response.content
+    run.refresh_from_db()
+    assert run.last_seq == before
+
+
+# --- JSON bodies ------------------------------------------------------------------------------
+
+# Text no database stores, as JSON writes it: a NUL and a lone surrogate.
+UNSTORABLE = ["a\\u0000b", "\\ud800", "x\\udfffy"]
+
+
+def json_operations(stocked: dict, client: Client) -> list[str]:
+    """Every API operation that takes a JSON body, its path filled in with real ids: read
+    from the served OpenAPI schema, so an operation added later is fuzzed too."""
+    run = stocked["run"]
+    schema = client.get("/api/v1/openapi.json").json()
+    fills = {"run_id": run.public_id, "gate_id": "1", "fingerprint": "f" * 64, "batch_id": "1"}
+    found = []
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            if method == "post" and "requestBody" in operation:
+                for name, value in fills.items():
+                    path = path.replace("{" + name + "}", value)
+                assert "{" not in path, f"no id to fill {path} with"
+                found.append(path)
+    return found
+
+
+def test_no_json_body_is_a_500_and_unstorable_text_is_a_400_problem(stocked, supervisor):
+    run = stocked["run"]
+    before = run.last_seq
+    operations = json_operations(stocked, supervisor)
+    assert len(operations) >= 5
+    found = []
+    for path in operations:
+        for text in UNSTORABLE:
+            for body in (
+                f'{{"input": {{"topic": "{text}"}}, "reason": "{text}", "fields": {{"a": "{text}"}}}}',
+                f'{{"{text}": 1}}',
+                f'["{text}"]',
+            ):
+                response = supervisor.post(path, body, content_type="application/json")
+                said = response.content.decode(errors="replace")
+                if response.status_code != 400 or "NUL character" not in said:
+                    found.append((path, body[:40], response.status_code, said[:80]))
+        for body in ('{"input": 99999999999999999999999999}', '{"a": [[[[[]]]]]}', "{", '"x"'):
+            response = supervisor.post(path, body, content_type="application/json")
+            if response.status_code >= 500:
+                found.append((path, body[:40], response.status_code))
+    assert found == []
     run.refresh_from_db()
     assert run.last_seq == before
