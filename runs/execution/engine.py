@@ -26,7 +26,7 @@ from django.db.models.functions import Now
 from rq import get_current_job
 
 from runs import enqueue as enqueuing  # start_run takes an `enqueue` flag
-from runs import tracing
+from runs import ids, tracing
 from runs.execution import outage, stage_log, starting, sweeper
 from runs.execution.asking import StageWaiting
 from runs.execution.context import StageContext
@@ -73,7 +73,7 @@ class Outcome(StrEnum):
 
 
 def worker_identity() -> str:
-    return f"worker:{socket.gethostname()}:{os.getpid()}"
+    return ids.worker_holder(socket.gethostname(), os.getpid())
 
 
 # --- Starting runs -------------------------------------------------------------------------
