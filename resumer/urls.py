@@ -6,7 +6,7 @@ from django.views.generic import RedirectView
 from runs.api import token_views
 from runs.api.api import api, api_not_found
 from runs.dashboard import queue_admin
-from runs.dashboard.urls import pipeline_urlpatterns
+from runs.dashboard.urls import pipeline_urlpatterns, worker_urlpatterns
 from runs.observability import views as observability
 
 urlpatterns = [
@@ -17,6 +17,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("runs/", include("runs.dashboard.urls")),
     path("pipelines/", include((pipeline_urlpatterns, "pipelines"))),
+    path("workers/", include((worker_urlpatterns, "workers"))),
     # The JSON API (runs/api/, docs/api.md) and the page where people make their tokens.
     path("api/v1/", api.urls),
     # Any other address under it is the API's too: a 404 problem, not the HTML page.

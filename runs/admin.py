@@ -40,6 +40,7 @@ from runs.models import (
     Notification,
     NotificationRun,
     Run,
+    StageLog,
     StoredPlan,
 )
 from runs.pipeline import registry
@@ -202,6 +203,18 @@ class LeaseAdmin(RunRowAdmin):
     list_display = ["run_link", "holder", "token", "expires_at", "heartbeat_at", "acquired_at"]
     search_fields = ["holder"]
     ordering = ["-run_id"]
+
+
+@admin.register(StageLog)
+class StageLogAdmin(RunSearchMixin, RunRowAdmin):
+    """What failed stages logged: operators and up, as on the run page (logs may hold
+    what a viewer must not read)."""
+
+    list_display = ["run_link", "stage", "token", "outcome", "worker", "updated_at"]
+    search_fields = ["stage"]
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return super().has_module_permission(request) and roles.can_approve(request.user)
 
 
 @admin.register(Gate)

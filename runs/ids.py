@@ -1,6 +1,9 @@
 """A run's public id, "run-<pk>": the one place it is formatted and parsed (pages, forms, the
 admin's search, commands, messages). At most 18 digits, so any id that parses is inside a
-64-bit primary key: a huge number is "no such run", never a database overflow error."""
+64-bit primary key: a huge number is "no such run", never a database overflow error.
+
+Also the name a worker process holds a lease under, "worker:<hostname>:<pid>": the engine
+takes leases with it, and the workers page matches it to RQ's own record of the process."""
 
 from __future__ import annotations
 
@@ -35,3 +38,10 @@ def parse_pk(value: str | None) -> int | None:
         return None
     pk = int(value)
     return pk if pk >= 1 else None
+
+
+WORKER_PREFIX = "worker:"
+
+
+def worker_holder(hostname: str, pid: int) -> str:
+    return f"{WORKER_PREFIX}{hostname}:{pid}"

@@ -468,6 +468,52 @@ class Lease(models.Model):
         return f"{self.run_id} token={self.token} holder={self.holder or '-'}"
 
 
+class StageLog(models.Model):
+    """What one stage job of a run wrote to the log, and the traceback it failed with
+    (runs/execution/stage_log.py). Kept for the attempts that left the run for a human
+    (failed, stopped, interrupted), for the operator reading why. It is not evidence: it
+    is not in the event log, nothing chains it, and it may be incomplete (a worker that dies
+    keeps only what it flushed before)."""
+
+    # How often a running stage's lines are written: what a worker that dies may leave out.
+    FLUSH_SECONDS = 5
+
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="stage_logs", db_index=False
+    )
+    stage = models.CharField(max_length=64)
+    # The fencing token of the stage job's lease: every take bumps it, so it numbers the run's
+    # stage jobs, and one job writes one row.
+    token = models.PositiveBigIntegerField()
+    # The run's attempt (approved resumes) the job ran in, and the lease holder that ran it.
+    attempt = models.PositiveIntegerField(default=0)
+    worker = models.CharField(max_length=128)
+    # engine.Outcome's value once the job ended; "" while it runs, and for ever if its worker
+    # died: the lines are then those flushed before the death.
+    outcome = models.CharField(max_length=24, blank=True)
+    # Formatted log records, oldest first, newline-separated; `dropped` earlier ones were not
+    # kept (the bounds are in stage_log.py).
+    lines = models.TextField(blank=True)
+    dropped = models.PositiveIntegerField(default=0)
+    traceback = models.TextField(blank=True)
+    started_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # One row per stage job. The run page's "the run's stage logs, newest first"
+            # (queries/run_page.stage_logs) reads it backwards on this index's (run, token).
+            models.UniqueConstraint(fields=["run", "token"], name="stagelog_run_token_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"log of {ids.run_id(self.run_id)} {self.stage} (token {self.token})"
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.outcome)
+
+
 # --- Gates: a stage asks a human before it acts (runs/gates/) --------------------------------
 
 

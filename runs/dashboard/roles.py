@@ -1,7 +1,8 @@
 """Who may do what in the dashboard: three roles, kept as Django groups.
 
     viewer      reads every run, plan, event and artifact
-    operator    also approves a resume (strict or upgrade)
+    operator    also approves a resume (strict or upgrade), reads what failed stages logged
+                (logs may hold sensitive data) and the workers page
     supervisor  also edits the effect ledger in the admin and manages the queues (is_staff)
     supervisor  also edits the effect ledger in the admin (is_staff), and reads the
                 notifications' delivery log there

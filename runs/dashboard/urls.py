@@ -6,7 +6,14 @@ from __future__ import annotations
 from django.urls import path, register_converter
 
 from runs import ids
-from runs.dashboard import decision_views, gate_views, inbox_views, pipeline_views, views
+from runs.dashboard import (
+    decision_views,
+    gate_views,
+    inbox_views,
+    pipeline_views,
+    views,
+    worker_views,
+)
 from runs.models import Run
 
 
@@ -103,4 +110,9 @@ urlpatterns = [
 pipeline_urlpatterns = [
     path("", pipeline_views.pipeline_index, name="index"),
     path("<pipeline:name>/", views.pipeline_detail, name="detail"),
+]
+
+# Mounted at /workers/ by resumer/urls.py, as the "workers" namespace.
+worker_urlpatterns = [
+    path("", worker_views.worker_list, name="list"),
 ]

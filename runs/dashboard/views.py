@@ -1,7 +1,7 @@
 """The operator dashboard. Each view: check who asks, parse, call one domain function, render.
 
-Reading needs any role (viewer, operator, supervisor); approving needs operator or
-supervisor. Both are enforced here on the server, whatever the page showed. Actions are
+Reading needs any role (viewer, operator, supervisor); approving, and reading what a failed
+stage logged (logs may hold sensitive data), needs operator or supervisor. Both are enforced here on the server, whatever the page showed. Actions are
 POST-only forms with Django's CSRF token; htmx only polls the timeline of an active run.
 """
 
@@ -129,7 +129,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
 @require_GET
 @viewer_required
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    page = run_page(_run(pk), _after(request))
+    page = run_page(_run(pk), _after(request), logs=roles.can_approve(request.user))
     return render(request, "runs/run_detail.html", {"page": page, "run": page.run})
 
 
@@ -139,7 +139,12 @@ def run_timeline(request: HttpRequest, pk: int) -> HttpResponse:
     """The polled partial: the timeline page, with the run's header swapped in out of band;
     when the run moved since the page was drawn (`?seen=`), also its decision, plan, verdict
     and (once it stopped) its checkpoints, artifacts and effects."""
-    update = timeline_update(_run(pk), _after(request), request.GET.get("seen", "")[:40])
+    update = timeline_update(
+        _run(pk),
+        _after(request),
+        request.GET.get("seen", "")[:40],
+        logs=roles.can_approve(request.user),
+    )
     page = update.page
     context = {
         "page": page,

@@ -26,8 +26,8 @@ from django.db.models.functions import Now
 from rq import get_current_job
 
 from runs import enqueue as enqueuing  # start_run takes an `enqueue` flag
-from runs import tracing
-from runs.execution import outage, starting, sweeper
+from runs import ids, tracing
+from runs.execution import outage, stage_log, starting, sweeper
 from runs.execution.asking import StageWaiting
 from runs.execution.context import StageContext
 from runs.execution.durable_call import StageStopped
@@ -73,7 +73,7 @@ class Outcome(StrEnum):
 
 
 def worker_identity() -> str:
-    return f"worker:{socket.gethostname()}:{os.getpid()}"
+    return ids.worker_holder(socket.gethostname(), os.getpid())
 
 
 # --- Starting runs -------------------------------------------------------------------------
@@ -135,6 +135,19 @@ def execute(
         outage.wait_for_database(f"run-{run_pk}'s {stage_name} job", tick=_job_alive)
 
 
+# The outcomes that leave the run for a human: their stage log is kept for the operator
+# (runs/execution/stage_log.py); any other's is dropped.
+KEEP_LOG = frozenset(
+    {
+        Outcome.FAILED,
+        Outcome.VERIFICATION_FAILED,
+        Outcome.STOPPED,
+        Outcome.LEASE_LOST,
+        Outcome.INTERRUPTED,
+    }
+)
+
+
 @tracing.stage_execution  # one span per stage job, when tracing is on
 def _execute(
     run_pk: int, stage_name: str, ticket: str, holder: str, hooks: CallHooks
@@ -150,6 +163,23 @@ def _execute(
             ticket,
         )
         return Outcome.BUSY
+    attempt = taken.run.attempt if taken.run is not None else 0
+    with stage_log.capturing(run_pk, stage_name, taken.held.token, attempt, holder) as capture:
+        outcome = _execute_held(run_pk, stage_name, ticket, holder, hooks, taken, capture)
+        capture.ended(outcome and outcome.value, keep=outcome in KEEP_LOG)
+        return outcome
+
+
+def _execute_held(
+    run_pk: int,
+    stage_name: str,
+    ticket: str,
+    holder: str,
+    hooks: CallHooks,
+    taken: starting.Taken,
+    capture: stage_log.Capture,
+) -> Outcome | None:
+    """_execute() once the lease is taken: the stage, then the lease given back."""
     held = taken.held
     writer = Writer(run_pk, held.token, holder)
     run = None
@@ -161,7 +191,7 @@ def _execute(
         # A run read again (begin) was read without its newest checkpoint: the stage reads
         # what it builds on itself.
         newest = taken.newest if run is taken.run else None
-        return _run_stage(writer, held, run, stage_name, hooks, newest)
+        return _run_stage(writer, held, run, stage_name, hooks, newest, capture)
     except StageWaiting as exc:
         log.info("run-%s in %s: %s", run_pk, stage_name, exc)
         return Outcome.WAITING
@@ -174,6 +204,7 @@ def _execute(
     except DatabaseError as exc:
         if not outage.connection_lost(exc):
             raise
+        capture.failed(exc)
         leases.heartbeats.unwatch(held)
         outage.wait_for_database(f"run-{run_pk}'s {stage_name} job", tick=_job_alive)
         if run is None:
@@ -225,6 +256,7 @@ def _run_stage(
     stage_name: str,
     hooks: CallHooks,
     newest: Checkpoint | None,
+    capture: stage_log.Capture,
 ) -> Outcome:
     pipeline = registry.get(run.pipeline)
     stage = pipeline.stage(stage_name)
@@ -242,6 +274,7 @@ def _run_stage(
     except Exception as exc:
         if outage.connection_lost(exc):
             raise  # not the stage's failure: the database went away (execute() sees to it)
+        capture.failed(exc)  # the stage function's traceback, for the operator
         _fail(writer, stage_name, {"error": f"{type(exc).__name__}: {exc}"[:2000]})
         return Outcome.FAILED
 

@@ -13,13 +13,15 @@ from runs.dashboard.queries.decision import Decision, decision
 from runs.dashboard.queries.gates import open_gate_of
 from runs.ledger import artifacts as artifact_store
 from runs.ledger.payload_summary import summarize
-from runs.models import Checkpoint, Effect, Event, Gate, Run, StoredPlan
+from runs.models import Checkpoint, Effect, Event, Gate, Run, StageLog, StoredPlan
 from runs.pipeline import UnknownPipeline, registry
 from runs.planning import stored_plans
 from runs.planning.contract import Usage
 from runs.planning.planner import Plan
 
 TIMELINE_PAGE_SIZE = 100
+# The newest stage logs the page lists: a run stops and is resumed a few times at most.
+STAGE_LOGS_SHOWN = 10
 
 
 def get_run(pk: int) -> Run | None:
@@ -210,10 +212,18 @@ class RunPage:
     gate: Gate | None = None
     # Both options with their cost and consequences, blockers, plan pending, worker silence.
     decision: Decision | None = None
+    # What the run's failed, stopped or interrupted stage jobs logged; None when the reader
+    # may not see them (viewers: logs may hold sensitive data).
+    stage_logs: list[StageLog] | None = None
 
     @property
     def state(self) -> str:
         return page_state(self.run, self.stored_plan)
+
+    @property
+    def log_flush_seconds(self) -> int:
+        """How much of an interrupted stage's log may be missing (the page says it)."""
+        return StageLog.FLUSH_SECONDS
 
 
 def page_state(run: Run, stored: StoredPlan | None) -> str:
@@ -234,7 +244,13 @@ def resume_point(plan: Plan | None) -> tuple[str, int]:
     return (plan.checkpoint, seq) if seq > 0 else ("", 0)
 
 
-def run_page(run: Run, after: int | None) -> RunPage:
+def stage_logs(run: Run) -> list[StageLog]:
+    """The run's kept stage logs, newest job first: read backwards on the (run, token)
+    unique index. Only jobs that left the run for a human keep one (stage_log.py)."""
+    return list(StageLog.objects.filter(run=run).order_by("-token")[:STAGE_LOGS_SHOWN])
+
+
+def run_page(run: Run, after: int | None, *, logs: bool = False) -> RunPage:
     facts = run_facts(run)
     shown = _shown_plan(run)
     page = timeline(run, after)
@@ -255,6 +271,7 @@ def run_page(run: Run, after: int | None) -> RunPage:
         verdict=verdict(run),
         gate=open_gate_of(run),
         decision=found,
+        stage_logs=stage_logs(run) if logs else None,
     )
 
 
@@ -344,7 +361,9 @@ class TimelineUpdate:
         return self.page.run
 
 
-def timeline_update(run: Run, after: int | None, seen: str) -> TimelineUpdate:
+def timeline_update(
+    run: Run, after: int | None, seen: str, *, logs: bool = False
+) -> TimelineUpdate:
     shown = _shown_plan(run)
     page = timeline(run, after)
     page.settled_checkpoint, page.settled_until = resume_point(shown.get("plan"))
@@ -363,5 +382,7 @@ def timeline_update(run: Run, after: int | None, seen: str) -> TimelineUpdate:
         verdict=verdict(run),
         gate=open_gate_of(run),
         decision=found,
+        # Sent with the facts, once the run stopped: what its last job logged is stored by then.
+        stage_logs=stage_logs(run) if logs and facts is not None else None,
     )
     return TimelineUpdate(update, changed)
