@@ -8,9 +8,12 @@ process. Each fork is a real OS process that runs the real `manage.py rqworker` 
 same argv, RQ's own loop, its own database and Redis connections, killed by real signals);
 what it skips is the interpreter's start and the imports, which it inherits already done.
 
-The server is started with exactly the environment the workers get (worker_env()); a start
-with any other environment (a test's own MEDIA_ROOT, lease timings, Redis) starts a new
-interpreter as before. RESUMER_TEST_FORK_WORKERS=0 turns forking off altogether.
+The server is started with the environment the workers get (worker_env()). A start whose
+environment differs only in the variables of FOLLOWED (a test's own Redis or media folder)
+is forked too, and the fork sets those settings as the test process itself does
+(tests/support/isolation.py, the fault tests' private Redis); any other difference (lease
+timings, another database) starts a new interpreter as before.
+RESUMER_TEST_FORK_WORKERS=0 turns forking off altogether.
 
 The server reaps its children and tells their exit status, so a forked worker is used like a
 subprocess.Popen: pid, poll(), wait(), kill(), returncode (-N for a signal, as Popen says).
@@ -32,6 +35,30 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def enabled() -> bool:
     return os.environ.get("RESUMER_TEST_FORK_WORKERS", "1") != "0"
+
+
+def _follow_redis(settings: Any, url: str) -> None:
+    settings.REDIS_URL = url
+    settings.RQ_QUEUES = {name: {**conf, "URL": url} for name, conf in settings.RQ_QUEUES.items()}
+
+
+def _follow_media(settings: Any, folder: str) -> None:
+    settings.MEDIA_ROOT = Path(settings.VAR_DIR) / folder  # as resumer/settings.py reads it
+
+
+# The variables a fork may differ in from its server, and how each becomes its settings. Both
+# are read at call time (django_rq, runs/enqueue.py, the storage on first use), never cached
+# at import, so setting them before the command runs is what reading them at start does.
+FOLLOWED = {"REDIS_URL": _follow_redis, "MEDIA_ROOT": _follow_media}
+
+
+def differences(server_env: dict[str, str], env: dict[str, str]) -> dict[str, str] | None:
+    """What a fork must set to have `env` instead of the server's, or None when that takes a
+    new interpreter (a variable outside FOLLOWED differs)."""
+    changed = {k for k in server_env.keys() | env.keys() if server_env.get(k) != env.get(k)}
+    if not changed <= FOLLOWED.keys() or not all(k in env for k in changed):
+        return None
+    return {k: env[k] for k in changed}
 
 
 class ForkServer:
@@ -60,8 +87,11 @@ class ForkServer:
             raise RuntimeError(f"the fork server exited with {self.proc.wait()}")
         return json.loads(line)
 
-    def spawn(self, argv: list[str], log: Path) -> ForkedProcess:
-        answer = self._ask({"op": "spawn", "argv": argv, "log": str(log)})
+    def spawn(self, argv: list[str], log: Path, env: dict[str, str]) -> ForkedProcess:
+        """Fork a worker for `env`, which differences() allows."""
+        changes = differences(self.env, env)
+        assert changes is not None, "a new interpreter's environment"
+        answer = self._ask({"op": "spawn", "argv": argv, "log": str(log), "env": changes})
         return ForkedProcess(self, answer["pid"], argv)
 
     def status(self, pid: int) -> int | None:
@@ -154,7 +184,7 @@ def _serve() -> None:
             sys.stdout.flush()
             pid = os.fork()
             if pid == 0:
-                _child(request["argv"], request["log"])
+                _child(request["argv"], request["log"], request["env"])
             answer: dict[str, Any] = {"pid": pid}
         elif request["op"] == "status":
             answer = {"status": exited.get(request["pid"])}
@@ -164,9 +194,9 @@ def _serve() -> None:
         sys.stdout.flush()
 
 
-def _child(argv: list[str], log: str) -> None:
-    """Become the worker: its own output file, no pipe to the server, then the command as
-    `manage.py` would run it. Never returns."""
+def _child(argv: list[str], log: str, changes: dict[str, str]) -> None:
+    """Become the worker: its own output file, no pipe to the server, the settings its
+    environment differs in, then the command as `manage.py` would run it. Never returns."""
     code = 1
     try:
         null = os.open(os.devnull, os.O_RDONLY)
@@ -176,7 +206,12 @@ def _child(argv: list[str], log: str) -> None:
         os.dup2(out, 2)
         os.close(null)
         os.close(out)
+        from django.conf import settings
         from django.core.management import execute_from_command_line
+
+        os.environ.update(changes)
+        for name, value in changes.items():
+            FOLLOWED[name](settings, value)
 
         # argv is the command line a new interpreter would get: [python, manage.py, …].
         sys.argv = argv[1:]

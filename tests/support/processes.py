@@ -101,7 +101,7 @@ def database_url() -> str:
 
 
 # The fork server of this process (tests/support/forkserver.py), made for the environment of
-# the first worker started; a start in any other environment gets a new interpreter.
+# the first worker started; a start in an environment it cannot follow gets a new interpreter.
 _fork_server: ForkServer | None = None
 
 
@@ -111,7 +111,7 @@ def fork_server_for(env: dict[str, str]) -> ForkServer | None:
         return None
     if _fork_server is None:
         _fork_server = ForkServer(env)
-    return _fork_server if _fork_server.env == env else None
+    return _fork_server if forkserver.differences(_fork_server.env, env) is not None else None
 
 
 def stop_fork_server() -> None:
@@ -162,7 +162,7 @@ class Workers:
         server = fork_server_for(full_env)
         if server is not None:
             log.close()
-            proc = server.spawn(command, path)
+            proc = server.spawn(command, path, full_env)
         else:
             proc = subprocess.Popen(command, cwd=ROOT, env=full_env, stdout=log, stderr=log)
             log.close()
