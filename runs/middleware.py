@@ -9,6 +9,7 @@ import re
 import uuid
 from collections.abc import Callable
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 
 from runs.api.problems import Problem, problem_response
@@ -64,7 +65,7 @@ class RejectNulMiddleware:
         form = request.method == "POST" and request.content_type in FORM_TYPES
         if "\x00" in request.path or _has_nul(request.GET) or (form and _has_nul(request.POST)):
             return self.refuse(request, self.MESSAGE)
-        if _is_json(request.content_type) and _json_has_unstorable_text(request.body):
+        if _is_json(request.content_type) and _json_has_unstorable_text(_body(request)):
             return self.refuse(request, self.JSON_MESSAGE)
         return self.get_response(request)
 
@@ -87,6 +88,15 @@ def _has_nul(data) -> bool:
 
 def _is_json(content_type: str) -> bool:
     return content_type == "application/json" or content_type.endswith("+json")
+
+
+def _body(request: HttpRequest) -> bytes:
+    """The body, or none when it is over the upload limit: the operation reading it then
+    answers that (the API's 413 problem), as it would without this middleware."""
+    try:
+        return request.body
+    except RequestDataTooBig:
+        return b""
 
 
 def _json_has_unstorable_text(body: bytes) -> bool:
