@@ -9,6 +9,7 @@ triggers refuse; the flush runs inside runs.maintenance.maintenance() for this c
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from collections.abc import Iterator
 
@@ -31,8 +32,33 @@ _original_teardown = TransactionTestCase._fixture_teardown
 
 
 def _teardown_in_maintenance(self: TransactionTestCase) -> None:
-    with maintenance():
+    with maintenance(), flush_by_delete():
         _original_teardown(self)
+
+
+@contextlib.contextmanager
+def flush_by_delete() -> Iterator[None]:
+    """Empty the tables with DELETE on PostgreSQL. Django's flush TRUNCATEs every table,
+    which gives each new files on the server: about 0.4 s after every transactional test,
+    for tables that hold a few rows. DELETE empties them in the flush's own transaction (the
+    foreign keys are deferred to its commit, when every table is empty). A flush that resets
+    sequences keeps Django's TRUNCATE … RESTART IDENTITY."""
+    ops = connection.ops
+    if connection.vendor != "postgresql":
+        yield
+        return
+    truncate = ops.sql_flush
+
+    def sql_flush(style, tables, *, reset_sequences=False, allow_cascade=False):
+        if reset_sequences:
+            return truncate(style, tables, reset_sequences=True, allow_cascade=allow_cascade)
+        return [f"DELETE FROM {ops.quote_name(table)};" for table in tables]
+
+    ops.sql_flush = sql_flush
+    try:
+        yield
+    finally:
+        del ops.sql_flush
 
 
 TransactionTestCase._fixture_teardown = _teardown_in_maintenance
