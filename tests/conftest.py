@@ -97,11 +97,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def process_resources() -> Iterator[ProcessResources]:
-    """This test process's own Redis and media folder (tests/support/isolation.py)."""
+def process_resources(django_db_blocker) -> Iterator[ProcessResources]:
+    """This test process's own Redis and media folder (tests/support/isolation.py); at the
+    end, the worlds' database copies (tests/support/worlds.py) go too."""
     resources = ProcessResources(resources_root()).start()
     yield resources
     processes.stop_fork_server()
+    with django_db_blocker.unblock():
+        worlds.drop_all()
     resources.stop()
 
 

@@ -36,6 +36,8 @@ class DatabaseCopy(Protocol):
 
     def restore(self) -> None: ...
 
+    def drop(self) -> None: ...
+
 
 class SQLiteCopy:
     """The test database's file, copied through SQLite's online backup (consistent with its
@@ -50,6 +52,9 @@ class SQLiteCopy:
 
     def restore(self) -> None:
         self._copy(self.copy, self.live)
+
+    def drop(self) -> None:
+        self.copy.unlink(missing_ok=True)
 
     @staticmethod
     def _copy(source: Path, target: Path) -> None:
@@ -75,6 +80,10 @@ class PostgreSQLTemplate:
 
     def restore(self) -> None:
         self._create(self.live, source=self.template)
+
+    def drop(self) -> None:
+        with connection._nodb_cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS {connection.ops.quote_name(self.template)}")
 
     def _create(self, database: str, *, source: str) -> None:
         connections.close_all()
@@ -121,6 +130,13 @@ def once(name: str, build: Callable[[], Any], service) -> Any:
     else:
         _restore(snapshot, service)
     return snapshot.value
+
+
+def drop_all() -> None:
+    """Drop every world's copy of the database, at the end of the session (the media copies
+    go with this process's folder)."""
+    while _SNAPSHOTS:
+        _SNAPSHOTS.popitem()[1].database.drop()
 
 
 def _take(name: str, service, value: Any) -> Snapshot:
