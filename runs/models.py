@@ -8,7 +8,7 @@ Rules about one row's state live here. Flows that touch several rows live in pla
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -933,19 +933,16 @@ class IdempotentRequest(models.Model):
     def __str__(self) -> str:
         return f"{self.key} [{self.status or 'running'}]"
 
-    @classmethod
-    def stale_before(cls) -> datetime:
-        """Claims taken before this are abandoned: longer than any request may run."""
-        return timezone.now() - timedelta(seconds=settings.RESUMER_IDEMPOTENCY_CLAIM_SECONDS)
-
     def take_over(self) -> bool:
-        """Take this abandoned claim for the caller (a compare-and-set: of two requests
-        racing for it, one wins); False when it is not abandoned or another took it."""
+        """Take this abandoned claim for the caller (a compare-and-set on the database's
+        clock, which stamped the claim: of two requests racing for it, one wins); False when
+        it is not abandoned (younger than any request may run) or another took it."""
+        bound = timedelta(seconds=settings.RESUMER_IDEMPOTENCY_CLAIM_SECONDS)
         taken = IdempotentRequest.objects.filter(
             pk=self.pk,
             status__isnull=True,
             attempt=self.attempt,
-            claimed_at__lt=self.stale_before(),
+            claimed_at__lt=Now() - bound,
         ).update(attempt=F("attempt") + 1, claimed_at=Now())
         if taken:
             self.attempt += 1
