@@ -139,11 +139,24 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+# How far a SQLite commit is on the disk when it returns (docs/deploy.md): NORMAL survives a
+# crashed process, not a power loss or an OS crash (WAL's commits reach the disk at its
+# checkpoints); FULL waits for the disk at every commit and survives both, at a price per
+# commit. Any other value is named by a system check (runs.E010) and NORMAL used meanwhile.
+SQLITE_SYNCHRONOUS_LEVELS = ("NORMAL", "FULL")
+RESUMER_SQLITE_SYNCHRONOUS = os.environ.get("RESUMER_SQLITE_SYNCHRONOUS", "NORMAL").strip().upper()
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    synchronous = (
+        RESUMER_SQLITE_SYNCHRONOUS
+        if RESUMER_SQLITE_SYNCHRONOUS in SQLITE_SYNCHRONOUS_LEVELS
+        else "NORMAL"
+    )
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;",
+        "init_command": (
+            f"PRAGMA journal_mode=WAL; PRAGMA synchronous={synchronous}; PRAGMA busy_timeout=30000;"
+        ),
     }
     # Tests that start worker processes need a file both processes can open.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-resumer.sqlite3")}
@@ -248,7 +261,7 @@ RESUMER_GROUP_INLINE = int(os.environ.get("RESUMER_GROUP_INLINE", "20"))
 # On PostgreSQL, a write whose loss in a database crash the protocol recovers from (a SAFE
 # call's events, a confirmed outcome, a re-use: runs/append.py) commits without waiting for
 # the disk; an intent, a checkpoint, a stop or an approval always waits. Off (0), every commit
-# waits. SQLite's settings (synchronous=NORMAL) never wait, whatever this says.
+# waits. On SQLite, RESUMER_SQLITE_SYNCHRONOUS decides for every commit, whatever this says.
 RESUMER_DEFER_FLUSH = env_bool("RESUMER_DEFER_FLUSH", True)
 # Payloads above this size are stored as an artifact and referenced from the event.
 RESUMER_INLINE_PAYLOAD_BYTES = 8 * 1024

@@ -38,6 +38,7 @@ class RunsConfig(AppConfig):
             check_notifications,
             check_pipelines,
             check_secret_key,
+            check_sqlite_synchronous,
         )
         from runs.planning import stored_plans
 
@@ -47,6 +48,7 @@ class RunsConfig(AppConfig):
         checks.register(chain_key_check, checks.Tags.security)
         checks.register(check_secret_key, checks.Tags.security)
         checks.register(check_notifications, "resumer")
+        checks.register(check_sqlite_synchronous, "resumer")
         # The plan first: a notification that links to the run should find it being computed.
         signals.run_stopped.connect(stored_plans.on_run_stopped, dispatch_uid="resumer_plan")
         signals.run_stopped.connect(notify.on_run_stopped, dispatch_uid="resumer_notify")

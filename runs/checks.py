@@ -174,3 +174,18 @@ def check_notifications(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
             )
         )
     return messages
+
+
+def check_sqlite_synchronous(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """RESUMER_SQLITE_SYNCHRONOUS names one of the levels the settings know."""
+    value = settings.RESUMER_SQLITE_SYNCHRONOUS
+    if value in settings.SQLITE_SYNCHRONOUS_LEVELS:
+        return []
+    return [
+        Error(
+            f"RESUMER_SQLITE_SYNCHRONOUS is {value!r}; it takes "
+            f"{' or '.join(settings.SQLITE_SYNCHRONOUS_LEVELS)}.",
+            hint="NORMAL survives a crashed process; FULL also a power loss (docs/deploy.md).",
+            id="runs.E010",
+        )
+    ]

@@ -29,6 +29,7 @@ SCRUBBED = (
     "RESUMER_NOTIFY_EMAILS",
     "RESUMER_NOTIFY_BACKOFF",
     "CSRF_TRUSTED_ORIGINS",
+    "RESUMER_SQLITE_SYNCHRONOUS",
 )
 
 
@@ -85,6 +86,37 @@ print(json.dumps({"vendor": connection.vendor, "journal_mode": journal,
 def test_sqlite_is_the_default_with_wal_and_immediate_transactions(tmp_path):
     found = shell_json(SQLITE_BEHAVIOUR, env={}, var_dir=tmp_path)
     assert found == {"vendor": "sqlite", "journal_mode": "wal", "write_lock_held_at_begin": True}
+
+
+SYNCHRONOUS = """
+import json
+from django.db import connection
+with connection.cursor() as cursor:
+    cursor.execute("PRAGMA synchronous")
+    level = cursor.fetchone()[0]
+print(json.dumps({"synchronous": level}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "level"),
+    [
+        ({}, 1),
+        ({"RESUMER_SQLITE_SYNCHRONOUS": "full"}, 2),
+        ({"RESUMER_SQLITE_SYNCHRONOUS": "NORMAL"}, 1),
+    ],
+    ids=["default-normal", "full", "normal"],
+)
+def test_sqlite_commits_wait_for_the_disk_as_resumer_sqlite_synchronous_says(tmp_path, env, level):
+    # PRAGMA synchronous answers 1 for NORMAL and 2 for FULL.
+    assert shell_json(SYNCHRONOUS, env=env, var_dir=tmp_path) == {"synchronous": level}
+
+
+def test_an_unknown_sqlite_synchronous_level_stops_manage_py_at_start_up(tmp_path):
+    result = manage("check", env={"RESUMER_SQLITE_SYNCHRONOUS": "OFF"}, var_dir=tmp_path)
+    assert result.returncode != 0
+    assert "runs.E010" in result.stderr and "'OFF'" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_the_default_sqlite_file_lives_in_the_var_dir(tmp_path):

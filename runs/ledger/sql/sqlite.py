@@ -130,8 +130,8 @@ class SQLiteAppend(AppendSQL):
         # Two to four statements: their own IMMEDIATE transaction, taken on the raw cursor
         # (the connection is in autocommit, so the driver adds nothing of its own). A stale
         # head wrote nothing and rolls back; so does anything that raises. `flush` changes
-        # nothing here: the settings run SQLite's WAL with synchronous=NORMAL, under which no
-        # commit waits for the disk (docs/deploy.md says why production is PostgreSQL).
+        # nothing here: every commit waits for the disk as RESUMER_SQLITE_SYNCHRONOUS says
+        # (NORMAL: none does; FULL: all do; docs/deploy.md).
         self.execute(cursor, "BEGIN IMMEDIATE")
         try:
             written = self.write_guarded(
