@@ -577,7 +577,8 @@ class Gate(models.Model):
     diff = models.JSONField(default=dict, blank=True)
     answered_by = models.CharField(max_length=150, blank=True)
     answered_at = models.DateTimeField(null=True, blank=True)
-    # Quorum gates: [{"by", "at", "answer"}] of the answers given so far.
+    # Quorum gates: [{"by", "user", "answer"}] of the people's answers so far; `user` is the
+    # pk of the signed-in user who gave it (two votes, two different users).
     votes = models.JSONField(default=list, blank=True)
     # Identical gates (same pipeline, stage, gate, kind and call shape) share it: they can be
     # answered together (runs/gates/answers.py).

@@ -89,7 +89,11 @@ def gate_answer(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
     gate = _gate(run_pk, pk)
     try:
         done = answers.answer(
-            gate.pk, request.POST, actor=_actor(request), roles=roles.roles(request.user)
+            gate.pk,
+            request.POST,
+            actor=_actor(request),
+            roles=roles.roles(request.user),
+            user=request.user.pk,
         )
     except answers.NotAllowed as exc:
         raise PermissionDenied(f"{exc}; nothing was recorded.") from None
@@ -168,6 +172,7 @@ def gate_group_answer(request: HttpRequest, shape: str) -> HttpResponse:
             shape=shape,
             actor=_actor(request),
             roles=roles.roles(request.user),
+            user=request.user.pk,
         )
     named = gate_queries.gates_by_pk(
         [a.gate.pk for a in result.answered] + [pk for pk, _ in result.skipped]

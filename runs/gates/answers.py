@@ -2,8 +2,9 @@
 share. Who may answer is the gate's role (a supervisor may answer any gate); the answer is
 validated by the gate's own form; it is recorded by compare-and-set under the run's and the
 gate's row locks, so of two people answering at once exactly one answer is recorded and the
-other is told who answered first. The last answer a gate needs (its quorum) queues the stage
-again by ticket; the stage then finds the recorded answer (runs/execution/asking.py)."""
+other is told who answered first. The last answer a gate needs (its quorum: votes of
+different signed-in users, told apart by user pk) queues the stage again by ticket; the
+stage then finds the recorded answer (runs/execution/asking.py)."""
 
 from __future__ import annotations
 
@@ -80,26 +81,38 @@ def clean(gate: Gate, data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return answer, forms.diff(gate.call["args"], answer["args"])
 
 
-def answer(gate_pk: int, data: Any, *, actor: str, roles: Iterable[str]) -> Answered:
-    """Record `actor`'s answer to an open gate. Raises NotAllowed, InvalidAnswer,
-    AlreadyAnswered or AnswerRefused, having written nothing."""
+def answer(
+    gate_pk: int, data: Any, *, actor: str, roles: Iterable[str], user: int | None = None
+) -> Answered:
+    """Record `actor`'s answer to an open gate. `user` is the pk of the signed-in user the
+    session or the token belongs to (every face passes it): a quorum's votes are counted by
+    it. Raises NotAllowed, InvalidAnswer, AlreadyAnswered or AnswerRefused, having written
+    nothing."""
     gate = Gate.objects.filter(pk=gate_pk).first()
     if gate is None:
         raise AnswerRefused(f"there is no gate {gate_pk}")
     if not gate.may_answer(frozenset(roles)):
         raise NotAllowed(f"this gate is for a {gate.get_role_display().lower()} to answer")
     answer_data, diff = clean(gate, data)
-    return record(gate.pk, answer_data, diff, actor=actor)
+    return record(gate.pk, answer_data, diff, actor=actor, user=user)
 
 
-def _refusal(gate: Gate, run: Run, actor: str, answer_data: dict[str, Any]) -> str:
+def _refusal(
+    gate: Gate, run: Run, actor: str, user: int | None, answer_data: dict[str, Any]
+) -> str:
     if gate.status == GateStatus.ANSWERED:
         at = timezone.localtime(gate.answered_at).strftime("%Y-%m-%d %H:%M:%S %Z")
         return f"already answered by {gate.answered_by} at {at}; nothing was changed"
     if gate.status != GateStatus.OPEN or not run.is_waiting:
         return f"this gate is no longer waiting ({gate.get_status_display().lower()})"
-    if any(v["by"] == actor for v in gate.votes):
-        return f"you answered already; {gate.quorum} different people must answer this gate"
+    if gate.quorum > 1 and user is None:
+        return "a vote towards a quorum must come from a signed-in person; nothing was recorded"
+    mine = next((v for v in gate.votes if v["by"] == actor or _same_user(v, user)), None)
+    if mine is not None:
+        return (
+            f"you answered already (as {mine['by']}); {gate.quorum} different people must "
+            "answer this gate, and nothing was recorded"
+        )
     if gate.votes and answer_data.get("decision") != forms.REJECT:
         first = gate.votes[0]
         if first["answer"] != answer_data:
@@ -110,8 +123,17 @@ def _refusal(gate: Gate, run: Run, actor: str, answer_data: dict[str, Any]) -> s
     return ""
 
 
+def _same_user(vote: dict[str, Any], user: int | None) -> bool:
+    return user is not None and vote.get("user") == user
+
+
 def record(
-    gate_pk: int, answer_data: dict[str, Any], diff: dict[str, Any], *, actor: str
+    gate_pk: int,
+    answer_data: dict[str, Any],
+    diff: dict[str, Any],
+    *,
+    actor: str,
+    user: int | None = None,
 ) -> Answered:
     """The compare-and-set: under the run's and the gate's locks, the gate must still be
     open and waiting for this person's answer."""
@@ -121,7 +143,7 @@ def record(
         # serialise on it, and two answerers on the gate row just after.
         run = Run.objects.select_for_update().get(pk=run_pk)
         gate = Gate.objects.select_for_update().get(pk=gate_pk)
-        refused = _refusal(gate, run, actor, answer_data)
+        refused = _refusal(gate, run, actor, user, answer_data)
         if refused:
             raise AlreadyAnswered(refused) if gate.answered_by else AnswerRefused(refused)
         final = len(gate.votes) + 1 >= gate.quorum or answer_data.get("decision") in (
@@ -133,7 +155,13 @@ def record(
         # token to write under, like an approval.
         token = leases.acquire(run.pk, actor, takeover=True)
         gate_rows.record_answer(
-            Writer(run.pk, token, actor), gate, answer_data, diff, final=final, ticket=ticket
+            Writer(run.pk, token, actor),
+            gate,
+            answer_data,
+            diff,
+            final=final,
+            ticket=ticket,
+            user=user,
         )
         leases.release(run.pk, token)
         if final:
@@ -150,7 +178,13 @@ class BulkResult:
 
 
 def answer_many(
-    gate_pks: Iterable[int], data: Any, *, shape: str, actor: str, roles: Iterable[str]
+    gate_pks: Iterable[int],
+    data: Any,
+    *,
+    shape: str,
+    actor: str,
+    roles: Iterable[str],
+    user: int | None = None,
 ) -> BulkResult:
     """The same answer to identical gates (one shape), each gate checked on its own: its role,
     its form, still open. A confirmation's edits are not given in bulk: each run's own call
@@ -171,7 +205,7 @@ def answer_many(
         else:
             own = {**gate.initial, **{k: v for k, v in dict(data).items() if v not in ("", None)}}
         try:
-            done.append(answer(pk, own, actor=actor, roles=roles))
+            done.append(answer(pk, own, actor=actor, roles=roles, user=user))
         except AnswerRefused as exc:
             skipped.append((pk, str(exc)))
     return BulkResult(done, skipped)

@@ -97,11 +97,13 @@ def record_answer(
     *,
     final: bool,
     ticket: str = "",
+    user: int | None = None,
 ) -> Event:
     """HUMAN_ANSWERED for one person's answer, inside the caller's transaction (which holds
     the run's and the gate's locks). A final answer settles the gate and queues its stage
-    under `ticket`; a vote towards a quorum leaves the run waiting."""
-    votes = [*gate.votes, {"by": writer.actor, "answer": answer}]
+    under `ticket`; a vote towards a quorum leaves the run waiting. `user` is the pk of the
+    signed-in person who voted."""
+    votes = [*gate.votes, _vote(writer.actor, user, answer)]
     run_moves: dict[str, Any] = (
         {
             "status": Run.Status.RUNNING,
@@ -126,6 +128,7 @@ def record_answer(
             "final": final,
             "votes": len(votes),
             "quorum": gate.quorum,
+            **({"user": user} if user is not None else {}),
         },
         **run_moves,
     )
@@ -139,6 +142,10 @@ def record_answer(
         gate.answer_seq = event.seq
     gate.save()
     return event
+
+
+def _vote(actor: str, user: int | None, answer: dict[str, Any]) -> dict[str, Any]:
+    return {"by": actor, **({"user": user} if user is not None else {}), "answer": answer}
 
 
 def expire(writer: Writer, gate: Gate, reason: str) -> Event:

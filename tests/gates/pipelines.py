@@ -33,7 +33,14 @@ FAIL_REASON = "nobody reviewed the release"
 # The paths RESUMER_PIPELINES takes for each pipeline below.
 PATHS = tuple(
     f"tests.gates.pipelines.{name}"
-    for name in ("question", "two_gates", "timeout_default", "timeout_failing", "charge")
+    for name in (
+        "question",
+        "two_gates",
+        "timeout_default",
+        "timeout_failing",
+        "charge",
+        "quorum",
+    )
 )
 
 
@@ -121,6 +128,26 @@ timeout_failing = Pipeline(
     name="gate-timeout-failing",
     tools=(),
     stages=(Stage("decide", _timed(OnTimeout.failing(FAIL_REASON)), asks=("go",)),),
+)
+
+
+# --- two people must agree -------------------------------------------------------------------
+
+
+def _two_people(timeout: timedelta | None = None, on_timeout: OnTimeout | None = None):
+    def stage(ctx: Context) -> StageOutput:
+        answer = ctx.ask(
+            "go", "Go ahead? (two people)", quorum=2, timeout=timeout, on_timeout=on_timeout
+        )
+        return StageOutput(outputs={"decision": answer["decision"], "notes": answer["notes"]})
+
+    return stage
+
+
+quorum = Pipeline(
+    name="gate-quorum",
+    tools=(),
+    stages=(Stage("decide", _two_people(), asks=("go",)),),
 )
 
 

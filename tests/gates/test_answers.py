@@ -4,6 +4,7 @@ answer, the role who may give it, and a refused answer writes nothing."""
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import User
 
 from demo.management.commands.seed_demo import run_inline
 from runs import engine
@@ -135,3 +136,52 @@ def test_a_bulk_review_keeps_each_runs_own_title_and_body(facts, redis_conn):
         assert gate.answer["title"] == gate.initial["title"]
         assert gate.answer["body"] == gate.initial["body"]
         assert gate.diff == {}
+
+
+# --- A quorum: votes of different signed-in people ------------------------------------------
+
+
+def waiting_for_two() -> Gate:
+    gate = waiting_at_review()
+    Gate.objects.filter(pk=gate.pk).update(quorum=2)
+    return Gate.objects.get(pk=gate.pk)
+
+
+def person(name: str) -> int:
+    return User.objects.create_user(name).pk
+
+
+def test_the_same_user_cannot_vote_twice_under_another_name(facts):
+    gate, ana = waiting_for_two(), person("ana")
+    answers.answer(gate.pk, dict(gate.initial), actor="user:ana", roles=OPERATOR, user=ana)
+
+    with pytest.raises(answers.AnswerRefused, match="you answered already"):
+        answers.answer(gate.pk, dict(gate.initial), actor="token-of-ana", roles=OPERATOR, user=ana)
+
+    gate.refresh_from_db()
+    assert gate.status == GateStatus.OPEN
+    assert [(v["by"], v["user"]) for v in gate.votes] == [("user:ana", ana)]
+    assert answered_events(gate) == 1
+
+
+def test_two_different_users_settle_a_quorum_gate_and_each_vote_names_its_user(facts, redis_conn):
+    gate, ana, bob = waiting_for_two(), person("ana"), person("bob")
+
+    first = answers.answer(gate.pk, dict(gate.initial), actor="user:ana", roles=OPERATOR, user=ana)
+    second = answers.answer(gate.pk, dict(gate.initial), actor="user:bob", roles=OPERATOR, user=bob)
+
+    assert (first.final, first.missing, second.final) == (False, 1, True)
+    gate.refresh_from_db()
+    assert gate.status == GateStatus.ANSWERED
+    assert [v["user"] for v in gate.votes] == [ana, bob]
+    events = Event.objects.filter(run_id=gate.run_id, type=Event.Type.HUMAN_ANSWERED)
+    assert sorted(e.payload["user"] for e in events) == sorted([ana, bob])
+
+
+def test_a_vote_towards_a_quorum_needs_a_signed_in_user(facts):
+    gate = waiting_for_two()
+
+    with pytest.raises(answers.AnswerRefused, match="signed-in person"):
+        answers.answer(gate.pk, dict(gate.initial), actor="script", roles=OPERATOR)
+
+    assert answered_events(gate) == 0

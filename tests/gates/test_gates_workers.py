@@ -2,8 +2,8 @@
 holds no worker, lease or job, survives a restart and a Redis flush, and goes on exactly once
 when it is answered; a worker killed after an answer is resumed without asking again;
 answers race, roles refuse, time-outs apply, edits reach the target under their own key,
-rejections stop the stage, two gates in a stage are asked one at a time, and identical gates
-are answered in bulk.
+rejections stop the stage, two gates in a stage are asked one at a time, identical gates
+are answered in bulk, and a two-person gate is settled by two different people only.
 
 Every wait is on database state (tests/support/processes.wait_for); nothing asserts on time.
 The demo's reviewed runs (input review=on) ask "review" before publish and a supervisor's
@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connections
 from django.db.models.functions import Now
 
@@ -439,3 +440,24 @@ def test_identical_gates_of_three_runs_are_answered_in_bulk_and_all_finish(worke
         assert run.checkpoints.get(stage="decide").outputs["notes"] == "all three"
         assert [e.payload["by"] for e in answered(run)] == ["ana"]
         assert opened(run, "go") == 1
+
+
+# --- (l) two people must agree ----------------------------------------------------------------
+
+
+def test_two_different_people_settle_a_two_person_gate_and_the_stage_goes_on(workers, redis_conn):
+    run = engine.start_run("gate-quorum", {}, actor="test")
+    start_worker(workers)
+    gate = open_gate(run, "go")
+    ana, bob = (User.objects.create_user(name).pk for name in ("ana", "bob"))
+    vote = {"decision": "approve", "notes": "both of us"}
+
+    answers.answer(gate.pk, vote, actor="user:ana", roles=OPERATOR, user=ana)
+    with pytest.raises(answers.AnswerRefused, match="you answered already"):
+        answers.answer(gate.pk, vote, actor="user:ana-by-token", roles=OPERATOR, user=ana)
+    assert run_status(run) == Run.Status.WAITING
+    answers.answer(gate.pk, vote, actor="user:bob", roles=OPERATOR, user=bob)
+
+    assert settled(run) == Run.Status.SUCCEEDED
+    assert run.checkpoints.get(stage="decide").outputs == vote
+    assert [e.payload["user"] for e in answered(run)] == [ana, bob]
