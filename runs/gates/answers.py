@@ -1,10 +1,13 @@
-"""Answering a gate: the one flow the dashboard, the bulk view and the sweeper's time-out
-share. Who may answer is the gate's role (a supervisor may answer any gate); the answer is
-validated by the gate's own form; it is recorded by compare-and-set under the run's and the
-gate's row locks, so of two people answering at once exactly one answer is recorded and the
-other is told who answered first. The last answer a gate needs (its quorum: votes of
-different signed-in users, told apart by user pk) queues the stage again by ticket; the
-stage then finds the recorded answer (runs/execution/asking.py)."""
+"""Answering a gate: the one flow the dashboard, the bulk view, the API and the sweeper's
+time-out share. Who may answer is the gate's role (a supervisor may answer any gate); the
+answer is validated by the gate's own form; it is recorded by compare-and-set under the run's
+and the gate's row locks, so of two people answering at once exactly one answer is recorded
+and the other is told who answered first, and an answer after the deadline (on the
+database's clock, read as the gate is locked) is refused whether or not the sweeper has come
+by yet. The last answer a gate needs (its quorum: votes of different signed-in users) queues
+the stage again by ticket; the stage then finds the recorded answer
+(runs/execution/asking.py). The time-out's default answer is not a vote: it settles the
+gate."""
 
 from __future__ import annotations
 
@@ -37,6 +40,10 @@ class NotAllowed(AnswerRefused):
 
 class AlreadyAnswered(AnswerRefused):
     pass
+
+
+class DeadlinePassed(AnswerRefused):
+    """The gate's deadline passed (on the database's clock): its on_timeout decides now."""
 
 
 class InvalidAnswer(AnswerRefused):
@@ -86,8 +93,8 @@ def answer(
 ) -> Answered:
     """Record `actor`'s answer to an open gate. `user` is the pk of the signed-in user the
     session or the token belongs to (every face passes it): a quorum's votes are counted by
-    it. Raises NotAllowed, InvalidAnswer, AlreadyAnswered or AnswerRefused, having written
-    nothing."""
+    it. Raises NotAllowed, InvalidAnswer, AlreadyAnswered, DeadlinePassed or AnswerRefused,
+    having written nothing."""
     gate = Gate.objects.filter(pk=gate_pk).first()
     if gate is None:
         raise AnswerRefused(f"there is no gate {gate_pk}")
@@ -97,34 +104,60 @@ def answer(
     return record(gate.pk, answer_data, diff, actor=actor, user=user)
 
 
+def _when(moment) -> str:
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
 def _refusal(
     gate: Gate, run: Run, actor: str, user: int | None, answer_data: dict[str, Any]
-) -> str:
+) -> AnswerRefused | None:
+    """Why this person's answer cannot be recorded now, or None; read under the locks."""
     if gate.status == GateStatus.ANSWERED:
-        at = timezone.localtime(gate.answered_at).strftime("%Y-%m-%d %H:%M:%S %Z")
-        return f"already answered by {gate.answered_by} at {at}; nothing was changed"
+        at = _when(gate.answered_at)
+        return AlreadyAnswered(
+            f"already answered by {gate.answered_by} at {at}; nothing was changed"
+        )
     if gate.status != GateStatus.OPEN or not run.is_waiting:
-        return f"this gate is no longer waiting ({gate.get_status_display().lower()})"
+        return AnswerRefused(
+            f"this gate is no longer waiting ({gate.get_status_display().lower()})"
+        )
+    if gate.overdue:
+        return DeadlinePassed(
+            f"the deadline passed at {_when(gate.deadline)}; {gate.timeout_outcome} "
+            "(your answer was not recorded)"
+        )
     if gate.quorum > 1 and user is None:
-        return "a vote towards a quorum must come from a signed-in person; nothing was recorded"
+        return AnswerRefused(
+            "a vote towards a quorum must come from a signed-in person; nothing was recorded"
+        )
     mine = next((v for v in gate.votes if v["by"] == actor or _same_user(v, user)), None)
     if mine is not None:
-        return (
+        return AnswerRefused(
             f"you answered already (as {mine['by']}); {gate.quorum} different people must "
             "answer this gate, and nothing was recorded"
         )
     if gate.votes and answer_data.get("decision") != forms.REJECT:
         first = gate.votes[0]
         if first["answer"] != answer_data:
-            return (
+            return AnswerRefused(
                 f"{first['by']} answered differently; this gate needs {gate.quorum} people to "
                 "give the same answer (or anyone to reject it)"
             )
-    return ""
+    return None
 
 
 def _same_user(vote: dict[str, Any], user: int | None) -> bool:
     return user is not None and vote.get("user") == user
+
+
+def _timeout_refusal(gate: Gate, run: Run) -> AnswerRefused | None:
+    if gate.status != GateStatus.OPEN or not run.is_waiting:
+        return AnswerRefused(
+            f"this gate is no longer waiting ({gate.get_status_display().lower()})"
+        )
+    if not gate.overdue:
+        return AnswerRefused("the gate's deadline has not passed")
+    return None
 
 
 def record(
@@ -134,21 +167,29 @@ def record(
     *,
     actor: str,
     user: int | None = None,
+    timed_out: bool = False,
 ) -> Answered:
     """The compare-and-set: under the run's and the gate's locks, the gate must still be
-    open and waiting for this person's answer."""
+    open, its deadline not passed on the database's clock (read in the statement that locks
+    the gate), and waiting for this person's answer. The time-out's answer (`timed_out`,
+    timeouts.expire) needs the deadline passed instead, and settles the gate whatever the
+    votes so far: it is not a vote."""
     run_pk = Gate.objects.values_list("run_id", flat=True).get(pk=gate_pk)
     with transaction.atomic():
         # The run first, as every writer locks it: the answer and a worker or a sweeper
         # serialise on it, and two answerers on the gate row just after.
         run = Run.objects.select_for_update().get(pk=run_pk)
-        gate = Gate.objects.select_for_update().get(pk=gate_pk)
-        refused = _refusal(gate, run, actor, user, answer_data)
-        if refused:
-            raise AlreadyAnswered(refused) if gate.answered_by else AnswerRefused(refused)
-        final = len(gate.votes) + 1 >= gate.quorum or answer_data.get("decision") in (
-            forms.REJECT,
-            forms.REQUEST_CHANGES,
+        gate = Gate.objects.on_db_clock().select_for_update().get(pk=gate_pk)
+        if timed_out:
+            refused = _timeout_refusal(gate, run)
+        else:
+            refused = _refusal(gate, run, actor, user, answer_data)
+        if refused is not None:
+            raise refused
+        final = (
+            timed_out
+            or len(gate.votes) + 1 >= gate.quorum
+            or answer_data.get("decision") in (forms.REJECT, forms.REQUEST_CHANGES)
         )
         ticket = uuid.uuid4().hex if final else ""
         # A waiting run holds no lease: taking it over fences nobody, and gives the answer a
@@ -162,6 +203,7 @@ def record(
             final=final,
             ticket=ticket,
             user=user,
+            timed_out=timed_out,
         )
         leases.release(run.pk, token)
         if final:

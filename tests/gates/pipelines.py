@@ -40,6 +40,7 @@ PATHS = tuple(
         "timeout_failing",
         "charge",
         "quorum",
+        "quorum_timeout",
     )
 )
 
@@ -148,6 +149,19 @@ quorum = Pipeline(
     name="gate-quorum",
     tools=(),
     stages=(Stage("decide", _two_people(), asks=("go",)),),
+)
+
+# An hour to answer: a test moves the deadline into the past when it wants the time-out.
+quorum_timeout = Pipeline(
+    name="gate-quorum-timeout",
+    tools=(),
+    stages=(
+        Stage(
+            "decide",
+            _two_people(timedelta(hours=1), OnTimeout.default(DEFAULT_ANSWER)),
+            asks=("go",),
+        ),
+    ),
 )
 
 

@@ -3,8 +3,11 @@ answer, the role who may give it, and a refused answer writes nothing."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth.models import User
+from django.db.models.functions import Now
 
 from demo.management.commands.seed_demo import run_inline
 from runs import engine
@@ -136,6 +139,37 @@ def test_a_bulk_review_keeps_each_runs_own_title_and_body(facts, redis_conn):
         assert gate.answer["title"] == gate.initial["title"]
         assert gate.answer["body"] == gate.initial["body"]
         assert gate.diff == {}
+
+
+# --- Deadlines: an answer after one is refused, on the database's clock ----------------------
+
+
+def with_deadline(gate: Gate, seconds: int, **fields) -> Gate:
+    """The gate with its deadline `seconds` from the database's now (negative: passed)."""
+    Gate.objects.filter(pk=gate.pk).update(deadline=Now() + timedelta(seconds=seconds), **fields)
+    return Gate.objects.get(pk=gate.pk)
+
+
+def test_an_answer_after_the_deadline_is_refused_and_writes_nothing_before_any_sweep(facts):
+    gate = with_deadline(waiting_at_review(), -2, on_timeout={"fail": True, "reason": "late"})
+    version = Run.objects.get(pk=gate.run_id).version
+
+    with pytest.raises(answers.DeadlinePassed, match="the deadline passed at .*fails the run"):
+        answers.answer(gate.pk, dict(gate.initial), actor="ana", roles=OPERATOR)
+
+    run = Run.objects.get(pk=gate.run_id)
+    assert (run.status, run.version, run.ticket) == (Run.Status.WAITING, version, "")
+    gate.refresh_from_db()
+    assert (gate.status, gate.votes, gate.answered_by) == (GateStatus.OPEN, [], "")
+    assert answered_events(gate) == 0
+
+
+def test_an_answer_before_the_deadline_is_recorded(facts, redis_conn):
+    gate = with_deadline(waiting_at_review(), 3600)
+
+    answers.answer(gate.pk, dict(gate.initial), actor="ana", roles=OPERATOR)
+
+    assert Gate.objects.get(pk=gate.pk).answered_by == "ana"
 
 
 # --- A quorum: votes of different signed-in people ------------------------------------------
