@@ -100,9 +100,8 @@ def gate_answer(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
     except answers.InvalidAnswer as exc:
         form = exc.form if exc.form is not None else answers.form_for(gate, request.POST)
         return _render_gate(request, gate, form=form, refusal=str(exc), status=400)
-    except answers.AnswerRefused as exc:  # AlreadyAnswered included
-        gate.refresh_from_db()
-        return _render_gate(request, gate, refusal=str(exc), status=409)
+    except answers.AnswerRefused as exc:  # AlreadyAnswered, DeadlinePassed included
+        return _render_gate(request, _gate(run_pk, pk), refusal=str(exc), status=409)
     if done.final:
         messages.success(
             request,
