@@ -538,6 +538,21 @@ class GateRole(models.TextChoices):
     SUPERVISOR = "supervisor", "Supervisor"
 
 
+class GateQuerySet(models.QuerySet):
+    def on_db_clock(self) -> GateQuerySet:
+        """Each gate with `overdue` (its deadline passed) and `late_by` (how long ago; None
+        without a deadline), read on the database's clock: the one the sweeper's time-out and
+        an answer's compare-and-set are held against, whatever the web server's clock says."""
+        return self.annotate(
+            overdue=models.ExpressionWrapper(
+                models.Q(deadline__lte=Now()), output_field=models.BooleanField()
+            ),
+            late_by=models.ExpressionWrapper(
+                Now() - F("deadline"), output_field=models.DurationField()
+            ),
+        )
+
+
 class Gate(models.Model):
     """A question a stage asked a human, as the run's events say it: GATE_OPENED opened it,
     HUMAN_ANSWERED answered it. Derived state, written in the same transaction as its event
@@ -569,7 +584,8 @@ class Gate(models.Model):
     # When the escalation role is told that the deadline comes near, and whether it was.
     escalate_at = models.DateTimeField(null=True, blank=True)
     escalated = models.BooleanField(default=False)
-    # {"fail": true} or {"answer": {...}}: what the sweeper does at the deadline.
+    # {"fail": true} or {"answer": {...}}: what the sweeper does at the deadline, whatever
+    # the votes so far (a time-out is not a vote).
     on_timeout = models.JSONField(default=dict, blank=True)
     escalate_to = models.CharField(max_length=12, choices=GateRole.choices, blank=True)
     status = models.CharField(max_length=8, choices=GateStatus.choices, default=GateStatus.OPEN)
@@ -577,12 +593,15 @@ class Gate(models.Model):
     diff = models.JSONField(default=dict, blank=True)
     answered_by = models.CharField(max_length=150, blank=True)
     answered_at = models.DateTimeField(null=True, blank=True)
-    # Quorum gates: [{"by", "at", "answer"}] of the answers given so far.
+    # Quorum gates: [{"by", "user", "answer"}] of the people's answers so far; `user` is the
+    # pk of the signed-in user who gave it (two votes, two different users).
     votes = models.JSONField(default=list, blank=True)
     # Identical gates (same pipeline, stage, gate, kind and call shape) share it: they can be
     # answered together (runs/gates/answers.py).
     shape = models.CharField(max_length=64)
     created_at = models.DateTimeField(db_default=Now())
+
+    objects = GateQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -622,6 +641,18 @@ class Gate(models.Model):
     @property
     def is_open(self) -> bool:
         return self.status == GateStatus.OPEN
+
+    @property
+    def answered_on_timeout(self) -> bool:
+        """Whether the deadline records a default answer; otherwise it fails the run."""
+        return self.on_timeout.get("answer") is not None
+
+    @property
+    def timeout_outcome(self) -> str:
+        """What the deadline does, as the page, the inbox and a late answer's refusal say it."""
+        if self.answered_on_timeout:
+            return "the time-out records the default answer"
+        return "the time-out fails the run"
 
     def may_answer(self, roles: frozenset[str] | set[str]) -> bool:
         """Whether someone holding `roles` may answer: the gate's role, or a supervisor."""

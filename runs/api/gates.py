@@ -78,19 +78,22 @@ def read_gate(request: HttpRequest, gate_id: str) -> dict[str, Any]:
 )
 def answer_gate(request: HttpRequest, gate_id: str, body: AnswerIn) -> JsonResponse:
     """403 when the gate is not for your role, 422 with the form's errors when the answer
-    does not fit it, 409 when someone answered first (who, and when)."""
+    does not fit it, 409 when someone answered first (who, and when), when the deadline
+    passed (`deadline-passed`: the time-out decides) or when you voted already."""
     require(request, roles.can_approve)
     gate, who = find_gate(gate_id), actor(request)
     held = roles.roles(request.user)
 
     def act() -> tuple[int, Any]:
         try:
-            done = answers.answer(gate.pk, body.answer, actor=who, roles=held)
+            done = answers.answer(gate.pk, body.answer, actor=who, roles=held, user=request.user.pk)
         except answers.NotAllowed as exc:
             raise Problem(403, str(exc), kind="forbidden") from None
         except answers.InvalidAnswer as exc:
             errors = exc.form.errors.get_json_data() if exc.form is not None else {}
             raise Problem(422, str(exc), kind="invalid-answer", errors=errors) from None
+        except answers.DeadlinePassed as exc:
+            raise Problem(409, str(exc), kind="deadline-passed") from None
         except answers.AnswerRefused as exc:  # AlreadyAnswered included
             raise Problem(409, str(exc), kind="already-answered") from None
         done.gate.refresh_from_db()

@@ -1,5 +1,5 @@
-"""API tokens: made by their user (the token page, the admin), shown once, kept as the sha256
-of the secret. A request's bearer token is looked up by that hash (ApiToken.secret_hash's
+"""API tokens: made by their user only (their token page; the admin revokes but makes none),
+shown once, kept as the sha256 of the secret. A request's bearer token is looked up by that hash (ApiToken.secret_hash's
 unique index); a revoked token, or one whose user is inactive, finds nobody."""
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ def secret_hash(secret: str) -> str:
 
 
 def issue(user: AbstractBaseUser, name: str) -> tuple[ApiToken, str]:
-    """A new token for `user`; the secret is returned here and never again."""
+    """A new token for `user`; the secret is returned here and never again. The caller is
+    `user` themselves (the token page passes the signed-in user): a token made for somebody
+    else would let its maker act, and vote, as them."""
     secret = SCHEME + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(
         user=user,

@@ -89,16 +89,19 @@ def gate_answer(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
     gate = _gate(run_pk, pk)
     try:
         done = answers.answer(
-            gate.pk, request.POST, actor=_actor(request), roles=roles.roles(request.user)
+            gate.pk,
+            request.POST,
+            actor=_actor(request),
+            roles=roles.roles(request.user),
+            user=request.user.pk,
         )
     except answers.NotAllowed as exc:
         raise PermissionDenied(f"{exc}; nothing was recorded.") from None
     except answers.InvalidAnswer as exc:
         form = exc.form if exc.form is not None else answers.form_for(gate, request.POST)
         return _render_gate(request, gate, form=form, refusal=str(exc), status=400)
-    except answers.AnswerRefused as exc:  # AlreadyAnswered included
-        gate.refresh_from_db()
-        return _render_gate(request, gate, refusal=str(exc), status=409)
+    except answers.AnswerRefused as exc:  # AlreadyAnswered, DeadlinePassed included
+        return _render_gate(request, _gate(run_pk, pk), refusal=str(exc), status=409)
     if done.final:
         messages.success(
             request,
@@ -168,6 +171,7 @@ def gate_group_answer(request: HttpRequest, shape: str) -> HttpResponse:
             shape=shape,
             actor=_actor(request),
             roles=roles.roles(request.user),
+            user=request.user.pk,
         )
     named = gate_queries.gates_by_pk(
         [a.gate.pk for a in result.answered] + [pk for pk, _ in result.skipped]

@@ -1,9 +1,13 @@
-"""Answering a gate: the one flow the dashboard, the bulk view and the sweeper's time-out
-share. Who may answer is the gate's role (a supervisor may answer any gate); the answer is
-validated by the gate's own form; it is recorded by compare-and-set under the run's and the
-gate's row locks, so of two people answering at once exactly one answer is recorded and the
-other is told who answered first. The last answer a gate needs (its quorum) queues the stage
-again by ticket; the stage then finds the recorded answer (runs/execution/asking.py)."""
+"""Answering a gate: the one flow the dashboard, the bulk view, the API and the sweeper's
+time-out share. Who may answer is the gate's role (a supervisor may answer any gate); the
+answer is validated by the gate's own form; it is recorded by compare-and-set under the run's
+and the gate's row locks, so of two people answering at once exactly one answer is recorded
+and the other is told who answered first, and an answer after the deadline (on the
+database's clock, read as the gate is locked) is refused whether or not the sweeper has come
+by yet. The last answer a gate needs (its quorum: votes of different signed-in users) queues
+the stage again by ticket; the stage then finds the recorded answer
+(runs/execution/asking.py). The time-out's default answer is not a vote: it settles the
+gate."""
 
 from __future__ import annotations
 
@@ -36,6 +40,10 @@ class NotAllowed(AnswerRefused):
 
 class AlreadyAnswered(AnswerRefused):
     pass
+
+
+class DeadlinePassed(AnswerRefused):
+    """The gate's deadline passed (on the database's clock): its on_timeout decides now."""
 
 
 class InvalidAnswer(AnswerRefused):
@@ -80,60 +88,122 @@ def clean(gate: Gate, data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return answer, forms.diff(gate.call["args"], answer["args"])
 
 
-def answer(gate_pk: int, data: Any, *, actor: str, roles: Iterable[str]) -> Answered:
-    """Record `actor`'s answer to an open gate. Raises NotAllowed, InvalidAnswer,
-    AlreadyAnswered or AnswerRefused, having written nothing."""
+def answer(
+    gate_pk: int, data: Any, *, actor: str, roles: Iterable[str], user: int | None = None
+) -> Answered:
+    """Record `actor`'s answer to an open gate. `user` is the pk of the signed-in user the
+    session or the token belongs to (every face passes it): a quorum's votes are counted by
+    it. Raises NotAllowed, InvalidAnswer, AlreadyAnswered, DeadlinePassed or AnswerRefused,
+    having written nothing."""
     gate = Gate.objects.filter(pk=gate_pk).first()
     if gate is None:
         raise AnswerRefused(f"there is no gate {gate_pk}")
     if not gate.may_answer(frozenset(roles)):
         raise NotAllowed(f"this gate is for a {gate.get_role_display().lower()} to answer")
     answer_data, diff = clean(gate, data)
-    return record(gate.pk, answer_data, diff, actor=actor)
+    return record(gate.pk, answer_data, diff, actor=actor, user=user)
 
 
-def _refusal(gate: Gate, run: Run, actor: str, answer_data: dict[str, Any]) -> str:
+def _when(moment) -> str:
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def _refusal(
+    gate: Gate, run: Run, actor: str, user: int | None, answer_data: dict[str, Any]
+) -> AnswerRefused | None:
+    """Why this person's answer cannot be recorded now, or None; read under the locks."""
     if gate.status == GateStatus.ANSWERED:
-        at = timezone.localtime(gate.answered_at).strftime("%Y-%m-%d %H:%M:%S %Z")
-        return f"already answered by {gate.answered_by} at {at}; nothing was changed"
+        at = _when(gate.answered_at)
+        return AlreadyAnswered(
+            f"already answered by {gate.answered_by} at {at}; nothing was changed"
+        )
     if gate.status != GateStatus.OPEN or not run.is_waiting:
-        return f"this gate is no longer waiting ({gate.get_status_display().lower()})"
-    if any(v["by"] == actor for v in gate.votes):
-        return f"you answered already; {gate.quorum} different people must answer this gate"
+        return AnswerRefused(
+            f"this gate is no longer waiting ({gate.get_status_display().lower()})"
+        )
+    if gate.overdue:
+        return DeadlinePassed(
+            f"the deadline passed at {_when(gate.deadline)}; {gate.timeout_outcome} "
+            "(your answer was not recorded)"
+        )
+    if gate.quorum > 1 and user is None:
+        return AnswerRefused(
+            "a vote towards a quorum must come from a signed-in person; nothing was recorded"
+        )
+    mine = next((v for v in gate.votes if v["by"] == actor or _same_user(v, user)), None)
+    if mine is not None:
+        return AnswerRefused(
+            f"you answered already (as {mine['by']}); {gate.quorum} different people must "
+            "answer this gate, and nothing was recorded"
+        )
     if gate.votes and answer_data.get("decision") != forms.REJECT:
         first = gate.votes[0]
         if first["answer"] != answer_data:
-            return (
+            return AnswerRefused(
                 f"{first['by']} answered differently; this gate needs {gate.quorum} people to "
                 "give the same answer (or anyone to reject it)"
             )
-    return ""
+    return None
+
+
+def _same_user(vote: dict[str, Any], user: int | None) -> bool:
+    return user is not None and vote.get("user") == user
+
+
+def _timeout_refusal(gate: Gate, run: Run) -> AnswerRefused | None:
+    if gate.status != GateStatus.OPEN or not run.is_waiting:
+        return AnswerRefused(
+            f"this gate is no longer waiting ({gate.get_status_display().lower()})"
+        )
+    if not gate.overdue:
+        return AnswerRefused("the gate's deadline has not passed")
+    return None
 
 
 def record(
-    gate_pk: int, answer_data: dict[str, Any], diff: dict[str, Any], *, actor: str
+    gate_pk: int,
+    answer_data: dict[str, Any],
+    diff: dict[str, Any],
+    *,
+    actor: str,
+    user: int | None = None,
+    timed_out: bool = False,
 ) -> Answered:
     """The compare-and-set: under the run's and the gate's locks, the gate must still be
-    open and waiting for this person's answer."""
+    open, its deadline not passed on the database's clock (read in the statement that locks
+    the gate), and waiting for this person's answer. The time-out's answer (`timed_out`,
+    timeouts.expire) needs the deadline passed instead, and settles the gate whatever the
+    votes so far: it is not a vote."""
     run_pk = Gate.objects.values_list("run_id", flat=True).get(pk=gate_pk)
     with transaction.atomic():
         # The run first, as every writer locks it: the answer and a worker or a sweeper
         # serialise on it, and two answerers on the gate row just after.
         run = Run.objects.select_for_update().get(pk=run_pk)
-        gate = Gate.objects.select_for_update().get(pk=gate_pk)
-        refused = _refusal(gate, run, actor, answer_data)
-        if refused:
-            raise AlreadyAnswered(refused) if gate.answered_by else AnswerRefused(refused)
-        final = len(gate.votes) + 1 >= gate.quorum or answer_data.get("decision") in (
-            forms.REJECT,
-            forms.REQUEST_CHANGES,
+        gate = Gate.objects.on_db_clock().select_for_update().get(pk=gate_pk)
+        if timed_out:
+            refused = _timeout_refusal(gate, run)
+        else:
+            refused = _refusal(gate, run, actor, user, answer_data)
+        if refused is not None:
+            raise refused
+        final = (
+            timed_out
+            or len(gate.votes) + 1 >= gate.quorum
+            or answer_data.get("decision") in (forms.REJECT, forms.REQUEST_CHANGES)
         )
         ticket = uuid.uuid4().hex if final else ""
         # A waiting run holds no lease: taking it over fences nobody, and gives the answer a
         # token to write under, like an approval.
         token = leases.acquire(run.pk, actor, takeover=True)
         gate_rows.record_answer(
-            Writer(run.pk, token, actor), gate, answer_data, diff, final=final, ticket=ticket
+            Writer(run.pk, token, actor),
+            gate,
+            answer_data,
+            diff,
+            final=final,
+            ticket=ticket,
+            user=user,
+            timed_out=timed_out,
         )
         leases.release(run.pk, token)
         if final:
@@ -150,7 +220,13 @@ class BulkResult:
 
 
 def answer_many(
-    gate_pks: Iterable[int], data: Any, *, shape: str, actor: str, roles: Iterable[str]
+    gate_pks: Iterable[int],
+    data: Any,
+    *,
+    shape: str,
+    actor: str,
+    roles: Iterable[str],
+    user: int | None = None,
 ) -> BulkResult:
     """The same answer to identical gates (one shape), each gate checked on its own: its role,
     its form, still open. A confirmation's edits are not given in bulk: each run's own call
@@ -171,7 +247,7 @@ def answer_many(
         else:
             own = {**gate.initial, **{k: v for k, v in dict(data).items() if v not in ("", None)}}
         try:
-            done.append(answer(pk, own, actor=actor, roles=roles))
+            done.append(answer(pk, own, actor=actor, roles=roles, user=user))
         except AnswerRefused as exc:
             skipped.append((pk, str(exc)))
     return BulkResult(done, skipped)

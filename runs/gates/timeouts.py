@@ -1,12 +1,14 @@
 """The sweeper's step for gates (every worker's sweeper thread runs it each interval):
 
-* a gate whose deadline passed applies its on_timeout: the default answer, recorded as given
-  by the time-out (HUMAN_ANSWERED, the stage queued again), or a failed run with the reason;
+* a gate whose deadline passed applies its on_timeout, whatever its votes (a time-out is not
+  a vote): the default answer, recorded as the gate's answer by the time-out (HUMAN_ANSWERED,
+  final, the stage queued again), or a failed run with the reason; a warning says how late;
 * a gate whose escalation time came (80 % of its timeout) is announced to its escalation
   role once (signals.gate_escalating; notify listens).
 
 Both are compare-and-sets on the database's clock: of several sweepers, one acts and the
-others find the gate moved.
+others find the gate moved. A person's answer after the deadline is refused by answers.record
+on the same clock, and left for the next round here: a refused request changes nothing.
 """
 
 from __future__ import annotations
@@ -27,22 +29,26 @@ log = logging.getLogger("runs.gates")
 
 
 def expire(gate_pk: int) -> bool:
-    """Apply the gate's on_timeout if its deadline has passed and it is still open."""
+    """Apply the gate's on_timeout if its deadline has passed and it is still open, whatever
+    the votes so far (a time-out is not a vote: with a quorum of two and one vote, or votes
+    that differ, the default answer is the gate's answer all the same)."""
     gate = Gate.objects.filter(pk=gate_pk, status=GateStatus.OPEN, deadline__lte=Now()).first()
     if gate is None:
         return False
-    if gate.on_timeout.get("answer") is not None:
+    if gate.answered_on_timeout:
         try:
-            answers.record(gate.pk, gate.on_timeout["answer"], {}, actor=answers.TIME_OUT)
+            done = answers.record(
+                gate.pk, gate.on_timeout["answer"], {}, actor=answers.TIME_OUT, timed_out=True
+            )
         except answers.AnswerRefused:
             return False  # answered meanwhile
-        log.info("gate %s of run-%s answered by its time-out", gate.gate_id, gate.run_id)
+        _warn(done.gate, "the time-out recorded the default answer and the stage goes on")
         return True
     reason = gate.on_timeout.get("reason") or "nobody answered in time"
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=gate.run_id)
-        locked = Gate.objects.select_for_update().get(pk=gate.pk)
-        if locked.status != GateStatus.OPEN or not run.is_waiting:
+        locked = Gate.objects.on_db_clock().select_for_update().get(pk=gate.pk)
+        if locked.status != GateStatus.OPEN or not run.is_waiting or not locked.overdue:
             return False
         token = leases.acquire(run.pk, answers.TIME_OUT, takeover=True)
         gate_rows.expire(
@@ -51,8 +57,24 @@ def expire(gate_pk: int) -> bool:
             f"gate {locked.stage}/{locked.gate_id} timed out: {reason}",
         )
         leases.release(run.pk, token)
-    log.warning("gate %s of run-%s timed out; the run failed", gate.gate_id, gate.run_id)
+    _warn(locked, "the time-out failed the run")
     return True
+
+
+def _warn(gate: Gate, what: str) -> None:
+    """The one line an overdue gate gets: written by the one compare-and-set that closes it,
+    so once, however many sweepers found it."""
+    late = gate.late_by.total_seconds() if gate.late_by is not None else 0.0
+    log.warning(
+        "gate %s/%s of run-%s was open %.1f s past its deadline, with %d of %d votes: %s",
+        gate.stage,
+        gate.gate_id,
+        gate.run_id,
+        late,
+        len(gate.votes),
+        gate.quorum,
+        what,
+    )
 
 
 def escalate(gate_pk: int) -> bool:

@@ -97,11 +97,15 @@ def record_answer(
     *,
     final: bool,
     ticket: str = "",
+    user: int | None = None,
+    timed_out: bool = False,
 ) -> Event:
     """HUMAN_ANSWERED for one person's answer, inside the caller's transaction (which holds
     the run's and the gate's locks). A final answer settles the gate and queues its stage
-    under `ticket`; a vote towards a quorum leaves the run waiting."""
-    votes = [*gate.votes, {"by": writer.actor, "answer": answer}]
+    under `ticket`; a vote towards a quorum leaves the run waiting. `user` is the pk of the
+    signed-in person who voted. The time-out's default answer (`timed_out`) is final and is
+    not a vote: the votes stay the people's."""
+    votes = gate.votes if timed_out else [*gate.votes, _vote(writer.actor, user, answer)]
     run_moves: dict[str, Any] = (
         {
             "status": Run.Status.RUNNING,
@@ -126,6 +130,8 @@ def record_answer(
             "final": final,
             "votes": len(votes),
             "quorum": gate.quorum,
+            **({"user": user} if user is not None else {}),
+            **({"timed_out": True} if timed_out else {}),
         },
         **run_moves,
     )
@@ -139,6 +145,10 @@ def record_answer(
         gate.answer_seq = event.seq
     gate.save()
     return event
+
+
+def _vote(actor: str, user: int | None, answer: dict[str, Any]) -> dict[str, Any]:
+    return {"by": actor, **({"user": user} if user is not None else {}), "answer": answer}
 
 
 def expire(writer: Writer, gate: Gate, reason: str) -> Event:

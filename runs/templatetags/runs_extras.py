@@ -58,6 +58,24 @@ def ago(moment: datetime | None) -> str:
 
 
 @register.filter
+def elapsed(delta: timedelta | None) -> str:
+    """A span read on the database's clock ("12 s", "4 min", "3 h 5 min", "2 days"): how long
+    ago a gate's deadline passed, where a few seconds matter."""
+    if delta is None:
+        return ""
+    seconds = max(int(delta.total_seconds()), 0)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 86400:
+        hours, minutes = divmod(seconds // 60, 60)
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days = seconds // 86400
+    return f"{days} day{'s' if days != 1 else ''}"
+
+
+@register.filter
 def percent(rate: Any) -> str:
     """0.125 -> "13%"; "" when there is no rate (nothing to divide by)."""
     try:

@@ -1,15 +1,20 @@
 """Gates through the API: the open ones, one, and an answer through gates.answers.answer
-(the gate's role, its form, "already answered by X at T")."""
+(the gate's role, its form, "already answered by X at T", the deadline, one vote per
+person whether by session or by token)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.db.models.functions import Now
 
 from demo.management.commands.seed_demo import run_inline
 from runs import engine
 from runs.gates import answers
 from runs.models import Event, Gate, GateStatus
 from tests.api.conftest import is_problem
+from tests.support.web import client_as
 
 pytestmark = pytest.mark.django_db
 
@@ -123,3 +128,36 @@ def test_the_open_gates_come_in_keyset_pages(viewer, review, facts):
         Gate.objects.order_by("created_at", "pk").values_list("pk", flat=True)
     )
     assert second["next_after"] is None
+
+
+def test_an_answer_after_the_deadline_is_a_409_and_records_nothing(operator, review):
+    Gate.objects.filter(pk=review.pk).update(
+        deadline=Now() - timedelta(seconds=2), on_timeout={"answer": dict(review.initial)}
+    )
+
+    body = is_problem(
+        operator.post(f"/gates/{review.pk}/answer", {"answer": dict(review.initial)}), 409
+    )
+
+    assert body["type"].endswith("/deadline-passed")
+    assert "the time-out records the default answer" in body["detail"]
+    assert answered(review) == 0
+    assert Gate.objects.get(pk=review.pk).status == GateStatus.OPEN
+
+
+def test_one_person_votes_once_by_session_and_by_token(operator, supervisor, review):
+    Gate.objects.filter(pk=review.pk).update(quorum=2)
+    page = f"/runs/run-{review.run_id}/gates/{review.pk}/answer/"
+    voted = client_as("operator").post(page, dict(review.initial))  # the same user's session
+
+    again = operator.post(f"/gates/{review.pk}/answer", {"answer": dict(review.initial)})
+
+    assert voted.status_code == 302
+    assert "you answered already" in is_problem(again, 409)["detail"]
+    gate = Gate.objects.get(pk=review.pk)
+    assert gate.status == GateStatus.OPEN
+    assert [v["user"] for v in gate.votes] == [operator.user.pk]
+    # Another person's vote settles it.
+    second = supervisor.post(f"/gates/{review.pk}/answer", {"answer": dict(review.initial)})
+    assert second.json()["final"] is True
+    assert answered(review) == 2

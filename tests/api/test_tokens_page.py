@@ -1,5 +1,6 @@
 """The token page: a person makes a named token (shown once, stored as its hash) and revokes
-their own, never somebody else's."""
+their own, never somebody else's. Only its user makes a token: the admin revokes tokens and
+makes none, and no API operation makes one."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import hashlib
 import re
 
 import pytest
+from django.contrib.auth.models import User
 from django.test import Client
 
 from runs.api import tokens
@@ -72,18 +74,48 @@ def test_a_token_needs_a_name():
     assert not ApiToken.objects.exists()
 
 
-def test_a_supervisor_makes_a_token_for_a_user_in_the_admin():
-    admin = client_as("supervisor")
+def test_the_page_makes_a_token_for_the_signed_in_user_whatever_else_is_posted():
+    other, _ = roles.ensure_user("operator2", "operator2-pass", roles.OPERATOR)
+
+    client_as("supervisor").post("/account/tokens/", {"name": "bot", "user": other.pk})
+
+    assert ApiToken.objects.get().user.username == "supervisor"
+
+
+@pytest.mark.parametrize("maker", ["supervisor", "superuser"])
+def test_nobody_makes_a_token_for_a_user_in_the_admin(maker):
+    if maker == "superuser":
+        admin = Client()
+        admin.force_login(User.objects.create_superuser("root", "root@example.com", "root-pass"))
+    else:
+        admin = client_as(maker)
+    operator, _ = roles.ensure_user("operator2", "operator2-pass", roles.OPERATOR)
+
+    shown = admin.get("/admin/runs/apitoken/add/")
+    made = admin.post("/admin/runs/apitoken/add/", {"user": operator.pk, "name": "bot"})
+
+    assert (shown.status_code, made.status_code) == (403, 403)
+    assert not ApiToken.objects.exists()
+
+
+def test_the_admins_token_list_offers_no_add():
+    html = client_as("supervisor").get("/admin/runs/apitoken/").content.decode()
+
+    assert "/admin/runs/apitoken/add/" not in html
+
+
+def test_no_api_operation_makes_a_token():
     operator, _ = roles.ensure_user("operator", "operator-pass", roles.OPERATOR)
+    _, secret = tokens.issue(operator, "mine")
+    bearer = {"Authorization": f"Bearer {secret}"}
 
-    response = admin.post(
-        "/admin/runs/apitoken/add/", {"user": operator.pk, "name": "bot"}, follow=True
-    )
+    for path in ("/api/v1/tokens", "/api/v1/me/tokens", "/api/v1/account/tokens"):
+        response = Client().post(
+            path, {"name": "theirs"}, content_type="application/json", headers=bearer
+        )
+        assert response.status_code in (404, 405), path
 
-    token = ApiToken.objects.get()
-    secret = re.search(r"rsm_[A-Za-z0-9_-]+", response.content.decode()).group(0)
-    assert token.user == operator
-    assert tokens.authenticate(secret).pk == token.pk
+    assert ApiToken.objects.count() == 1
 
 
 def test_a_supervisor_revokes_tokens_in_the_admin():

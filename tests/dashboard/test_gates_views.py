@@ -7,11 +7,15 @@ runs wait at real gates; an answer queues its stage after commit, hence transact
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
+
 import pytest
+from django.db.models.functions import Now
 
 from demo.management.commands.seed_demo import run_inline
 from runs import engine
-from runs.gates import answers
+from runs.gates import answers, timeouts
 from runs.models import Event, Gate, GateStatus, Run
 from tests.support.web import client_as
 
@@ -194,6 +198,69 @@ def test_a_second_answer_is_told_who_answered_first(facts):
     assert response.status_code == 409
     assert "already answered by user:operator" in response.content.decode()
     assert answers_of(run) == 1
+
+
+def deadline_passed(gate: Gate, seconds: int = 12) -> Gate:
+    Gate.objects.filter(pk=gate.pk).update(
+        deadline=Now() - timedelta(seconds=seconds), on_timeout={"fail": True}
+    )
+    return Gate.objects.get(pk=gate.pk)
+
+
+def test_an_answer_after_the_deadline_is_refused_before_the_sweeper_came(facts):
+    run = reviewed()
+    gate = deadline_passed(gate_of(run, "review"))
+    before = Run.objects.get(pk=run.pk).last_seq
+
+    response = client_as("operator").post(gate_url(gate, "answer/"), review_post(gate))
+
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert "Not recorded." in html and "the deadline passed at" in html
+    assert "the time-out fails the run (your answer was not recorded)" in html
+    assert Run.objects.get(pk=run.pk).last_seq == before
+    assert gate_of(run, "review").status == GateStatus.OPEN
+
+
+def test_an_overdue_gate_says_so_on_its_page_the_run_page_and_the_inbox(facts):
+    run = reviewed()
+    gate = deadline_passed(gate_of(run, "review"), seconds=90)
+    browser = client_as("viewer")
+
+    pages = [
+        browser.get(gate_url(gate)).content.decode(),
+        browser.get(f"/runs/{run.public_id}/").content.decode(),
+        browser.get("/runs/").content.decode(),
+    ]
+
+    for html in pages:
+        assert re.search(r"[Dd]eadline passed 1 min ago; the time-out will apply", html)
+    assert "(the time-out fails the run): answers are no longer taken" in pages[0]
+
+
+def test_a_gate_before_its_deadline_is_not_shown_overdue(facts):
+    run = reviewed()
+    Gate.objects.filter(run=run).update(deadline=Now() + timedelta(hours=1))
+
+    html = client_as("viewer").get(gate_url(gate_of(run, "review"))).content.decode()
+
+    assert "deadline passed" not in html
+    assert "then the time-out fails the run" in html
+
+
+def test_the_history_shows_the_time_outs_answer_as_the_gates_not_as_a_vote(facts, redis_conn):
+    run = reviewed()
+    gate = gate_of(run, "review")
+    Gate.objects.filter(pk=gate.pk).update(
+        quorum=2, deadline=Now(), on_timeout={"answer": dict(gate.initial)}
+    )
+    timeouts.sweep()
+
+    html = client_as("viewer").get(gate_url(gate)).content.decode()
+
+    assert "The deadline passed: the time-out's default answer" in html
+    assert "after 0 of 2 votes: the stage goes on" in html
+    assert "vote 1 of 2" not in html
 
 
 def test_an_answer_that_does_not_fit_the_form_is_shown_with_its_errors(facts):

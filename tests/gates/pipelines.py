@@ -33,7 +33,15 @@ FAIL_REASON = "nobody reviewed the release"
 # The paths RESUMER_PIPELINES takes for each pipeline below.
 PATHS = tuple(
     f"tests.gates.pipelines.{name}"
-    for name in ("question", "two_gates", "timeout_default", "timeout_failing", "charge")
+    for name in (
+        "question",
+        "two_gates",
+        "timeout_default",
+        "timeout_failing",
+        "charge",
+        "quorum",
+        "quorum_timeout",
+    )
 )
 
 
@@ -121,6 +129,39 @@ timeout_failing = Pipeline(
     name="gate-timeout-failing",
     tools=(),
     stages=(Stage("decide", _timed(OnTimeout.failing(FAIL_REASON)), asks=("go",)),),
+)
+
+
+# --- two people must agree -------------------------------------------------------------------
+
+
+def _two_people(timeout: timedelta | None = None, on_timeout: OnTimeout | None = None):
+    def stage(ctx: Context) -> StageOutput:
+        answer = ctx.ask(
+            "go", "Go ahead? (two people)", quorum=2, timeout=timeout, on_timeout=on_timeout
+        )
+        return StageOutput(outputs={"decision": answer["decision"], "notes": answer["notes"]})
+
+    return stage
+
+
+quorum = Pipeline(
+    name="gate-quorum",
+    tools=(),
+    stages=(Stage("decide", _two_people(), asks=("go",)),),
+)
+
+# An hour to answer: a test moves the deadline into the past when it wants the time-out.
+quorum_timeout = Pipeline(
+    name="gate-quorum-timeout",
+    tools=(),
+    stages=(
+        Stage(
+            "decide",
+            _two_people(timedelta(hours=1), OnTimeout.default(DEFAULT_ANSWER)),
+            asks=("go",),
+        ),
+    ),
 )
 
 

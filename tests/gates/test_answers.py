@@ -3,7 +3,11 @@ answer, the role who may give it, and a refused answer writes nothing."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.contrib.auth.models import User
+from django.db.models.functions import Now
 
 from demo.management.commands.seed_demo import run_inline
 from runs import engine
@@ -135,3 +139,83 @@ def test_a_bulk_review_keeps_each_runs_own_title_and_body(facts, redis_conn):
         assert gate.answer["title"] == gate.initial["title"]
         assert gate.answer["body"] == gate.initial["body"]
         assert gate.diff == {}
+
+
+# --- Deadlines: an answer after one is refused, on the database's clock ----------------------
+
+
+def with_deadline(gate: Gate, seconds: int, **fields) -> Gate:
+    """The gate with its deadline `seconds` from the database's now (negative: passed)."""
+    Gate.objects.filter(pk=gate.pk).update(deadline=Now() + timedelta(seconds=seconds), **fields)
+    return Gate.objects.get(pk=gate.pk)
+
+
+def test_an_answer_after_the_deadline_is_refused_and_writes_nothing_before_any_sweep(facts):
+    gate = with_deadline(waiting_at_review(), -2, on_timeout={"fail": True, "reason": "late"})
+    version = Run.objects.get(pk=gate.run_id).version
+
+    with pytest.raises(answers.DeadlinePassed, match="the deadline passed at .*fails the run"):
+        answers.answer(gate.pk, dict(gate.initial), actor="ana", roles=OPERATOR)
+
+    run = Run.objects.get(pk=gate.run_id)
+    assert (run.status, run.version, run.ticket) == (Run.Status.WAITING, version, "")
+    gate.refresh_from_db()
+    assert (gate.status, gate.votes, gate.answered_by) == (GateStatus.OPEN, [], "")
+    assert answered_events(gate) == 0
+
+
+def test_an_answer_before_the_deadline_is_recorded(facts, redis_conn):
+    gate = with_deadline(waiting_at_review(), 3600)
+
+    answers.answer(gate.pk, dict(gate.initial), actor="ana", roles=OPERATOR)
+
+    assert Gate.objects.get(pk=gate.pk).answered_by == "ana"
+
+
+# --- A quorum: votes of different signed-in people ------------------------------------------
+
+
+def waiting_for_two() -> Gate:
+    gate = waiting_at_review()
+    Gate.objects.filter(pk=gate.pk).update(quorum=2)
+    return Gate.objects.get(pk=gate.pk)
+
+
+def person(name: str) -> int:
+    return User.objects.create_user(name).pk
+
+
+def test_the_same_user_cannot_vote_twice_under_another_name(facts):
+    gate, ana = waiting_for_two(), person("ana")
+    answers.answer(gate.pk, dict(gate.initial), actor="user:ana", roles=OPERATOR, user=ana)
+
+    with pytest.raises(answers.AnswerRefused, match="you answered already"):
+        answers.answer(gate.pk, dict(gate.initial), actor="token-of-ana", roles=OPERATOR, user=ana)
+
+    gate.refresh_from_db()
+    assert gate.status == GateStatus.OPEN
+    assert [(v["by"], v["user"]) for v in gate.votes] == [("user:ana", ana)]
+    assert answered_events(gate) == 1
+
+
+def test_two_different_users_settle_a_quorum_gate_and_each_vote_names_its_user(facts, redis_conn):
+    gate, ana, bob = waiting_for_two(), person("ana"), person("bob")
+
+    first = answers.answer(gate.pk, dict(gate.initial), actor="user:ana", roles=OPERATOR, user=ana)
+    second = answers.answer(gate.pk, dict(gate.initial), actor="user:bob", roles=OPERATOR, user=bob)
+
+    assert (first.final, first.missing, second.final) == (False, 1, True)
+    gate.refresh_from_db()
+    assert gate.status == GateStatus.ANSWERED
+    assert [v["user"] for v in gate.votes] == [ana, bob]
+    events = Event.objects.filter(run_id=gate.run_id, type=Event.Type.HUMAN_ANSWERED)
+    assert sorted(e.payload["user"] for e in events) == sorted([ana, bob])
+
+
+def test_a_vote_towards_a_quorum_needs_a_signed_in_user(facts):
+    gate = waiting_for_two()
+
+    with pytest.raises(answers.AnswerRefused, match="signed-in person"):
+        answers.answer(gate.pk, dict(gate.initial), actor="script", roles=OPERATOR)
+
+    assert answered_events(gate) == 0

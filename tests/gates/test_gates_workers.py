@@ -2,8 +2,9 @@
 holds no worker, lease or job, survives a restart and a Redis flush, and goes on exactly once
 when it is answered; a worker killed after an answer is resumed without asking again;
 answers race, roles refuse, time-outs apply, edits reach the target under their own key,
-rejections stop the stage, two gates in a stage are asked one at a time, and identical gates
-are answered in bulk.
+rejections stop the stage, two gates in a stage are asked one at a time, identical gates
+are answered in bulk, and a two-person gate takes its time-out's default at the deadline
+whatever its votes, and is settled by two different people only.
 
 Every wait is on database state (tests/support/processes.wait_for); nothing asserts on time.
 The demo's reviewed runs (input review=on) ask "review" before publish and a supervisor's
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connections
 from django.db.models.functions import Now
 
@@ -439,3 +441,68 @@ def test_identical_gates_of_three_runs_are_answered_in_bulk_and_all_finish(worke
         assert run.checkpoints.get(stage="decide").outputs["notes"] == "all three"
         assert [e.payload["by"] for e in answered(run)] == ["ana"]
         assert opened(run, "go") == 1
+
+
+# --- (l) a quorum's deadline: a time-out is not a vote ----------------------------------------
+
+
+def deadline_passed(gate: Gate) -> None:
+    """The hour-long deadline moved into the past: the next sweep applies the time-out."""
+    Gate.objects.filter(pk=gate.pk).update(deadline=Now())
+
+
+def test_a_two_person_gate_without_votes_takes_its_default_at_the_deadline(workers, redis_conn):
+    run = engine.start_run("gate-quorum-timeout", {}, actor="test")
+    start_worker(workers)
+    gate = open_gate(run, "go")
+
+    deadline_passed(gate)
+
+    assert settled(run) == Run.Status.SUCCEEDED
+    assert run.checkpoints.get(stage="decide").outputs == gp.DEFAULT_ANSWER
+    [event] = answered(run)
+    assert (event.payload["by"], event.payload["final"]) == (answers.TIME_OUT, True)
+    # The time-out settled the gate on its own: a single vote after it completes nothing.
+    bob = User.objects.create_user("bob").pk
+    with pytest.raises(answers.AlreadyAnswered):
+        answers.answer(gate.pk, gp.DEFAULT_ANSWER, actor="user:bob", roles=OPERATOR, user=bob)
+    assert len(answered(run)) == 1
+    assert opened(run, "go") == 1
+
+
+def test_a_two_person_gate_with_one_vote_that_differs_takes_its_default_at_the_deadline(
+    workers, redis_conn
+):
+    run = engine.start_run("gate-quorum-timeout", {}, actor="test")
+    start_worker(workers)
+    gate = open_gate(run, "go")
+    ana = User.objects.create_user("ana").pk
+    vote = {"decision": "approve", "notes": "ana wants it"}
+    answers.answer(gate.pk, vote, actor="user:ana", roles=OPERATOR, user=ana)
+
+    deadline_passed(gate)
+
+    assert settled(run) == Run.Status.SUCCEEDED
+    assert run.checkpoints.get(stage="decide").outputs == gp.DEFAULT_ANSWER
+    assert [(e.payload["by"], e.payload["final"]) for e in answered(run)] == [
+        ("user:ana", False),
+        (answers.TIME_OUT, True),
+    ]
+
+
+def test_two_different_people_settle_a_two_person_gate_and_the_stage_goes_on(workers, redis_conn):
+    run = engine.start_run("gate-quorum", {}, actor="test")
+    start_worker(workers)
+    gate = open_gate(run, "go")
+    ana, bob = (User.objects.create_user(name).pk for name in ("ana", "bob"))
+    vote = {"decision": "approve", "notes": "both of us"}
+
+    answers.answer(gate.pk, vote, actor="user:ana", roles=OPERATOR, user=ana)
+    with pytest.raises(answers.AnswerRefused, match="you answered already"):
+        answers.answer(gate.pk, vote, actor="user:ana-by-token", roles=OPERATOR, user=ana)
+    assert run_status(run) == Run.Status.WAITING
+    answers.answer(gate.pk, vote, actor="user:bob", roles=OPERATOR, user=bob)
+
+    assert settled(run) == Run.Status.SUCCEEDED
+    assert run.checkpoints.get(stage="decide").outputs == vote
+    assert [e.payload["user"] for e in answered(run)] == [ana, bob]

@@ -81,7 +81,10 @@ def waiting(filters: InboxFilters, limit: int = WAITING_LIMIT) -> Waiting | None
         return None
     gates = _open_gates(filters)
     rows = list(
-        gates.select_related("run").only(*GATE_ROW_FIELDS).order_by("created_at", "pk")[: limit + 1]
+        gates.on_db_clock()
+        .select_related("run")
+        .only(*GATE_ROW_FIELDS)
+        .order_by("created_at", "pk")[: limit + 1]
     )
     total = len(rows) if len(rows) <= limit else gates.count()
     rows = rows[:limit]
@@ -107,16 +110,22 @@ def open_gate_of(run: Run) -> Gate | None:
     """The gate a waiting run waits at (a run waits at one gate at a time)."""
     if not run.is_waiting:
         return None
-    return Gate.objects.filter(run=run, status=GateStatus.OPEN).order_by("-seq").first()
+    return (
+        Gate.objects.on_db_clock().filter(run=run, status=GateStatus.OPEN).order_by("-seq").first()
+    )
 
 
 # --- One gate's page -------------------------------------------------------------------------
 
 
 def get_gate(run_pk: int, gate_pk: int) -> Gate | None:
-    """The gate, if it is this run's."""
+    """The gate, if it is this run's; whether it is overdue is read on the database's clock,
+    as an answer is held against it."""
     return (
-        Gate.objects.select_related("run", "run__lease").filter(pk=gate_pk, run_id=run_pk).first()
+        Gate.objects.on_db_clock()
+        .select_related("run", "run__lease")
+        .filter(pk=gate_pk, run_id=run_pk)
+        .first()
     )
 
 
@@ -166,6 +175,8 @@ class HistoryLine:
     diff: dict[str, Any] = field(default_factory=dict)
     final: bool = False
     votes: int = 0
+    # The answer its deadline recorded (on_timeout's default): the gate's, and not a vote.
+    timed_out: bool = False
 
 
 @dataclass
@@ -242,12 +253,14 @@ def _answered(gate: Gate, event: Event, vote: int) -> HistoryLine:
     if event.payload_ref:
         stored = gate.votes[vote] if vote < len(gate.votes) else {}
         final = event.seq == gate.answer_seq
+        timed_out = final and vote >= len(gate.votes)
         payload = {
             "by": stored.get("by", event.actor),
-            "answer": stored.get("answer"),
+            "answer": gate.answer if timed_out else stored.get("answer"),
             "diff": gate.diff if final else {},
             "final": final,
-            "votes": vote + 1,
+            "votes": len(gate.votes) if timed_out else vote + 1,
+            "timed_out": timed_out,
         }
     return HistoryLine(
         seq=event.seq,
@@ -258,6 +271,7 @@ def _answered(gate: Gate, event: Event, vote: int) -> HistoryLine:
         diff=payload.get("diff") if isinstance(payload.get("diff"), dict) else {},
         final=bool(payload.get("final")),
         votes=int(payload.get("votes") or 0),
+        timed_out=bool(payload.get("timed_out")),
     )
 
 
