@@ -230,6 +230,16 @@ SEARCH_SCHEMA = {
 }
 
 
+# What the supervisor reads beside the charge they confirm (markdown).
+PROMOTION_NOTE = """\
+**The promotion fee** for the article just published: the card processor charges the account
+once per article (the charge's delivery key is the article's id).
+
+- *Approve* to promote the article; you may lower the amount.
+- *Reject* with a reason to leave it published without promotion: the stage records why.
+"""
+
+
 def _charge_key(ctx: Context, args: dict) -> KeyParts:
     return KeyParts(args["account"], "card", f"{ctx.root_id}/promotion", args["article"])
 
@@ -319,7 +329,12 @@ TOOLS = (
         verb="charge",
         # Money: a supervisor confirms the charge (and may change the amount) before it is
         # made, on runs started with review=on.
-        confirm=Confirm(when=_reviewed, role=GateRole.SUPERVISOR, editable=("amount",)),
+        confirm=Confirm(
+            when=_reviewed,
+            role=GateRole.SUPERVISOR,
+            editable=("amount",),
+            description=PROMOTION_NOTE,
+        ),
     ),
 )
 

@@ -573,6 +573,9 @@ class Gate(models.Model):
     seq = models.PositiveIntegerField()
     answer_seq = models.PositiveIntegerField(null=True, blank=True)
     question = models.TextField()
+    # What the reviewer reads beside the question or the call, as markdown the stage wrote
+    # (ctx.ask's details=, a Confirm's description=); pages render it sanitised.
+    details = models.TextField(blank=True, default="")
     # The form, described field by field (runs/gates/forms.py), and its initial values.
     form = models.JSONField(default=list, blank=True)
     initial = models.JSONField(default=dict, blank=True)

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from runs.models import Checkpoint, Effect, GateRole, ReplayPolicy, Run
+from runs.review import OnReject, Review
 
 KEY_SEPARATOR = "\x1f"
 
@@ -121,9 +122,12 @@ class Confirm:
     """A tool's call needs a human first. `when(ctx, args)` says whether this call does (for
     example "charges over $100"; always, by default); `editable` names the arguments the
     reviewer may change. An edited call is made with exactly the edited arguments, under the
-    delivery key of the edited request."""
+    delivery key of the edited request. `description` (markdown) is shown beside the call;
+    `on_reject` says whether a rejection raises CallRejected or is the call's result."""
 
     when: Callable[[Context, dict[str, Any]], bool] | None = None
+    description: str = ""
+    on_reject: OnReject = OnReject.RAISE
     role: str = GateRole.OPERATOR
     editable: tuple[str, ...] = ()
     quorum: int = 1
@@ -180,7 +184,11 @@ class Context(Protocol):
         """The only way to a tool: through the effect ledger, under the run's lease. Returns
         the tool's result, or None for a call a supervisor abandoned. A tool that requires
         confirmation stops the run before its first call until a human answers; a rejection
-        raises CallRejected."""
+        raises CallRejected (is returned as the result with Confirm(on_reject="return"))."""
+        ...
+
+    def review(self, call_id: str) -> Review | None:
+        """A human's answer about `call_id` (a call or an ask) once this stage used it."""
         ...
 
     def ask(
@@ -195,11 +203,13 @@ class Context(Protocol):
         timeout: timedelta | None = None,
         on_timeout: OnTimeout | None = None,
         escalate_to: str = "",
+        details: str = "",
     ) -> dict[str, Any]:
         """Ask a human and return their answer (the form's cleaned data, a dict). The first
         time, the run stops and waits (no worker, no lease); the answer queues the stage
         again, and this returns the recorded answer without asking again. `form` is a Django
-        form class (default: approve or reject, with notes)."""
+        form class (default: approve or reject, with notes). The question is the page's
+        heading (at most 200 characters); the text to decide on goes in `details` (markdown)."""
         ...
 
     def converse(

@@ -18,19 +18,24 @@ from runs.api.problems import Problem
 from runs.api.schemas import AnsweredOut, AnswerIn, GateOut, GatePage, ProblemOut
 from runs.dashboard import roles
 from runs.gates import answers
+from runs.gates.acts import act_of
+from runs.gates.decision import gate_digest
 from runs.models import Gate, GateStatus
 
 router = Router(tags=["gates"])
 PROBLEMS = {codes_4xx: ProblemOut}
 MAX_PAGE = 100
-GATE_FIELDS = [name for name in GateOut.model_fields if name not in ("id", "run")]
+GATE_FIELDS = [name for name in GateOut.model_fields if name not in ("id", "run", "act", "digest")]
 
 
 def gate_out(gate: Gate) -> dict[str, Any]:
+    act = act_of(gate.call)
     return {
         "id": gate.pk,
         "run": ids.run_id(gate.run_id),
         **{name: getattr(gate, name) for name in GATE_FIELDS},
+        "act": act.text if act is not None and act.needs_tick else "",
+        "digest": gate_digest(gate),
     }
 
 
@@ -78,17 +83,28 @@ def read_gate(request: HttpRequest, gate_id: str) -> dict[str, Any]:
 )
 def answer_gate(request: HttpRequest, gate_id: str, body: AnswerIn) -> JsonResponse:
     """403 when the gate is not for your role, 422 with the form's errors when the answer
-    does not fit it, 409 when someone answered first (who, and when), when the deadline
-    passed (`deadline-passed`: the time-out decides) or when you voted already."""
+    does not fit it (an approval of a call that costs money or cannot simply be made again
+    needs `confirm_act: true`), 409 when someone answered first (who, and when), when the
+    deadline passed (`deadline-passed`: the time-out decides), when you voted already, or
+    when `digest` is not the gate's (`stale-gate`: the problem's `digest` is the fresh one)."""
     require(request, roles.can_approve)
     gate, who = find_gate(gate_id), actor(request)
     held = roles.roles(request.user)
 
     def act() -> tuple[int, Any]:
         try:
-            done = answers.answer(gate.pk, body.answer, actor=who, roles=held, user=request.user.pk)
+            done = answers.answer(
+                gate.pk,
+                body.answer,
+                actor=who,
+                roles=held,
+                user=request.user.pk,
+                digest=body.digest,
+            )
         except answers.NotAllowed as exc:
             raise Problem(403, str(exc), kind="forbidden") from None
+        except answers.StaleAnswer as exc:
+            raise Problem(409, str(exc), kind="stale-gate", digest=exc.digest) from None
         except answers.InvalidAnswer as exc:
             errors = exc.form.errors.get_json_data() if exc.form is not None else {}
             raise Problem(422, str(exc), kind="invalid-answer", errors=errors) from None

@@ -245,11 +245,22 @@ class GateOut(Schema):
     gate_id: str
     kind: str
     question: str
+    # What the stage gave the reviewer to read (markdown; the gate page renders it sanitised).
+    details: str
     # The form, field by field (runs/gates/forms.py), its initial values, and for a
     # confirmation the call it asks about.
     form: list[dict[str, Any]]
     initial: dict[str, Any]
     call: dict[str, Any]
+    act: str = Field(
+        description='What approving the call does ("charges $5.00 to acct-42 (card)"), '
+        "when it costs money or its policy is RECONCILE_FIRST or NEVER: an approval must "
+        "then carry `confirm_act: true` in its answer. Empty when no tick is needed."
+    )
+    digest: str = Field(
+        description="The fingerprint of what this gate shows (its question, details, call, "
+        "form and initial values, and the opening it answers); an answer sends it back."
+    )
     role: str
     quorum: int
     deadline: datetime | None
@@ -267,9 +278,17 @@ class GatePage(Schema):
 
 
 class AnswerIn(Schema):
-    """The gate's form, filled in: field name → value (as the gate page posts them)."""
+    """The gate's form, filled in: field name → value (as the gate page posts them), and the
+    digest of the gate as it was read (required): a gate that changed since is a 409 with its
+    fresh digest, and nothing is recorded."""
 
     answer: dict[Annotated[str, StringConstraints(max_length=64)], Any] = Field(max_length=50)
+    digest: str = Field(
+        max_length=64,
+        description="Required: the gate's `digest` as read (GET /gates/{id}). A different "
+        "one (the gate changed, or it was never read) is refused with 409 and the fresh "
+        "`digest`; nothing is recorded.",
+    )
 
 
 class AnsweredOut(Schema):

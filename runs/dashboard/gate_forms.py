@@ -5,12 +5,15 @@ view rebuilds it from what GATE_OPENED recorded."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from django import forms
 
 from runs.gates import forms as gate_forms
-from runs.models import Gate, GateKind
+from runs.gates.acts import Act, Total, act_of, add_tick, tick_missing, total
+from runs.gates.shared import Shared, shared
+from runs.models import Gate
 
 _PK = re.compile(r"^[0-9]{1,18}$")
 MAX_GATES = 1000
@@ -76,20 +79,42 @@ class BulkScopeForm(forms.Form):
 
 
 BULK_PREFIX = "answer"
+DIGEST_PREFIX = "digest-"
 
 
-def bulk_answer_form(gate: Gate, data: Any = None) -> forms.Form:
-    """The one answer given to every gate of a group, built from the first gate's form: for
-    a confirmation the decision and the reason only (each run's own call is made as it was
-    asked: no edits in bulk); for a question the whole form, without any run's own values."""
-    spec = gate.form
-    initial: dict[str, Any] = {}
-    if gate.kind == GateKind.CONFIRM:
-        spec = [s for s in spec if not s["name"].startswith("arg_")]
-        initial = {"decision": gate_forms.APPROVE}
-    return gate_forms.build(spec, initial, data=data, prefix=BULK_PREFIX)
+@dataclass
+class BulkAnswer:
+    """The one answer given to the gates a page showed: only what they share (approve or
+    reject with a shared reason, and the fields every gate shows alike, prefilled), and when
+    approving makes calls that cost money or cannot simply be made again, the tick that names
+    them and their total."""
+
+    form: forms.Form
+    shared: Shared
+    # Each gate's pending call as an act (a confirmation's), and their total.
+    acts: list[tuple[Gate, Act]]
+    total: Total | None
+
+    def is_valid(self) -> bool:
+        return self.form.is_valid() and not tick_missing(self.form)
+
+    def data(self) -> dict[str, Any]:
+        """The answer as each gate's own form reads it (unprefixed)."""
+        form = self.form
+        return {name: form.data.get(form.add_prefix(name), "") for name in form.fields}
 
 
-def bulk_answer_data(form: forms.Form) -> dict[str, Any]:
-    """The answer as each gate's own form reads it (unprefixed), from a valid bulk form."""
-    return {name: form.data.get(form.add_prefix(name), "") for name in form.fields}
+def bulk_answer(gates: list[Gate], data: Any = None) -> BulkAnswer:
+    common = shared(gates)
+    form = gate_forms.build(common.spec, common.initial, data=data, prefix=BULK_PREFIX)
+    pending = [(g, a) for g in gates if (a := act_of(g.call)) is not None]
+    total_of = total(a for _, a in pending) if pending else None
+    if total_of is not None and any(a.needs_tick for _, a in pending):
+        add_tick(form, f"makes {total_of.text}")
+    return BulkAnswer(form, common, pending, total_of)
+
+
+def digests(data: Any, pks: list[int]) -> dict[int, str]:
+    """Each gate's digest as the page showed it (one hidden field per gate); "" if missing,
+    which no gate's digest is."""
+    return {pk: str(data.get(f"{DIGEST_PREFIX}{pk}", ""))[:64] for pk in pks}

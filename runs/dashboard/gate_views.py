@@ -13,10 +13,13 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from runs.dashboard import roles
-from runs.dashboard.gate_forms import BulkScopeForm, bulk_answer_data, bulk_answer_form
+from runs.dashboard.gate_forms import BulkAnswer, BulkScopeForm, bulk_answer, digests
 from runs.dashboard.queries import gates as gate_queries
 from runs.dashboard.views import _found, operator_required, viewer_required
 from runs.gates import answers
+from runs.gates.acts import act_of, total
+from runs.gates.decision import gate_digest
+from runs.gates.shared import shared
 from runs.models import Gate, GateRole
 
 
@@ -57,6 +60,10 @@ def _render_gate(
         "who": who_may_answer(gate),
         "refusal": refusal,
         "answer_diff": gate_queries.diff_lines(gate.diff or {}),
+        # What the answer says it was given to: a page shown before the gate changed is
+        # refused (409) with the fresh gate.
+        "digest": gate_digest(gate),
+        "act": act_of(gate.call),
     }
     return render(request, "runs/gate.html", context, status=status)
 
@@ -94,6 +101,7 @@ def gate_answer(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
             actor=_actor(request),
             roles=roles.roles(request.user),
             user=request.user.pk,
+            digest=request.POST.get("digest", ""),
         )
     except answers.NotAllowed as exc:
         raise PermissionDenied(f"{exc}; nothing was recorded.") from None
@@ -124,20 +132,24 @@ def _render_group(
     shape: str,
     *,
     scope: BulkScopeForm | None = None,
-    form: django_forms.Form | None = None,
+    bulk: BulkAnswer | None = None,
     status: int = 200,
 ) -> HttpResponse:
     gates = _found(gate_queries.gate_group(shape), "No gate of this shape is waiting now.")
     first = gates[0]
-    if form is None and roles.can_approve(request.user):
-        form = bulk_answer_form(first)
+    if bulk is None and roles.can_approve(request.user):
+        bulk = bulk_answer(gates)
     context = {
         "shape": shape,
         "gates": gates,
         "first": first,
-        "form": form,
+        "bulk": bulk,
+        "form": bulk.form if bulk is not None else None,
         "scope": scope,
         "who": who_may_answer(first),
+        "total": total([g.act for g in gates if g.act is not None]) if first.call else None,
+        # The fields each run answers itself: said to everyone, not only to who may answer.
+        "differ": (bulk.shared if bulk is not None else shared(gates)).differ,
     }
     return render(request, "runs/gate_group.html", context, status=status)
 
@@ -151,28 +163,35 @@ def gate_group(request: HttpRequest, shape: str) -> HttpResponse:
 @require_POST
 @operator_required
 def gate_group_answer(request: HttpRequest, shape: str) -> HttpResponse:
-    """One answer to the shown (or ticked) gates of a shape, each gate checked on its own by
-    answers.answer_many: its role, its form, still open. What was answered and what was
-    skipped, and why."""
+    """One answer to the shown (or ticked) gates of a shape: the form offers what the shown
+    gates share (runs/gates/shared.py), each gate is checked on its own by
+    answers.answer_many (its role, its form, still open, still showing what the page showed).
+    What was answered and what was skipped, and why."""
     scope = BulkScopeForm(request.POST)
-    first = gate_queries.gate_group(shape)
-    form = bulk_answer_form(first[0], request.POST) if first else None
-    if not scope.is_valid() or (form is not None and not form.is_valid()):
-        if first is None:
+    if not scope.is_valid():
+        if gate_queries.gate_group(shape) is None:
             return render(request, "runs/gate_group_result.html", {"shape": shape}, status=409)
-        return _render_group(request, shape, scope=scope, form=form, status=400)
-    if form is None:
-        # Every gate of the shape was answered since the page was shown.
-        result = answers.BulkResult([], [(pk, "no longer waiting") for pk in scope.gate_pks()])
-    else:
+        return _render_group(request, shape, scope=scope, status=400)
+    shown = gate_queries.gates_of_shape(shape, scope.cleaned_data["shown"])
+    if not shown:
+        return render(request, "runs/gate_group_result.html", {"shape": shape}, status=409)
+    bulk = bulk_answer(shown, request.POST)
+    if not bulk.is_valid():
+        return _render_group(request, shape, scope=scope, bulk=bulk, status=400)
+    pks = scope.gate_pks()
+    try:
         result = answers.answer_many(
-            scope.gate_pks(),
-            bulk_answer_data(form),
+            pks,
+            bulk.data(),
             shape=shape,
             actor=_actor(request),
             roles=roles.roles(request.user),
             user=request.user.pk,
+            digests=digests(request.POST, pks),
         )
+    except answers.InvalidAnswer as exc:
+        bulk.form.add_error(None, str(exc))
+        return _render_group(request, shape, scope=scope, bulk=bulk, status=400)
     named = gate_queries.gates_by_pk(
         [a.gate.pk for a in result.answered] + [pk for pk, _ in result.skipped]
     )

@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from runs.execution.durable_call import StageStopped, request_hash
+from runs.execution.durable_call import Returned, StageStopped, request_hash
 from runs.execution.hooks import CallHooks
 from runs.gates import forms
 from runs.gates.decision import GateAction, call_subject, decide, question_subject, shape
@@ -24,6 +24,11 @@ from runs.ledger.chain import digest
 from runs.models import Gate, GateKind, GateRole, Run
 from runs.pipeline import CallRejected, KeyParts, OnTimeout, Pipeline, Tool
 from runs.planning.contract import Contract, Usage
+from runs.review import OnReject, Review
+
+# The question is the gate page's heading; what the reviewer reads goes in details.
+MAX_QUESTION = 200
+MAX_DETAILS = 20_000
 
 
 class StageWaiting(StageStopped):
@@ -41,6 +46,11 @@ class Asking:
     contract: Contract | None
     deviated: bool
     usage: Usage
+    # The answers this run of the stage used, by gate id (ctx.review).
+    _reviews: dict[str, Review]
+
+    def review(self, call_id: str) -> Review | None:
+        return self._reviews.get(call_id)
 
     def ask(
         self,
@@ -54,10 +64,12 @@ class Asking:
         timeout: timedelta | None = None,
         on_timeout: OnTimeout | None = None,
         escalate_to: str = "",
+        details: str = "",
     ) -> dict[str, Any]:
+        _check_text(question, details)
         spec = forms.describe(form or forms.DecisionForm)
         shown = forms.jsonable(dict(initial or {}))
-        subject = question_subject(question, spec, shown)
+        subject = question_subject(question, spec, shown, details)
         gate = gate_rows.find(self.run, self.stage, gate_id, subject)
         if self._decided(gate_id, gate) == GateAction.USE_ANSWER:
             return dict(gate.answer)
@@ -68,6 +80,7 @@ class Asking:
                 "kind": GateKind.QUESTION,
                 "subject": subject,
                 "question": question,
+                "details": details,
                 "form": spec,
                 "initial": shown,
                 "call": {},
@@ -81,13 +94,16 @@ class Asking:
 
     def _confirmed(
         self, call_id: str, tool: Tool, args: dict[str, Any]
-    ) -> tuple[dict[str, Any], KeyParts | None]:
+    ) -> tuple[dict[str, Any], KeyParts | None] | Returned:
         """The arguments the call goes on with, once a human confirmed it, and its key parts
         when a reviewer edited them (a new revision: the edited request's own key). Opens the
         gate (StageWaiting) before a first call that needs it; raises CallRejected for a
-        rejected one. A call already attempted (its key has an effect) is not asked about:
+        rejected one (or returns it as the call's result: Confirm(on_reject="return")). A call already attempted (its key has an effect) is not asked about:
         confirmation is before the first call, and replay decides the rest."""
         confirm = tool.confirmation
+        if confirm.on_reject not in tuple(OnReject):
+            raise ValueError(f"tool {tool.name}: on_reject is one of {', '.join(OnReject)}")
+        _check_text("", confirm.description)
         subject = call_subject(request_hash(tool.name, args))
         gate = gate_rows.find(self.run, self.stage, call_id, subject)
         if gate is not None and gate.status == Gate.Status.ANSWERED:
@@ -113,6 +129,7 @@ class Asking:
                 "kind": GateKind.CONFIRM,
                 "subject": subject,
                 "question": f"Confirm before {tool.verb}: {tool.name} ({call_id})",
+                "details": confirm.description,
                 "form": forms.confirmation_spec(call),
                 "initial": forms.confirmation_initial(call),
                 "call": call,
@@ -126,9 +143,11 @@ class Asking:
 
     def _apply(
         self, call_id: str, tool: Tool, gate: Gate, args: dict[str, Any]
-    ) -> tuple[dict[str, Any], KeyParts | None]:
+    ) -> tuple[dict[str, Any], KeyParts | None] | Returned:
         answer = gate.answer or {}
         if answer.get("decision") != forms.APPROVE:
+            if tool.confirmation.on_reject == OnReject.RETURN:
+                return Returned(self._reviews[call_id].as_result())
             reason = answer.get("reason") or "no reason given"
             raise CallRejected(
                 f"{tool.name} ({call_id}) was rejected by {gate.answered_by}: {reason}",
@@ -159,6 +178,7 @@ class Asking:
                 "found none and asked again"
             )
         if decision.action == GateAction.USE_ANSWER:
+            self._reviews[gate_id] = _review_of(gate)
             self.hooks.after_answer(self, gate_id, dict(gate.answer or {}))
         return decision.action
 
@@ -212,3 +232,24 @@ def _check_timeout(
         form = forms.build(spec, shown, data=on_timeout.answer)
         if not form.is_valid():
             raise ValueError(f"on_timeout's answer does not fit the form: {form.errors.as_text()}")
+
+
+def _check_text(question: str, details: str) -> None:
+    if len(question) > MAX_QUESTION:
+        raise ValueError(
+            f"a gate's question is a heading of at most {MAX_QUESTION} characters "
+            f"(this one has {len(question)}): put long text in details="
+        )
+    if len(details) > MAX_DETAILS:
+        raise ValueError(f"a gate's details are at most {MAX_DETAILS} characters")
+
+
+def _review_of(gate: Gate) -> Review:
+    answer = gate.answer or {}
+    return Review(
+        decision=str(answer.get("decision", "")),
+        by=gate.answered_by,
+        at=gate.answered_at,
+        reason=str(answer.get("reason") or answer.get("notes") or ""),
+        edits={name: list(pair) for name, pair in (gate.diff or {}).items()},
+    )

@@ -14,6 +14,7 @@ from runs.ledger.checkpoints import latest_checkpoint
 from runs.models import Checkpoint, Run
 from runs.pipeline import Pipeline
 from runs.planning.contract import Contract, Usage
+from runs.review import Review
 
 
 class StageContext(DurableCalls, Asking, AgentLoops):
@@ -51,6 +52,8 @@ class StageContext(DurableCalls, Asking, AgentLoops):
         # verifies a stage of this run, so the newest checkpoint of a stage stays the one
         # read: a stage that reads its upstream twice reads it once.
         self._upstream: dict[str, Checkpoint] = {}
+        # The gates' answers this stage used, by gate id: what ctx.review() reports.
+        self._reviews: dict[str, Review] = {}
 
     def read_upstream(self, checkpoint: Checkpoint | None) -> None:
         """Say that `checkpoint` is the run's newest, read as the lease was taken: the newest

@@ -75,7 +75,9 @@ class DurableCalls:
     usage: Usage
     _spec: Stage
     # Asking._confirmed, which StageContext inherits beside these calls.
-    _confirmed: Callable[[str, Tool, dict[str, Any]], tuple[dict[str, Any], KeyParts | None]]
+    _confirmed: Callable[
+        [str, Tool, dict[str, Any]], tuple[dict[str, Any], KeyParts | None] | Returned
+    ]
 
     def call(self, call_id: str, tool_name: str, **args: Any) -> Any:
         if tool_name not in self._spec.tools:
@@ -133,7 +135,10 @@ class DurableCalls:
         if tool.confirmation is not None:
             # Before anything is decided or written: a first call that needs a human stops
             # the run here, with nothing done (asking.py).
-            args, edited = self._confirmed(call_id, tool, args)
+            confirmed = self._confirmed(call_id, tool, args)
+            if isinstance(confirmed, Returned):
+                return confirmed.value  # a rejection handed back as the result (on_reject)
+            args, edited = confirmed
         parts = edited or tool.key(self, args)
         key = parts.key
         tracing.note(key=key, action=Action.CALL)  # a decision below says otherwise

@@ -10,8 +10,11 @@ the recorded answer and never asks twice.
                   page, and the diff of an answer against what was shown
     decision.py   the one decision about a gate (ask, or use the recorded answer), what a gate
                   is about (its subject) and its shape; the engine and the planner both call it
-    answers.py    answering: who may, compare-and-set (the deadline on the database's clock
-                  included), a quorum of different users, the stage queued again; in bulk
+    answers.py    answering: who may, what was shown (the digest), compare-and-set (the
+                  deadline on the database's clock included), a quorum of different users,
+                  the stage queued again; in bulk
+    acts.py       what approving a call does, in the words its tick names, and their total
+    shared.py     what identical gates share: the fields one bulk answer may give
     timeouts.py   the sweeper's step: a deadline applies on_timeout, whatever the votes;
                   escalation before it
 

@@ -21,7 +21,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs import enqueue
-from runs.gates import forms
+from runs.gates import acts, forms, shared
+from runs.gates.decision import gate_digest
 from runs.ledger import gates as gate_rows
 from runs.ledger import leases
 from runs.ledger.append import Writer
@@ -46,6 +47,15 @@ class DeadlinePassed(AnswerRefused):
     """The gate's deadline passed (on the database's clock): its on_timeout decides now."""
 
 
+class StaleAnswer(AnswerRefused):
+    """The answer was given to what the gate showed before (its digest is not the gate's):
+    `digest` is the one to answer now."""
+
+    def __init__(self, message: str, digest: str) -> None:
+        super().__init__(message)
+        self.digest = digest
+
+
 class InvalidAnswer(AnswerRefused):
     def __init__(self, message: str, form: django_forms.Form | None = None) -> None:
         super().__init__(message)
@@ -61,8 +71,27 @@ class Answered:
 
 
 def form_for(gate: Gate, data: Any = None, prefix: str = "") -> django_forms.Form:
-    """The gate's form, rebuilt from what its event recorded (bound to `data` when given)."""
-    return forms.build(gate.form, gate.initial, data=data, prefix=prefix)
+    """The gate's form, rebuilt from what its event recorded (bound to `data` when given),
+    with the tick naming the act when approving the call needs one (runs/gates/acts.py)."""
+    form = forms.build(gate.form, gate.initial, data=data, prefix=prefix)
+    act = acts.act_of(gate.call)
+    if act is not None and act.needs_tick:
+        acts.add_tick(form, act.text)
+    return form
+
+
+def check_shown(gate: Gate, digest: str | None) -> None:
+    """Raise StaleAnswer unless `digest` is the gate's (None: an internal caller who answers
+    without a page, like the time-out)."""
+    if digest is None:
+        return
+    fresh = gate_digest(gate)
+    if digest != fresh:
+        raise StaleAnswer(
+            "what you were shown changed since it was shown (or the answer did not say what "
+            "it answers): read the gate again and answer it anew; nothing was recorded",
+            fresh,
+        )
 
 
 def clean(gate: Gate, data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -71,6 +100,8 @@ def clean(gate: Gate, data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     form = form_for(gate, data)
     if not form.is_valid():
         raise InvalidAnswer("the answer does not fit the form: " + form.errors.as_text(), form)
+    if acts.tick_missing(form):
+        raise InvalidAnswer("approving needs the tick that names what it does", form)
     cleaned = forms.jsonable(form.cleaned_data)
     if gate.kind != GateKind.CONFIRM:
         return cleaned, forms.diff(gate.initial, cleaned)
@@ -89,19 +120,27 @@ def clean(gate: Gate, data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def answer(
-    gate_pk: int, data: Any, *, actor: str, roles: Iterable[str], user: int | None = None
+    gate_pk: int,
+    data: Any,
+    *,
+    actor: str,
+    roles: Iterable[str],
+    user: int | None = None,
+    digest: str | None = None,
 ) -> Answered:
     """Record `actor`'s answer to an open gate. `user` is the pk of the signed-in user the
     session or the token belongs to (every face passes it): a quorum's votes are counted by
-    it. Raises NotAllowed, InvalidAnswer, AlreadyAnswered, DeadlinePassed or AnswerRefused,
-    having written nothing."""
+    it. `digest` is the gate_digest of what the person was shown; every face passes it (None
+    only for internal callers). Raises NotAllowed, StaleAnswer, InvalidAnswer,
+    AlreadyAnswered, DeadlinePassed or AnswerRefused, having written nothing."""
     gate = Gate.objects.filter(pk=gate_pk).first()
     if gate is None:
         raise AnswerRefused(f"there is no gate {gate_pk}")
     if not gate.may_answer(frozenset(roles)):
         raise NotAllowed(f"this gate is for a {gate.get_role_display().lower()} to answer")
+    check_shown(gate, digest)
     answer_data, diff = clean(gate, data)
-    return record(gate.pk, answer_data, diff, actor=actor, user=user)
+    return record(gate.pk, answer_data, diff, actor=actor, user=user, digest=digest)
 
 
 def _when(moment) -> str:
@@ -168,12 +207,13 @@ def record(
     actor: str,
     user: int | None = None,
     timed_out: bool = False,
+    digest: str | None = None,
 ) -> Answered:
     """The compare-and-set: under the run's and the gate's locks, the gate must still be
     open, its deadline not passed on the database's clock (read in the statement that locks
-    the gate), and waiting for this person's answer. The time-out's answer (`timed_out`,
-    timeouts.expire) needs the deadline passed instead, and settles the gate whatever the
-    votes so far: it is not a vote."""
+    the gate), waiting for this person's answer, and showing what they answered (`digest`).
+    The time-out's answer (`timed_out`, timeouts.expire) needs the deadline passed instead,
+    and settles the gate whatever the votes so far: it is not a vote."""
     run_pk = Gate.objects.values_list("run_id", flat=True).get(pk=gate_pk)
     with transaction.atomic():
         # The run first, as every writer locks it: the answer and a worker or a sweeper
@@ -186,6 +226,7 @@ def record(
             refused = _refusal(gate, run, actor, user, answer_data)
         if refused is not None:
             raise refused
+        check_shown(gate, digest)
         final = (
             timed_out
             or len(gate.votes) + 1 >= gate.quorum
@@ -227,27 +268,33 @@ def answer_many(
     actor: str,
     roles: Iterable[str],
     user: int | None = None,
+    digests: dict[int, str] | None = None,
 ) -> BulkResult:
-    """The same answer to identical gates (one shape), each gate checked on its own: its role,
-    its form, still open. A confirmation's edits are not given in bulk: each run's own call
-    is made as it was asked (approve or reject only)."""
+    """One answer to identical gates (one shape), each gate checked on its own: its role,
+    its form, still open, and (`digests`, from a page) still showing what was shown. The
+    answer gives only what the gates share (runs/gates/shared.py); every other field keeps
+    each run's own value, so a review approved in bulk publishes each run's own title and
+    body, and a confirmation makes each run's own call (edits are not given in bulk). Raises
+    InvalidAnswer, writing nothing, when the answer gives a field the gates do not share."""
+    pks = list(gate_pks)
+    found = {g.pk: g for g in Gate.objects.filter(pk__in=pks, shape=shape)}
+    given = dict(data)
+    differ = shared.not_shared([found[pk] for pk in pks if pk in found], given)
+    if differ:
+        raise InvalidAnswer(
+            f"{', '.join(differ)} differ from run to run: each run answers them itself, "
+            "on its own page; nothing was recorded"
+        )
     done, skipped = [], []
-    for pk in gate_pks:
-        gate = Gate.objects.filter(pk=pk).first()
-        if gate is None or gate.shape != shape:
+    for pk in pks:
+        gate = found.get(pk)
+        if gate is None:
             skipped.append((pk, "not a gate of this group"))
             continue
-        # Each gate keeps what it showed for whatever the bulk answer leaves out: a review
-        # approved in bulk publishes each run's own title and body, a confirmation each
-        # run's own arguments (edits are not given in bulk).
-        if gate.kind == GateKind.CONFIRM:
-            own = dict(data) | {
-                f"arg_{n}": gate.call["args"].get(n, "") for n in gate.call.get("editable", [])
-            }
-        else:
-            own = {**gate.initial, **{k: v for k, v in dict(data).items() if v not in ("", None)}}
+        shown = None if digests is None else digests.get(pk, "")
         try:
-            done.append(answer(pk, own, actor=actor, roles=roles, user=user))
+            own = shared.shown(gate) | given
+            done.append(answer(pk, own, actor=actor, roles=roles, user=user, digest=shown))
         except AnswerRefused as exc:
             skipped.append((pk, str(exc)))
     return BulkResult(done, skipped)

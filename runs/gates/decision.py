@@ -35,8 +35,30 @@ class GateDecision:
     said: str
 
 
-def question_subject(question: str, form: list[dict[str, Any]], initial: dict[str, Any]) -> str:
-    return digest({"question": question, "form": form, "initial": initial})
+def question_subject(
+    question: str, form: list[dict[str, Any]], initial: dict[str, Any], details: str = ""
+) -> str:
+    # Details join the subject only when given, so a gate asked without them keeps the
+    # subject it had before they existed (a run waiting across the upgrade is not asked again).
+    extra = {"details": details} if details else {}
+    return digest({"question": question, "form": form, "initial": initial, **extra})
+
+
+def gate_digest(gate: Gate) -> str:
+    """What the reviewer was shown, as a fingerprint an answer must carry (like a plan's):
+    the gate, the opening it answers (its seq), the question, its details, the call, the form
+    and its initial values. An answer naming another digest was given to something else."""
+    return digest(
+        {
+            "gate": gate.pk,
+            "seq": gate.seq,
+            "question": gate.question,
+            "details": gate.details,
+            "call": gate.call,
+            "form": gate.form,
+            "initial": gate.initial,
+        }
+    )
 
 
 def call_subject(request_hash: str) -> str:

@@ -36,7 +36,7 @@ WRITES = [
     ("/runs/{run}/plan/check", {}),
     ("/runs/{run}/approve", {"mode": "strict", "fingerprint": "{fingerprint}"}),
     ("/groups/{group}/approve", {"mode": "strict", "runs": ["{run}"]}),
-    ("/gates/1/answer", {"answer": {"decision": "approve"}}),
+    ("/gates/1/answer", {"answer": {"decision": "approve"}, "digest": "0" * 64}),
 ]
 
 

@@ -12,6 +12,8 @@ from django.db.models.functions import Now
 from demo.management.commands.seed_demo import run_inline
 from runs import engine
 from runs.gates import answers
+from runs.gates.acts import TICK
+from runs.gates.decision import gate_digest
 from runs.models import Event, Gate, GateStatus
 from tests.api.conftest import is_problem
 from tests.support.web import client_as
@@ -38,6 +40,11 @@ def answered(gate: Gate) -> int:
     return Event.objects.filter(run_id=gate.run_id, type=Event.Type.HUMAN_ANSWERED).count()
 
 
+def sent(gate: Gate, **answer) -> dict:
+    """An answer as a client sends it: the form's fields and the digest of the gate it read."""
+    return {"answer": {**gate.initial, **answer}, "digest": gate_digest(gate)}
+
+
 def test_the_open_gates_are_listed_oldest_first(viewer, review):
     body = viewer.get("/gates").json()
 
@@ -55,9 +62,7 @@ def test_a_gate_reads_with_its_form_and_initial_values(viewer, review):
 
 
 def test_an_operator_answers_a_review_as_themselves(operator, review):
-    response = operator.post(
-        f"/gates/{review.pk}/answer", {"answer": {**review.initial, "title": "From the API"}}
-    )
+    response = operator.post(f"/gates/{review.pk}/answer", sent(review, title="From the API"))
 
     assert response.status_code == 200
     review.refresh_from_db()
@@ -68,9 +73,7 @@ def test_an_operator_answers_a_review_as_themselves(operator, review):
 
 def test_an_answer_that_does_not_fit_the_form_is_a_422_with_its_errors(operator, review):
     body = is_problem(
-        operator.post(
-            f"/gates/{review.pk}/answer", {"answer": {**review.initial, "decision": "x"}}
-        ),
+        operator.post(f"/gates/{review.pk}/answer", sent(review, decision="x")),
         422,
     )
 
@@ -79,11 +82,9 @@ def test_an_answer_that_does_not_fit_the_form_is_a_422_with_its_errors(operator,
 
 
 def test_a_second_answer_is_a_409_naming_who_answered_first(operator, supervisor, review):
-    operator.post(f"/gates/{review.pk}/answer", {"answer": dict(review.initial)})
+    operator.post(f"/gates/{review.pk}/answer", sent(review))
 
-    body = is_problem(
-        supervisor.post(f"/gates/{review.pk}/answer", {"answer": dict(review.initial)}), 409
-    )
+    body = is_problem(supervisor.post(f"/gates/{review.pk}/answer", sent(review)), 409)
 
     assert f"already answered by user:{operator.user.username} at" in body["detail"]
     assert answered(review) == 1
@@ -92,7 +93,7 @@ def test_a_second_answer_is_a_409_naming_who_answered_first(operator, supervisor
 def test_an_operator_may_not_answer_a_supervisors_gate(operator, review):
     charge = charge_gate(review)
 
-    is_problem(operator.post(f"/gates/{charge.pk}/answer", {"answer": dict(charge.initial)}), 403)
+    is_problem(operator.post(f"/gates/{charge.pk}/answer", sent(charge, **{TICK: True})), 403)
 
     assert Gate.objects.get(pk=charge.pk).status == GateStatus.OPEN
 
@@ -100,17 +101,16 @@ def test_an_operator_may_not_answer_a_supervisors_gate(operator, review):
 def test_a_supervisor_confirms_the_charge(supervisor, review):
     charge = charge_gate(review)
 
-    response = supervisor.post(f"/gates/{charge.pk}/answer", {"answer": dict(charge.initial)})
+    response = supervisor.post(f"/gates/{charge.pk}/answer", sent(charge, **{TICK: True}))
 
     assert response.status_code == 200
     assert Gate.objects.get(pk=charge.pk).answered_by == "user:supervisor"
 
 
 def test_the_same_answer_with_the_same_key_answers_once(operator, review):
-    body = {"answer": dict(review.initial)}
-    first = operator.post(f"/gates/{review.pk}/answer", body, key="bot-1")
+    first = operator.post(f"/gates/{review.pk}/answer", sent(review), key="bot-1")
 
-    again = operator.post(f"/gates/{review.pk}/answer", body, key="bot-1")
+    again = operator.post(f"/gates/{review.pk}/answer", sent(review), key="bot-1")
 
     assert again.status_code == first.status_code == 200
     assert again.json() == first.json()
@@ -136,7 +136,7 @@ def test_an_answer_after_the_deadline_is_a_409_and_records_nothing(operator, rev
     )
 
     body = is_problem(
-        operator.post(f"/gates/{review.pk}/answer", {"answer": dict(review.initial)}), 409
+        operator.post(f"/gates/{review.pk}/answer", sent(Gate.objects.get(pk=review.pk))), 409
     )
 
     assert body["type"].endswith("/deadline-passed")
@@ -145,12 +145,47 @@ def test_an_answer_after_the_deadline_is_a_409_and_records_nothing(operator, rev
     assert Gate.objects.get(pk=review.pk).status == GateStatus.OPEN
 
 
+# --- The digest of what was read, and the tick that names the act ----------------------------
+
+
+def test_a_gate_reads_with_its_digest_and_a_charge_with_its_act(viewer, supervisor, review):
+    charge = charge_gate(review)
+
+    read = supervisor.get(f"/gates/{charge.pk}").json()
+
+    assert read["digest"] == gate_digest(charge)
+    assert read["act"] == "charges $5.00 to acct-42 (card)"
+    assert "**The promotion fee**" in read["details"]
+    assert viewer.get(f"/gates/{review.pk}").json()["act"] == ""
+
+
+def test_an_answer_without_a_digest_is_a_422_and_writes_nothing(operator, review):
+    is_problem(operator.post(f"/gates/{review.pk}/answer", {"answer": dict(review.initial)}), 422)
+
+    assert answered(review) == 0
+
+
+def test_an_answer_with_a_stale_digest_is_a_409_with_the_fresh_one_and_writes_nothing(
+    operator, review
+):
+    stale = {"answer": dict(review.initial), "digest": "0" * 64}
+
+    problem = is_problem(operator.post(f"/gates/{review.pk}/answer", stale), 409)
+
+    assert problem["digest"] == gate_digest(review)
+    assert problem["type"].endswith("/stale-gate")
+    assert answered(review) == 0
+    assert Gate.objects.get(pk=review.pk).status == GateStatus.OPEN
+
+
 def test_one_person_votes_once_by_session_and_by_token(operator, supervisor, review):
     Gate.objects.filter(pk=review.pk).update(quorum=2)
     page = f"/runs/run-{review.run_id}/gates/{review.pk}/answer/"
-    voted = client_as("operator").post(page, dict(review.initial))  # the same user's session
+    gate = Gate.objects.get(pk=review.pk)
+    # The same user's session.
+    voted = client_as("operator").post(page, {**review.initial, "digest": gate_digest(gate)})
 
-    again = operator.post(f"/gates/{review.pk}/answer", {"answer": dict(review.initial)})
+    again = operator.post(f"/gates/{review.pk}/answer", sent(gate))
 
     assert voted.status_code == 302
     assert "you answered already" in is_problem(again, 409)["detail"]
@@ -158,6 +193,23 @@ def test_one_person_votes_once_by_session_and_by_token(operator, supervisor, rev
     assert gate.status == GateStatus.OPEN
     assert [v["user"] for v in gate.votes] == [operator.user.pk]
     # Another person's vote settles it.
-    second = supervisor.post(f"/gates/{review.pk}/answer", {"answer": dict(review.initial)})
+    second = supervisor.post(f"/gates/{review.pk}/answer", sent(gate))
     assert second.json()["final"] is True
     assert answered(review) == 2
+
+
+def test_approving_a_charge_without_the_tick_is_a_422_naming_the_act(supervisor, review):
+    charge = charge_gate(review)
+
+    problem = is_problem(supervisor.post(f"/gates/{charge.pk}/answer", sent(charge)), 422)
+
+    assert "charges $5.00 to acct-42 (card)" in problem["errors"][TICK][0]["message"]
+    assert Gate.objects.get(pk=charge.pk).status == GateStatus.OPEN
+
+
+def test_the_openapi_description_says_an_answer_needs_the_digest(viewer):
+    schema = viewer.get("/openapi.json").json()
+
+    digest = schema["components"]["schemas"]["AnswerIn"]["properties"]["digest"]
+    assert "Required" in digest["description"]
+    assert "digest" in schema["components"]["schemas"]["AnswerIn"]["required"]

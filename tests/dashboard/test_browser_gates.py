@@ -5,7 +5,8 @@ test server, with a real RQ worker.
     inbox, edits the title, previews the diff and approves; the worker publishes exactly one
     article, with the edited title; the run then waits for a supervisor to confirm the
     promotion charge; the operator sees no form there and a POST of theirs is refused (403);
-    a supervisor approves; exactly one charge is made and the run succeeds.
+    a supervisor reads what the charge is for, is refused without the tick naming the charge,
+    ticks it and approves; exactly one charge is made and the run succeeds.
 
 The inbox and both gate pages are also looked at on a phone (390×844): no page scrolls
 sideways. Screenshots go to test-artifacts/.
@@ -162,8 +163,15 @@ def test_a_review_and_a_charge_confirmation_in_the_browser(
     expect(call).to_contain_text("charge_card")
     expect(call).to_contain_text("NEVER")
     expect(call.get_by_role("row").filter(has_text="amount")).to_contain_text("editable")
+    # What the charge is for, rendered from the Confirm's markdown description.
+    expect(page.locator("#details strong").first).to_have_text("The promotion fee")
     no_sideways_scroll(page)
     shot(page, "gate-charge-1366px.png")
+    # Approving money needs the tick that names the act: without it nothing is recorded.
+    page.get_by_role("button", name="Send the answer").click()
+    expect(page.locator("#answer").get_by_role("alert")).to_contain_text("to approve")
+    assert answers_to(run, "promote-charge") == 0
+    page.get_by_label("I confirm that approving charges $5.00 to acct-42 (card)").check()
     page.get_by_role("button", name="Send the answer").click()
     expect(page).to_have_url(f"{live_server.url}/runs/{run.public_id}/")
     expect(page.locator("#run-status")).to_have_text("Succeeded", timeout=FINISH_TIMEOUT_MS)
@@ -176,4 +184,6 @@ def test_a_review_and_a_charge_confirmation_in_the_browser(
     expect(page.locator("#history")).to_contain_text("user:supervisor")
     shot(page, "gate-charge-answered-1366px.png")
     assert ARTIFACTS.exists()
-    assert not [p for p in problems if not re.search(r"/admin/", p)], problems
+    # The one answer refused on purpose (no tick) is the 400 the browser reports.
+    expected = r"/admin/|/gates/\d+/answer/: .* status of 400"
+    assert not [p for p in problems if not re.search(expected, p)], problems

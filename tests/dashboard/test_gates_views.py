@@ -14,9 +14,15 @@ import pytest
 from django.db.models.functions import Now
 
 from demo.management.commands.seed_demo import run_inline
+from demo.simulators import ensure_topic
 from runs import engine
 from runs.gates import answers, timeouts
+from runs.gates.acts import TICK
+from runs.gates.decision import gate_digest
+from runs.gates.shared import shared
 from runs.models import Event, Gate, GateStatus, Run
+from tests.gates import pipelines as gp
+from tests.support.pipelines import registered
 from tests.support.web import client_as
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,9 +35,13 @@ def quick_settings(settings) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
-def reviewed() -> Run:
-    """A reviewed demo run, waiting at its review before publish."""
-    run = engine.start_run("content", {"review": "on"}, actor="test", enqueue=False)
+def reviewed(topic: str = "") -> Run:
+    """A reviewed demo run, waiting at its review before publish (of its own topic: its own
+    title and body)."""
+    if topic:
+        ensure_topic(topic)
+    inputs = {"review": "on"} | ({"topic": topic} if topic else {})
+    run = engine.start_run("content", inputs, actor="test", enqueue=False)
     run = run_inline(run.pk)
     assert run.status == Run.Status.WAITING
     return run
@@ -60,7 +70,8 @@ def answers_of(run: Run) -> int:
 
 
 def review_post(gate: Gate, **changes: str) -> dict[str, str]:
-    return {**gate.initial, **changes}
+    """What the gate page posts: the form as shown (with changes) and the gate's digest."""
+    return {**gate.initial, "digest": gate_digest(gate), **changes}
 
 
 # --- Reading ---------------------------------------------------------------------------------
@@ -320,15 +331,19 @@ def test_bulk_answers_every_open_gate_of_the_shape_and_skips_those_no_longer_ope
     assert page.status_code == 200
     assert all(run.public_id in page.content.decode() for run in runs)
     # Someone answers one of them after the page was shown.
-    answers.answer(gates[0].pk, {"decision": "approve"}, actor="sam", roles={"supervisor"})
+    answers.answer(
+        gates[0].pk, {"decision": "approve", TICK: "on"}, actor="sam", roles={"supervisor"}
+    )
 
     response = supervisor.post(
         f"/runs/gate-groups/{gates[0].shape}/answer/",
         {
             "scope": "all",
             "shown": ",".join(str(g.pk) for g in gates),
+            **{f"digest-{g.pk}": gate_digest(g) for g in gates},
             "answer-decision": "approve",
             "answer-reason": "",
+            f"answer-{TICK}": "on",
         },
     )
 
@@ -349,12 +364,214 @@ def test_bulk_by_an_operator_on_supervisor_gates_writes_nothing(facts):
 
     response = client_as("operator").post(
         f"/runs/gate-groups/{gate.shape}/answer/",
-        {"scope": "all", "shown": str(gate.pk), "answer-decision": "approve"},
+        {
+            "scope": "all",
+            "shown": str(gate.pk),
+            f"digest-{gate.pk}": gate_digest(gate),
+            "answer-decision": "approve",
+            f"answer-{TICK}": "on",
+        },
     )
 
     assert response.status_code == 409
     assert "for a supervisor to answer" in response.content.decode()
     assert answers_of(gate.run) == 1  # the review's, before
+
+
+def section(html: str, id_: str) -> str:
+    start = html.index(f'id="{id_}"')
+    return html[start : html.index("</section>", start)]
+
+
+# --- Consequences at the button --------------------------------------------------------------
+
+CHARGE_ACT = "charges $5.00 to acct-42 (card)"
+
+
+def test_the_charge_page_names_the_act_beside_the_tick(facts):
+    gate = gate_of(at_the_charge(), "promote-charge")
+
+    html = client_as("supervisor").get(gate_url(gate)).content.decode()
+
+    assert f"I confirm that approving {CHARGE_ACT}" in html
+    assert f'name="{TICK}"' in html
+    assert f'name="digest" value="{gate_digest(gate)}"' in html
+
+
+def test_approving_a_charge_on_its_page_without_the_tick_is_a_form_error_and_writes_nothing(facts):
+    run = at_the_charge()
+    gate = gate_of(run, "promote-charge")
+    before = Run.objects.get(pk=run.pk).last_seq
+
+    response = client_as("supervisor").post(
+        gate_url(gate, "answer/"), {"decision": "approve", "digest": gate_digest(gate)}
+    )
+
+    assert response.status_code == 400
+    assert f"Tick “I confirm that approving {CHARGE_ACT}” to approve." in response.content.decode()
+    assert Run.objects.get(pk=run.pk).last_seq == before
+    assert gate_of(run, "promote-charge").status == GateStatus.OPEN
+
+
+def test_approving_a_charge_on_its_page_with_the_tick_is_recorded(facts):
+    run = at_the_charge()
+    gate = gate_of(run, "promote-charge")
+
+    response = client_as("supervisor").post(
+        gate_url(gate, "answer/"), {"decision": "approve", TICK: "on", "digest": gate_digest(gate)}
+    )
+
+    assert response.status_code == 302
+    assert gate_of(run, "promote-charge").answered_by == "user:supervisor"
+
+
+def test_rejecting_a_charge_needs_no_tick(facts):
+    run = at_the_charge()
+    gate = gate_of(run, "promote-charge")
+
+    response = client_as("supervisor").post(
+        gate_url(gate, "answer/"),
+        {"decision": "reject", "reason": "not this month", "digest": gate_digest(gate)},
+    )
+
+    assert response.status_code == 302
+    assert gate_of(run, "promote-charge").answer["decision"] == "reject"
+
+
+# --- The digest of what was shown ------------------------------------------------------------
+
+
+def test_an_answer_to_a_page_that_changed_is_a_409_with_the_fresh_form_and_writes_nothing(facts):
+    run = reviewed()
+    gate = gate_of(run, "review")
+    before = Run.objects.get(pk=run.pk).last_seq
+
+    response = client_as("operator").post(
+        gate_url(gate, "answer/"), review_post(gate, digest="f" * 64, title="Mine")
+    )
+
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert "what you were shown changed" in html
+    assert f'name="digest" value="{gate_digest(gate)}"' in html
+    assert 'name="title"' in html  # the fresh form, to answer again
+    assert Run.objects.get(pk=run.pk).last_seq == before
+    assert gate_of(run, "review").status == GateStatus.OPEN
+
+
+def test_an_answer_without_a_digest_is_refused_as_stale(facts):
+    run = reviewed()
+    gate = gate_of(run, "review")
+
+    response = client_as("operator").post(gate_url(gate, "answer/"), dict(gate.initial))
+
+    assert response.status_code == 409
+    assert answers_of(run) == 0
+
+
+# --- What the reviewer reads -----------------------------------------------------------------
+
+
+def test_a_confirmations_description_renders_as_markdown_beside_the_call(facts):
+    gate = gate_of(at_the_charge(), "promote-charge")
+
+    html = client_as("supervisor").get(gate_url(gate)).content.decode()
+
+    details = section(html, "details")
+    assert "<strong>The promotion fee</strong>" in details
+    assert "<li><em>Reject</em> with a reason" in details
+
+
+def test_details_render_sanitised_and_the_question_stays_the_heading(settings):
+    with registered(settings, *gp.PATHS):
+        run = run_inline(engine.start_run("gate-detailed", {}, actor="test", enqueue=False).pk)
+        gate = gate_of(run, "reply")
+
+        html = client_as("operator").get(gate_url(gate)).content.decode()
+
+    assert "<h1>Send the reply to this email?</h1>" in html
+    details = section(html, "details")
+    assert "<strong>From:</strong> a customer" in details
+    assert "<blockquote>" in details
+    assert "<script" not in details and "from the email" not in details
+
+
+# --- Bulk: what is shared, and what it does --------------------------------------------------
+
+
+def test_the_bulk_page_of_charges_shows_each_act_its_amount_and_the_total(facts):
+    runs = [at_the_charge() for _ in range(3)]
+    shape = gate_of(runs[0], "promote-charge").shape
+
+    html = client_as("supervisor").get(f"/runs/gate-groups/{shape}/").content.decode()
+
+    assert html.count(f'<td class="act">{CHARGE_ACT}</td>') == 3
+    assert html.count('<td class="num amount">$5.00</td>') == 3
+    assert '<td class="num total">3 charges, $15.00 in all</td>' in html
+    assert "I confirm that approving makes 3 charges, $15.00 in all" in html
+
+
+def test_approving_charges_in_bulk_without_the_tick_is_a_form_error_and_writes_nothing(facts):
+    gates = [gate_of(at_the_charge(), "promote-charge") for _ in range(2)]
+
+    response = client_as("supervisor").post(
+        f"/runs/gate-groups/{gates[0].shape}/answer/",
+        {
+            "scope": "all",
+            "shown": ",".join(str(g.pk) for g in gates),
+            **{f"digest-{g.pk}": gate_digest(g) for g in gates},
+            "answer-decision": "approve",
+        },
+    )
+
+    assert response.status_code == 400
+    assert "Tick “I confirm that approving makes 2 charges, $10.00 in all”" in (
+        response.content.decode()
+    )
+    assert [gate_of(g.run, "promote-charge").status for g in gates] == [GateStatus.OPEN] * 2
+    assert (
+        Event.objects.filter(type=Event.Type.HUMAN_ANSWERED, payload__gate="promote-charge").count()
+        == 0
+    )
+
+
+def test_the_bulk_review_offers_no_field_whose_value_differs_per_run(facts):
+    runs = [reviewed("gates"), reviewed("leases")]
+    shape = gate_of(runs[0], "review").shape
+
+    html = client_as("operator").get(f"/runs/gate-groups/{shape}/").content.decode()
+
+    assert "Answered run by run: title, body differ from run to run" in html
+    assert 'name="answer-body"' not in html and 'name="answer-title"' not in html
+    assert 'name="answer-decision"' in html and 'name="answer-notes"' in html
+
+
+def test_a_bulk_review_approved_on_the_page_keeps_each_runs_own_title_and_body(facts):
+    gates = [gate_of(reviewed(t), "review") for t in ("gates", "leases", "plans")]
+
+    response = client_as("operator").post(
+        f"/runs/gate-groups/{gates[0].shape}/answer/",
+        {
+            "scope": "all",
+            "shown": ",".join(str(g.pk) for g in gates),
+            **{f"digest-{g.pk}": gate_digest(g) for g in gates},
+            # What the page prefilled: the values every run shows alike.
+            **{f"answer-{name}": value for name, value in shared(gates).initial.items()},
+            "answer-decision": "approve",
+            "answer-notes": "all three",
+        },
+    )
+
+    assert response.status_code == 200
+    for gate in gates:
+        gate.refresh_from_db()
+        assert gate.status == GateStatus.ANSWERED
+        assert (gate.answer["title"], gate.answer["body"]) == (
+            gate.initial["title"],
+            gate.initial["body"],
+        )
+        assert gate.answer["notes"] == "all three" and gate.diff == {}
+    assert len({(g.initial["title"], g.initial["body"]) for g in gates}) == 3
 
 
 # --- Bad input -------------------------------------------------------------------------------

@@ -633,11 +633,14 @@ def answer_open_gates(run_pk: int) -> list[str]:
     approves the review unedited, a supervisor approves the charge. Returns what they
     answered."""
     from runs.gates import answers
+    from runs.gates.acts import TICK
     from runs.models import Gate, GateKind, GateStatus
 
     done = []
     for gate in Gate.objects.filter(run_id=run_pk, status=GateStatus.OPEN).order_by("pk"):
-        data = {"decision": "approve"} if gate.kind == GateKind.CONFIRM else dict(gate.initial)
+        # A confirmation approved with the tick that names its act (the charge's money).
+        confirm = {"decision": "approve", TICK: "on"}
+        data = confirm if gate.kind == GateKind.CONFIRM else dict(gate.initial)
         answers.answer(gate.pk, data, actor=GATE_PEOPLE[gate.role], roles=frozenset({gate.role}))
         done.append(f"{gate.stage}/{gate.gate_id}")
     return done

@@ -41,6 +41,9 @@ PATHS = tuple(
         "charge",
         "quorum",
         "quorum_timeout",
+        "charge_learning",
+        "detailed",
+        "long_question",
     )
 )
 
@@ -53,26 +56,30 @@ def charge_key(ctx: Context, args: dict) -> KeyParts:
     return KeyParts(args["account"], "card", f"{ctx.root_id}/fee", args["reference"])
 
 
-CHARGE = http_tool(
-    "charge_card",
-    ReplayPolicy.NEVER,
-    url="/v1/charges",
-    base_url=_service_url,
-    body=lambda args, key: {
-        "account": args["account"],
-        "amount": args["amount"],
-        "reference": args["reference"],
-    },
-    key=charge_key,
-    external_id="id",
-    reconcile="/v1/charges/by-key/{key}",
-    target="card processor",
-    cost=Decimal(FEE),
-    meter="charge",
-    verb="charge",
-    # Always confirmed, by a supervisor, who may change the amount.
-    confirm=Confirm(role=GateRole.SUPERVISOR, editable=("amount",)),
-)
+def charge_tool(confirm: Confirm):
+    return http_tool(
+        "charge_card",
+        ReplayPolicy.NEVER,
+        url="/v1/charges",
+        base_url=_service_url,
+        body=lambda args, key: {
+            "account": args["account"],
+            "amount": args["amount"],
+            "reference": args["reference"],
+        },
+        key=charge_key,
+        external_id="id",
+        reconcile="/v1/charges/by-key/{key}",
+        target="card processor",
+        cost=Decimal(FEE),
+        meter="charge",
+        verb="charge",
+        confirm=confirm,
+    )
+
+
+# Always confirmed, by a supervisor, who may change the amount.
+CHARGE = charge_tool(Confirm(role=GateRole.SUPERVISOR, editable=("amount",)))
 
 
 # --- one question ---------------------------------------------------------------------------
@@ -180,4 +187,80 @@ charge = Pipeline(
     name="gate-charge",
     tools=(CHARGE,),
     stages=(Stage("pay", _pay, tools=("charge_card",), calls=(Call("fee", "charge_card"),)),),
+)
+
+
+# --- a charge whose stage learns what the reviewer did ---------------------------------------
+
+EMAIL = """\
+**From:** a customer
+
+> Please refund my order.
+
+<script>alert("from the email")</script>
+"""
+
+
+def _pay_and_learn(ctx: Context) -> StageOutput:
+    # A rejection is the call's result (on_reject="return"): the stage goes on with it.
+    result = ctx.call(
+        "fee", "charge_card", account=ACCOUNT, amount=FEE, reference=f"fee of {ctx.run_id}"
+    )
+    review = ctx.review("fee")
+    return StageOutput(
+        outputs={
+            "result": result,
+            "review": {
+                "decision": review.decision,
+                "by": review.by,
+                "reason": review.reason,
+                "edits": review.edits,
+                "at": review.at.isoformat() if review.at else "",
+            },
+        }
+    )
+
+
+charge_learning = Pipeline(
+    name="gate-charge-learning",
+    tools=(
+        charge_tool(
+            Confirm(
+                role=GateRole.SUPERVISOR,
+                editable=("amount",),
+                on_reject="return",
+                description="The **customer's fee**, as agreed.",
+            )
+        ),
+    ),
+    stages=(
+        Stage("pay", _pay_and_learn, tools=("charge_card",), calls=(Call("fee", "charge_card"),)),
+    ),
+)
+
+
+# --- a question with details, and one too long for a heading --------------------------------
+
+
+def _reply(ctx: Context) -> StageOutput:
+    answer = ctx.ask("reply", "Send the reply to this email?", details=EMAIL)
+    return StageOutput(outputs={"decision": answer["decision"]})
+
+
+detailed = Pipeline(
+    name="gate-detailed",
+    tools=(),
+    stages=(Stage("decide", _reply, asks=("reply",)),),
+)
+
+
+def _long(ctx: Context) -> StageOutput:
+    ctx.ask("reply", "Send this reply? " + EMAIL * 10)
+    return StageOutput()
+
+
+long_question = Pipeline(
+    name="gate-long-question",
+    tools=(),
+    stages=(Stage("decide", _long, asks=("reply",)),),
 )

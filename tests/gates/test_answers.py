@@ -10,9 +10,15 @@ from django.contrib.auth.models import User
 from django.db.models.functions import Now
 
 from demo.management.commands.seed_demo import run_inline
+from demo.simulators import ensure_topic
 from runs import engine
 from runs.gates import answers
+from runs.gates.acts import TICK
+from runs.gates.decision import gate_digest
+from runs.gates.shared import shared
 from runs.models import Event, Gate, GateStatus, Run
+from tests.gates import pipelines as gp
+from tests.support.pipelines import registered
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,8 +27,11 @@ SUPERVISOR = frozenset({"supervisor"})
 VIEWER = frozenset({"viewer"})
 
 
-def waiting_at_review() -> Gate:
-    run = engine.start_run("content", {"review": "on"}, actor="test", enqueue=False)
+def waiting_at_review(topic: str = "") -> Gate:
+    if topic:
+        ensure_topic(topic)
+    inputs = {"review": "on"} | ({"topic": topic} if topic else {})
+    run = engine.start_run("content", inputs, actor="test", enqueue=False)
     run_inline(run.pk)
     return Gate.objects.get(run=run, gate_id="review")
 
@@ -219,3 +228,143 @@ def test_a_vote_towards_a_quorum_needs_a_signed_in_user(facts):
         answers.answer(gate.pk, dict(gate.initial), actor="script", roles=OPERATOR)
 
     assert answered_events(gate) == 0
+
+
+# --- The tick that names the act ------------------------------------------------------------
+
+
+def test_approving_a_charge_without_the_tick_is_a_form_error_and_writes_nothing(facts, redis_conn):
+    gate = waiting_at_charge()
+
+    with pytest.raises(answers.InvalidAnswer) as refused:
+        answers.answer(gate.pk, {"decision": "approve"}, actor="sam", roles=SUPERVISOR)
+
+    [error] = refused.value.form.errors[TICK]
+    assert "charges $5.00 to acct-42 (card)" in error
+    assert answered_events(gate) == 1  # the review's, before
+    assert Gate.objects.get(pk=gate.pk).status == GateStatus.OPEN
+
+
+def test_approving_a_charge_with_the_tick_is_recorded(facts, redis_conn):
+    gate = waiting_at_charge()
+
+    answers.answer(gate.pk, {"decision": "approve", TICK: "on"}, actor="sam", roles=SUPERVISOR)
+
+    gate.refresh_from_db()
+    assert (gate.status, gate.answer["decision"]) == (GateStatus.ANSWERED, "approve")
+    assert TICK not in gate.answer  # the tick is how it was given, not what was answered
+
+
+# --- The digest of what was shown -----------------------------------------------------------
+
+
+def test_an_answer_with_a_stale_digest_is_refused_with_the_fresh_one_and_writes_nothing(facts):
+    gate = waiting_at_review()
+    before = Run.objects.get(pk=gate.run_id).last_seq
+
+    with pytest.raises(answers.StaleAnswer) as refused:
+        answers.answer(gate.pk, dict(gate.initial), actor="ana", roles=OPERATOR, digest="0" * 64)
+
+    assert refused.value.digest == gate_digest(gate)
+    assert "what you were shown changed" in str(refused.value)
+    assert Run.objects.get(pk=gate.run_id).last_seq == before
+    assert Gate.objects.get(pk=gate.pk).status == GateStatus.OPEN
+
+
+def test_an_answer_with_the_gates_digest_is_recorded(facts, redis_conn):
+    gate = waiting_at_review()
+
+    answers.answer(
+        gate.pk, dict(gate.initial), actor="ana", roles=OPERATOR, digest=gate_digest(gate)
+    )
+
+    assert Gate.objects.get(pk=gate.pk).status == GateStatus.ANSWERED
+
+
+def test_the_digest_changes_when_the_gate_shows_another_opening(facts):
+    gate = waiting_at_review()
+    shown = gate_digest(gate)
+
+    gate.seq += 1  # what a re-opened gate's GATE_OPENED gives it
+
+    assert gate_digest(gate) != shown
+
+
+# --- Bulk gives only what the gates share ---------------------------------------------------
+
+
+def test_bulk_review_offers_only_the_fields_every_run_shows_alike(facts):
+    gates = [waiting_at_review("gates"), waiting_at_review("leases")]
+
+    common = shared(gates)
+
+    assert common.differ == ["Title", "Body"]
+    assert common.names == ["decision", "notes"]
+    assert common.initial["decision"] == "approve"
+
+
+def test_a_bulk_answer_that_gives_a_field_the_runs_do_not_share_writes_nothing(facts):
+    gates = [waiting_at_review("gates"), waiting_at_review("leases")]
+
+    with pytest.raises(answers.InvalidAnswer, match="body differ from run to run"):
+        answers.answer_many(
+            [g.pk for g in gates],
+            {"decision": "approve", "body": "one body for all"},
+            shape=gates[0].shape,
+            actor="ana",
+            roles=OPERATOR,
+        )
+
+    assert sum(answered_events(g) for g in gates) == 0
+
+
+def test_a_bulk_answer_skips_a_gate_whose_digest_is_stale(facts, redis_conn):
+    first, second = waiting_at_review(), waiting_at_review()
+
+    result = answers.answer_many(
+        [first.pk, second.pk],
+        {"decision": "approve"},
+        shape=first.shape,
+        actor="ana",
+        roles=OPERATOR,
+        digests={first.pk: gate_digest(first), second.pk: "stale"},
+    )
+
+    assert [a.gate.pk for a in result.answered] == [first.pk]
+    assert [pk for pk, _ in result.skipped] == [second.pk]
+    assert answered_events(second) == 0
+
+
+# --- What the reviewer reads ----------------------------------------------------------------
+
+
+@pytest.fixture
+def gate_pipelines(settings):
+    with registered(settings, *gp.PATHS):
+        yield
+
+
+def test_details_are_recorded_with_the_gate_and_its_opening_event(gate_pipelines):
+    run = run_inline(engine.start_run("gate-detailed", {}, actor="test", enqueue=False).pk)
+
+    gate = Gate.objects.get(run=run, gate_id="reply")
+    assert gate.details == gp.EMAIL
+    opened = Event.objects.get(run=run, type=Event.Type.GATE_OPENED)
+    assert opened.payload["details"] == gp.EMAIL
+
+
+def test_a_question_too_long_for_a_heading_fails_the_stage_and_says_where_it_goes(
+    gate_pipelines,
+):
+    run = run_inline(engine.start_run("gate-long-question", {}, actor="test", enqueue=False).pk)
+
+    assert run.status == Run.Status.FAILED
+    failed = Event.objects.get(run=run, type=Event.Type.FAILED)
+    assert "put long text in details=" in failed.payload["error"]
+    assert not Gate.objects.filter(run=run).exists()
+
+
+def test_a_confirmations_description_is_recorded_as_its_details(facts, redis_conn):
+    gate = waiting_at_charge()
+
+    assert "**The promotion fee**" in gate.details

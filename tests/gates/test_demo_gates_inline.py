@@ -8,6 +8,7 @@ import pytest
 from demo.management.commands.seed_demo import run_inline
 from runs import engine
 from runs.gates import answers
+from runs.gates.acts import TICK
 from runs.models import Event, Gate, GateKind, GateStatus, Lease, Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -57,7 +58,7 @@ def test_the_edited_title_is_published_and_the_edited_amount_charged_under_a_new
         answers.answer(charge_gate.pk, {"decision": "approve"}, actor="ana", roles=OPERATOR)
     answers.answer(
         charge_gate.pk,
-        {"decision": "approve", "arg_amount": "3.50"},
+        {"decision": "approve", "arg_amount": "3.50", TICK: "on"},
         actor="sam",
         roles=SUPERVISOR,
     )

@@ -11,6 +11,7 @@ import pytest
 from demo import faults
 from demo.management.commands.seed_demo import interrupt_killed, run_inline, run_until_killed
 from runs.gates import answers
+from runs.gates.acts import TICK
 from runs.gates.decision import GateAction
 from runs.models import ApprovalMode, Event, Gate, Run
 from runs.planning.planner import compute_plan
@@ -64,7 +65,7 @@ def test_a_strict_resume_never_asks_an_answered_gate_again_and_keeps_its_plan(
     run = run_inline(run.pk)
     assert run.status == Run.Status.WAITING  # at the charge, which nobody was asked yet
     charge = Gate.objects.get(run=run, gate_id="promote-charge")
-    answers.answer(charge.pk, {"decision": "approve"}, actor="sam", roles=SUPERVISOR)
+    answers.answer(charge.pk, {"decision": "approve", TICK: "on"}, actor="sam", roles=SUPERVISOR)
     run = run_inline(run.pk)
 
     assert run.status == Run.Status.SUCCEEDED

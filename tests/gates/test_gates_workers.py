@@ -25,9 +25,13 @@ from django.db import connections
 from django.db.models.functions import Now
 
 from demo import faults
+from demo.pipeline import content_hash
+from demo.simulators import ensure_topic
 from runs import engine, enqueue
 from runs.gates import answers
-from runs.gates.decision import GateAction
+from runs.gates.acts import TICK
+from runs.gates.decision import GateAction, gate_digest
+from runs.gates.shared import shared
 from runs.models import ApprovalMode, Effect, Event, Gate, GateStatus, Lease, Run, StoredPlan
 from runs.planning.plan import Plan
 from runs.planning.planner import compute_plan
@@ -36,6 +40,7 @@ from tests.gates import pipelines as gp
 from tests.support.pipelines import registered
 from tests.support.processes import Workers, wait_for
 from tests.support.state import run_status
+from tests.support.web import client_as
 
 pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
 
@@ -122,7 +127,8 @@ def approve_review(run: Run, **changes: str) -> None:
 
 def approve_charge(run: Run, **data: str) -> None:
     gate = open_gate(run, "promote-charge")
-    answers.answer(gate.pk, {"decision": "approve", **data}, actor="sam", roles=SUPERVISOR)
+    answer = {"decision": "approve", TICK: "on", **data}
+    answers.answer(gate.pk, answer, actor="sam", roles=SUPERVISOR)
 
 
 # --- (a) waiting frees the worker ----------------------------------------------------------
@@ -346,7 +352,10 @@ def test_an_edited_charge_reaches_the_target_under_the_edited_requests_key(
     asked = dict(gate.call["args"])
 
     answers.answer(
-        gate.pk, {"decision": "approve", "arg_amount": "3.50"}, actor="sam", roles=SUPERVISOR
+        gate.pk,
+        {"decision": "approve", "arg_amount": "3.50", TICK: "on"},
+        actor="sam",
+        roles=SUPERVISOR,
     )
 
     assert settled(run) == Run.Status.SUCCEEDED
@@ -506,3 +515,112 @@ def test_two_different_people_settle_a_two_person_gate_and_the_stage_goes_on(wor
     assert settled(run) == Run.Status.SUCCEEDED
     assert run.checkpoints.get(stage="decide").outputs == vote
     assert [e.payload["user"] for e in answered(run)] == [ana, bob]
+
+
+# --- (l) bulk never overwrites each run's own content, and bulk money needs the tick ---------
+
+
+def bulk_post(gates: list[Gate], **answer: str) -> dict[str, str]:
+    """What the group page posts for these gates: the gates shown with their digests, and
+    the one answer over the values every gate shows alike (what the page prefills)."""
+    return {
+        "scope": "all",
+        "shown": ",".join(str(g.pk) for g in gates),
+        **{f"digest-{g.pk}": gate_digest(g) for g in gates},
+        **{f"answer-{name}": value for name, value in shared(gates).initial.items()},
+        **{f"answer-{name}": value for name, value in answer.items()},
+    }
+
+
+def test_a_bulk_review_of_three_runs_publishes_each_runs_own_article_and_bulk_charges_need_the_tick(
+    workers, redis_conn, demo_service
+):
+    topics = ("gates", "leases", "plans")
+    runs = []
+    for topic in topics:
+        ensure_topic(topic)
+        runs.append(faults.start_run("content", {"review": "on", "topic": topic}, actor="test"))
+    start_worker(workers)
+    reviews = [open_gate(run, "review") for run in runs]
+    shape = reviews[0].shape
+    operator = client_as("operator")
+
+    page = operator.get(f"/runs/gate-groups/{shape}/").content.decode()
+    assert "Answered run by run: title, body differ" in page
+    response = operator.post(f"/runs/gate-groups/{shape}/answer/", bulk_post(reviews))
+    assert response.status_code == 200
+
+    charges = [open_gate(run, "promote-charge") for run in runs]
+    published = {a["title"]: a["content_hash"] for a in demo_service.articles()}
+    assert published == {
+        g.initial["title"]: content_hash(g.initial["title"], g.initial["body"]) for g in reviews
+    }
+    assert len(set(published.values())) == 3
+
+    supervisor = client_as("supervisor")
+    group = f"/runs/gate-groups/{charges[0].shape}/"
+    page = supervisor.get(group).content.decode()
+    assert '<td class="num total">3 charges, $15.00 in all</td>' in page
+    untick = supervisor.post(f"{group}answer/", bulk_post(charges, decision="approve"))
+    assert untick.status_code == 400
+    assert answered(runs[0], "promote-charge") == []
+    ticked = supervisor.post(f"{group}answer/", bulk_post(charges, **{TICK: "on"}))
+    assert ticked.status_code == 200
+
+    assert [settled(run) for run in runs] == [Run.Status.SUCCEEDED] * 3
+    assert len(demo_service.charges()) == 3
+    assert len(demo_service.articles()) == 3
+
+
+# --- (m) the stage learns what the reviewer did ---------------------------------------------
+
+
+def test_a_rejection_returned_as_the_result_lets_the_stage_go_on_with_the_feedback(
+    workers, redis_conn, demo_service
+):
+    run = engine.start_run("gate-charge-learning", {}, actor="test")
+    start_worker(workers)
+    gate = open_gate(run, "fee")
+
+    answers.answer(
+        gate.pk,
+        {"decision": "reject", "reason": "the customer asked for a refund"},
+        actor="sam",
+        roles=SUPERVISOR,
+        digest=gate_digest(gate),
+    )
+
+    assert settled(run) == Run.Status.SUCCEEDED
+    outputs = run.checkpoints.get(stage="pay").outputs
+    assert outputs["result"] == {
+        "rejected": True,
+        "by": "sam",
+        "reason": "the customer asked for a refund",
+    }
+    assert outputs["review"]["decision"] == "reject"
+    assert demo_service.charges() == []
+    assert not Effect.objects.filter(run=run).exists()
+
+
+def test_the_stage_learns_who_edited_the_call_and_what_they_changed(
+    workers, redis_conn, demo_service
+):
+    run = engine.start_run("gate-charge-learning", {}, actor="test")
+    start_worker(workers)
+    gate = open_gate(run, "fee")
+
+    answers.answer(
+        gate.pk,
+        {"decision": "approve", "arg_amount": "3.50", TICK: "on"},
+        actor="sam",
+        roles=SUPERVISOR,
+        digest=gate_digest(gate),
+    )
+
+    assert settled(run) == Run.Status.SUCCEEDED
+    review = run.checkpoints.get(stage="pay").outputs["review"]
+    assert (review["decision"], review["by"]) == ("approve", "sam")
+    assert review["edits"] == {"amount": [gp.FEE, "3.50"]}
+    assert review["at"]
+    [charge] = demo_service.charges()
+    assert charge["amount"] == "3.50"

@@ -18,6 +18,8 @@ from django.db.models import Count
 from runs.dashboard.queries.artifacts import ArtifactRow, artifact_rows
 from runs.dashboard.queries.inbox import InboxFilters
 from runs.dashboard.stops import ReasonKind
+from runs.gates.acts import act_of
+from runs.gates.decision import gate_digest
 from runs.ledger import artifacts as artifact_store
 from runs.ledger.checkpoints import latest_checkpoint
 from runs.models import Checkpoint, Event, Gate, GateStatus, Run
@@ -318,6 +320,15 @@ def diff_lines(diff: dict[str, Any]) -> list[DiffLine]:
 # --- Identical gates, answered together ------------------------------------------------------
 
 
+def _with_acts(gates: list[Gate]) -> list[Gate]:
+    # Each row's pending call as an act ("charges $5.00 to acct-42 (card)") and the digest
+    # of what the row shows, which the page's answer carries back.
+    for gate in gates:
+        gate.act = act_of(gate.call)
+        gate.digest = gate_digest(gate)
+    return gates
+
+
 def gate_group(shape: str, limit: int = GROUP_LIMIT) -> list[Gate] | None:
     """The open gates of one shape, oldest first (gate_shape_idx), each with its run; None
     when none is open."""
@@ -326,7 +337,14 @@ def gate_group(shape: str, limit: int = GROUP_LIMIT) -> list[Gate] | None:
         .select_related("run")
         .order_by("created_at", "pk")[:limit]
     )
-    return rows or None
+    return _with_acts(rows) or None
+
+
+def gates_of_shape(shape: str, pks: list[int]) -> list[Gate]:
+    """The gates a bulk answer's page showed that are of this shape, open or not, in the
+    page's order: what the answer's form was offered from."""
+    found = {g.pk: g for g in Gate.objects.filter(pk__in=pks, shape=shape).select_related("run")}
+    return _with_acts([found[pk] for pk in pks if pk in found])
 
 
 def gates_by_pk(pks: list[int]) -> dict[int, Gate]:

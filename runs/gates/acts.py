@@ -1,0 +1,112 @@
+"""What a button does to the outside world, in words a person ticks before pressing it:
+"charges $5.00 to acct-42 (card)", "publishes on devblog as acct-42". Built from a pending
+call as a confirmation gate records it (its verb, price, policy and target), so the gate
+page, the bulk page and the API say the same, and later any other button that makes a call
+can reuse it.
+
+A call needs the tick when it costs money or cannot simply be made again: a price above
+zero, or a RECONCILE_FIRST or NEVER policy. A rejection needs no tick (nothing is done)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django import forms
+
+from runs.gates.forms import APPROVE
+from runs.models import ReplayPolicy
+
+# The answer's field that carries the tick (the gate's form gains it when the act needs it).
+TICK = "confirm_act"
+GUARDED = (ReplayPolicy.RECONCILE_FIRST, ReplayPolicy.NEVER)
+
+
+def third_person(verb: str) -> str:
+    if verb.endswith(("s", "sh", "ch", "x", "z")):
+        return verb + "es"
+    return verb + "s"
+
+
+def money(amount: Decimal) -> str:
+    """$5.00, $0.04, $0.001: cents always, more places only when the price has them."""
+    if amount == amount.quantize(Decimal("0.01")):
+        return f"${amount.quantize(Decimal('0.01')):,}"
+    return f"${amount.normalize():,f}"
+
+
+def _price(call: dict[str, Any]) -> Decimal:
+    try:
+        price = Decimal(str(call.get("cost") or 0))
+    except InvalidOperation:
+        return Decimal(0)
+    return price if price.is_finite() else Decimal(0)
+
+
+@dataclass(frozen=True)
+class Act:
+    verb: str
+    price: Decimal
+    # "charges $5.00 to acct-42 (card)": what the tick names.
+    text: str
+    needs_tick: bool
+
+    @property
+    def amount(self) -> str:
+        return money(self.price)
+
+
+def act_of(call: dict[str, Any]) -> Act | None:
+    """The act of a confirmation's pending call; None for a gate with no call (a question)."""
+    if not call:
+        return None
+    verb = str(call.get("verb") or "call")
+    price = _price(call)
+    account, _, platform = str(call.get("target") or "").partition("@")
+    where = platform or account or str(call.get("tool", ""))
+    if price > 0:
+        text = f"{third_person(verb)} {money(price)} to {account or where}"
+        text += f" ({platform})" if platform and account else ""
+    else:
+        text = f"{third_person(verb)} on {where}" + (f" as {account}" if platform else "")
+    needs_tick = price > 0 or call.get("policy") in GUARDED
+    return Act(verb, price, text, needs_tick)
+
+
+@dataclass(frozen=True)
+class Total:
+    count: int
+    price: Decimal
+    # "3 charges, $15.00 in all"
+    text: str
+
+
+def total(acts: Iterable[Act]) -> Total:
+    acts = list(acts)
+    price = sum((a.price for a in acts), Decimal(0))
+    verbs = {a.verb for a in acts}
+    verb = verbs.pop() if len(verbs) == 1 else "call"
+    noun = verb if len(acts) == 1 else third_person(verb)
+    return Total(len(acts), price, f"{len(acts)} {noun}, {money(price)} in all")
+
+
+def add_tick(form: forms.Form, says: str) -> None:
+    """The box an approval must tick, naming what approving does."""
+    form.fields[TICK] = forms.BooleanField(
+        required=False,
+        label=f"I confirm that approving {says}",
+        help_text="needed to approve; a rejection needs no tick",
+    )
+
+
+def tick_missing(form: forms.Form) -> bool:
+    """Whether a valid form approves without the tick its act needs; the form then carries
+    the error beside the box. Every face's answer goes through this (one gate, or many)."""
+    if TICK not in form.fields or form.cleaned_data.get("decision") != APPROVE:
+        return False
+    if form.cleaned_data.get(TICK):
+        return False
+    form.add_error(TICK, f"Tick “{form.fields[TICK].label}” to approve.")
+    return True
