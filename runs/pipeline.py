@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from django.conf import settings
 from django.utils.module_loading import import_string
+from pydantic import BaseModel
 
 from runs.models import Checkpoint, Effect, GateRole, ReplayPolicy, Run
 
@@ -121,7 +122,7 @@ class Confirm:
     """A tool's call needs a human first. `when(ctx, args)` says whether this call does (for
     example "charges over $100"; always, by default); `editable` names the arguments the
     reviewer may change. An edited call is made with exactly the edited arguments, under the
-    delivery key of the edited request."""
+    delivery key of the edited request; `limits` bound an edit further (pydantic Fields)."""
 
     when: Callable[[Context, dict[str, Any]], bool] | None = None
     role: str = GateRole.OPERATOR
@@ -130,6 +131,7 @@ class Confirm:
     timeout: timedelta | None = None
     on_timeout: OnTimeout | None = None
     escalate_to: str = ""
+    limits: dict[str, Any] = field(default_factory=dict, hash=False)
 
     def required(self, ctx: Context, args: dict[str, Any]) -> bool:
         return True if self.when is None else bool(self.when(ctx, args))
@@ -246,18 +248,26 @@ class Tool:
     # What a plan says about retrying an unknown outcome of this tool under the same key
     # ("may be billed twice: model APIs do not deduplicate").
     caveat: str = ""
+    # The arguments' types and constraints (pydantic): what an edit is checked against.
+    args: type[BaseModel] | None = None
+    # price(args) -> Decimal: a call priced by its arguments (a charge's amount), not `cost`.
+    price: Callable[[dict[str, Any]], Decimal] | None = None
 
     @property
     def confirmation(self) -> Confirm | None:
-        if self.confirm is True:
-            return Confirm()
-        return self.confirm or None
+        return Confirm() if self.confirm is True else (self.confirm or None)
+
+    def price_of(self, args: dict[str, Any] | None) -> Decimal:
+        return self.cost if self.price is None or args is None else Decimal(self.price(args))
 
     def __post_init__(self) -> None:
         if self.policy != ReplayPolicy.SAFE and self.key is None:
             raise ValueError(f"tool {self.name}: a {self.policy} tool must declare its key")
         if self.policy == ReplayPolicy.RECONCILE_FIRST and self.reconcile is None:
             raise ValueError(f"tool {self.name}: RECONCILE_FIRST needs a reconcile function")
+        limits = set(self.confirmation.limits) if self.confirmation else set()
+        if limits and (self.args is None or not limits <= set(self.confirmation.editable)):
+            raise ValueError(f"tool {self.name}: limits are for editable fields of its args")
 
 
 @dataclass(frozen=True)
