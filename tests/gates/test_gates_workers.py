@@ -2,8 +2,9 @@
 holds no worker, lease or job, survives a restart and a Redis flush, and goes on exactly once
 when it is answered; a worker killed after an answer is resumed without asking again;
 answers race, roles refuse, time-outs apply, edits reach the target under their own key,
-rejections stop the stage, two gates in a stage are asked one at a time, and identical gates
-are answered in bulk.
+rejections stop the stage, two gates in a stage are asked one at a time, identical gates
+are answered in bulk, and an untouched list is sent as the list it was (an edited one as a
+list).
 
 Every wait is on database state (tests/support/processes.wait_for); nothing asserts on time.
 The demo's reviewed runs (input review=on) ask "review" before publish and a supervisor's
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 from django.db import connections
 from django.db.models.functions import Now
+from django.urls import reverse
 
 from demo import faults
 from runs import engine, enqueue
@@ -34,6 +36,7 @@ from tests.gates import pipelines as gp
 from tests.support.pipelines import registered
 from tests.support.processes import Workers, wait_for
 from tests.support.state import run_status
+from tests.support.web import api_as, client_as, form_values
 
 pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
 
@@ -439,3 +442,87 @@ def test_identical_gates_of_three_runs_are_answered_in_bulk_and_all_finish(worke
         assert run.checkpoints.get(stage="decide").outputs["notes"] == "all three"
         assert [e.payload["by"] for e in answered(run)] == ["ana"]
         assert opened(run, "go") == 1
+
+
+# --- (l) typed edits ------------------------------------------------------------------------
+
+
+def meeting_gate(workers: Workers) -> Gate:
+    """A gate-meeting run waiting for its meeting's confirmation, its worker started."""
+    run = engine.start_run("gate-meeting", {}, actor="test")
+    start_worker(workers)
+    return open_gate(run, "meeting")
+
+
+def delivered(gate: Gate) -> tuple[Effect, list[dict]]:
+    """Once the run ended: the meeting's effect, and what the calendar received under its key."""
+    assert settled(gate.run) == Run.Status.SUCCEEDED
+    effect = Effect.objects.get(run=gate.run, call_id="meeting")
+    return effect, gp.meetings(effect.delivery_key)
+
+
+def unedited_key(gate: Gate) -> str:
+    return gp.meeting_key(_Root(gate.run.root.public_id), gate.call["args"]).key
+
+
+def assert_no_edit(gate: Gate) -> None:
+    """Approved as asked: no diff, the answer's arguments those asked, the original key, and
+    the calendar holds the attendees as the list they were."""
+    effect, sent = delivered(gate)
+    gate.refresh_from_db()
+    assert gate.diff == {}
+    [event] = answered(gate.run, "meeting")
+    assert event.payload["diff"] == {}
+    assert event.payload["answer"]["args"] == gate.call["args"]
+    assert effect.delivery_key == unedited_key(gate)
+    assert [m["attendees"] for m in sent] == [gp.ATTENDEES]
+
+
+def test_an_untouched_list_approved_on_the_dashboard_is_sent_as_the_list_with_no_edit(
+    workers, redis_conn
+):
+    gate = meeting_gate(workers)
+    supervisor = client_as("supervisor")
+    action = reverse("runs:gate_answer", args=[gate.run_id, gate.pk])
+    page = supervisor.get(reverse("runs:gate", args=[gate.run_id, gate.pk])).content.decode()
+    shown = form_values(page, action)
+    assert shown["decision"] == "approve" and shown["arg_attendees"].startswith("[")
+
+    response = supervisor.post(action, shown)
+
+    assert response.status_code == 302
+    assert_no_edit(gate)
+
+
+def test_an_untouched_list_approved_through_the_api_is_sent_as_the_list_with_no_edit(
+    workers, redis_conn
+):
+    gate = meeting_gate(workers)
+
+    response = api_as("operator").post(
+        f"/api/v1/gates/{gate.pk}/answer",
+        {"answer": dict(gate.initial)},
+        content_type="application/json",
+    )
+
+    assert response.status_code == 200
+    assert_no_edit(gate)
+
+
+def test_a_list_edited_through_the_api_arrives_at_the_calendar_as_a_list(workers, redis_conn):
+    gate = meeting_gate(workers)
+    wanted = ["pm@client.com", "ana@company.com"]
+
+    response = api_as("operator").post(
+        f"/api/v1/gates/{gate.pk}/answer",
+        {"answer": {"decision": "approve", "arg_attendees": wanted}},
+        content_type="application/json",
+    )
+
+    assert response.status_code == 200
+    effect, sent = delivered(gate)
+    assert [m["attendees"] for m in sent] == [wanted]
+    assert effect.request["attendees"] == wanted
+    assert effect.delivery_key != unedited_key(gate)
+    [event] = answered(gate.run, "meeting")
+    assert event.payload["diff"] == {"attendees": [gp.ATTENDEES, wanted]}
