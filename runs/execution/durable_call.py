@@ -101,7 +101,8 @@ class DurableCalls:
         )
         self.hooks.before_call(self, call_id)
         started = time.monotonic()
-        self.usage.add_call(tool.name, tool.cost)
+        price = tool.price_of(args)
+        self.usage.add_call(tool.name, price)
         with recording() as seen:
             result = tool.call(args, "")
         self.hooks.after_call(self, call_id, result)
@@ -109,7 +110,7 @@ class DurableCalls:
             "call": call_id,
             "tool": tool.name,
             "result": result,
-            "cost": str(tool.cost),
+            "cost": str(price),
             "duration_ms": _ms(started),
         }
         more = self._exchanges(seen, call_id)
@@ -280,7 +281,9 @@ class DurableCalls:
         # be (leases.HeldLease): no read. The window left is this check to the call.
         self._fence_call()
         started = time.monotonic()
-        self.usage.add_call(tool.name, tool.cost)
+        # Priced by the arguments sent (edited ones, after a confirmation), not those asked.
+        price = tool.price_of(args)
+        self.usage.add_call(tool.name, price)
         seen: list = []
         try:
             with recording() as seen:
@@ -294,7 +297,7 @@ class DurableCalls:
         # in doubt, as when a worker dies right after a call, and the resume's plan reconciles
         # it or retries it under its key; the next flushed write (an intent, the checkpoint)
         # takes it to the disk anyway.
-        cost, tokens = self._metered(tool, result)
+        cost, tokens = self._metered(tool, price, result)
         record_outcome(
             self.writer,
             effect,
@@ -317,14 +320,14 @@ class DurableCalls:
         )
         return result
 
-    def _metered(self, tool: Tool, result: dict[str, Any]) -> tuple[Decimal, dict[str, int]]:
+    def _metered(self, tool: Tool, price: Decimal, result: dict) -> tuple[Decimal, dict[str, int]]:
         """What a confirmed call cost, and the tokens it used: a tool billed by what it
         consumed (a model) says so in its answer, added to the stage's usage here."""
         if tool.metered is None:
-            return tool.cost, {}
+            return price, {}
         money, tokens = tool.metered(result)
         self.usage.add_metered(money, tokens)
-        return tool.cost + money, tokens
+        return price + money, tokens
 
     def _record_failure(
         self, call_id: str, tool: Tool, effect: Effect | Intent, exc: Exception, seen: list

@@ -4,7 +4,7 @@ when it is answered; a worker killed after an answer is resumed without asking a
 answers race, roles refuse, time-outs apply, edits reach the target under their own key,
 rejections stop the stage, two gates in a stage are asked one at a time, identical gates
 are answered in bulk, and an untouched list is sent as the list it was (an edited one as a
-list).
+list), an edited amount as what the ledger, the plan and the verdict say.
 
 Every wait is on database state (tests/support/processes.wait_for); nothing asserts on time.
 The demo's reviewed runs (input review=on) ask "review" before publish and a supervisor's
@@ -17,6 +17,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -526,3 +527,37 @@ def test_a_list_edited_through_the_api_arrives_at_the_calendar_as_a_list(workers
     assert effect.delivery_key != unedited_key(gate)
     [event] = answered(gate.run, "meeting")
     assert event.payload["diff"] == {"attendees": [gp.ATTENDEES, wanted]}
+
+
+def test_an_edited_amount_is_charged_and_is_what_the_ledger_plan_run_page_and_verdict_say(
+    workers, redis_conn, demo_service
+):
+    # The worker dies between the confirmation's answer and the charge: the resume's plan,
+    # its contract and the verdict price the edited call.
+    run = reviewed_run(workers, crash="publish/promote-charge/after-answer")
+    doomed = workers.procs[-1]
+    approve_review(run)
+    approve_charge(run, arg_amount="20.00")
+    doomed.wait(timeout=SLOW)
+    assert doomed.returncode == -signal.SIGKILL
+    start_worker(workers, "healthy")
+    wait_for(lambda: run_status(run) == Run.Status.INTERRUPTED, timeout=SLOW, what="interrupted")
+
+    plan = compute_plan(run)
+    [line] = [e for e in plan.effects if e.call_id == "promote-charge"]
+    assert (line.action, line.cost) == ("call", "20.00")
+    assert line.edited == "amount 5.00 → 20.00, by sam (asked at $5.00)"
+    assert plan.cost_resume.money == "20.0000"
+    approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:op")
+
+    assert settled(run) == Run.Status.SUCCEEDED
+    [charge] = demo_service.charges()
+    effect = run.effects.get(call_id="promote-charge")
+    assert charge["amount"] == effect.request["amount"] == "20.00"
+    assert charge["delivery_key"] == effect.delivery_key
+    assert effect.cost == Decimal("20.00")
+    html = client_as("viewer").get(f"/runs/{run.public_id}/").content.decode()
+    assert "Plan kept: 1 call, $20.00, as approved" in html
+    row = html[html.index("promote-charge", html.index('id="effects"')) :]
+    row = row[: row.index("</tr>")]
+    assert "edited: amount 5.00 → 20.00, by sam (asked at $5.00)" in row and "$20.00" in row
