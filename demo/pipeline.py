@@ -25,10 +25,11 @@ import hashlib
 import json
 import re
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
 
 from django import forms
 from django.conf import settings
+from pydantic import AfterValidator, BaseModel, Field
 
 from demo import simulators as sim
 from runs.models import GateRole, ReplayPolicy
@@ -51,6 +52,8 @@ from runs.tools.model import Price, model_tool
 
 IMAGE_SLOTS = ("body-1", "body-2", "cover")
 PROMOTION_FEE = Decimal("5.00")
+# The most a supervisor may set the promotion charge to when they confirm it.
+PROMOTION_CEILING = Decimal("100.00")
 # What the demo service charges per call (demo_service/models.py PRICES): what plans price.
 RENDER_PRICE = Decimal("0.0400")
 UPLOAD_PRICE = Decimal("0.0010")
@@ -244,6 +247,22 @@ def _charge_key(ctx: Context, args: dict) -> KeyParts:
     return KeyParts(args["account"], "card", f"{ctx.root_id}/promotion", args["article"])
 
 
+CENT = Decimal("0.01")
+
+
+class ChargeArgs(BaseModel):
+    """What the card processor takes: a positive amount in dollars and cents, written as the
+    processor reads it ("20" is sent as "20.00")."""
+
+    account: str
+    amount: Annotated[
+        Decimal,
+        Field(gt=0, max_digits=10, decimal_places=2),
+        AfterValidator(lambda amount: amount.quantize(CENT)),
+    ]
+    article: str
+
+
 TOOLS = (
     Tool("search", ReplayPolicy.SAFE, _search, cost=sim.PRICES["search"], meter="search"),
     # The simulated writer the draft used before it asked the model: no stage calls it now;
@@ -325,15 +344,20 @@ TOOLS = (
         reconcile="/v1/charges/by-key/{key}",
         target="card processor",
         cost=PROMOTION_FEE,
+        # The charge costs what it charges: an amount a supervisor edited is what the ledger,
+        # the plan and the verdict count.
+        price=lambda args: Decimal(args["amount"]),
+        args=ChargeArgs,
         meter="charge",
         verb="charge",
-        # Money: a supervisor confirms the charge (and may change the amount) before it is
-        # made, on runs started with review=on.
+        # Money: a supervisor confirms the charge (and may change the amount, up to the
+        # ceiling) before it is made, on runs started with review=on.
         confirm=Confirm(
             when=_reviewed,
             role=GateRole.SUPERVISOR,
             editable=("amount",),
             description=PROMOTION_NOTE,
+            limits={"amount": Field(le=PROMOTION_CEILING)},
         ),
     ),
 )

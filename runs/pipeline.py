@@ -19,9 +19,15 @@ from typing import Any, Protocol
 
 from django.conf import settings
 from django.utils.module_loading import import_string
+from pydantic import BaseModel
 
 from runs.models import Checkpoint, Effect, GateRole, ReplayPolicy, Run
-from runs.review import OnReject, Review
+
+# A human in the pipeline API lives in runs/review.py; pipelines import it from here too.
+from runs.review import Confirm as Confirm
+from runs.review import OnReject as OnReject
+from runs.review import OnTimeout as OnTimeout
+from runs.review import Review
 
 KEY_SEPARATOR = "\x1f"
 
@@ -92,51 +98,6 @@ class CallRejected(ToolRejected):
         super().__init__(message)
         self.reason = reason
         self.by = by
-
-
-@dataclass(frozen=True)
-class OnTimeout:
-    """What happens when a gate's deadline passes: the `answer` is recorded as given by the
-    time-out, or the run fails with `reason`."""
-
-    answer: dict[str, Any] | None = None
-    fail: bool = False
-    reason: str = ""
-
-    @classmethod
-    def default(cls, answer: dict[str, Any]) -> OnTimeout:
-        return cls(answer=dict(answer))
-
-    @classmethod
-    def failing(cls, reason: str = "nobody answered in time") -> OnTimeout:
-        return cls(fail=True, reason=reason)
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.fail:
-            return {"fail": True, "reason": self.reason}
-        return {"answer": self.answer} if self.answer is not None else {}
-
-
-@dataclass(frozen=True)
-class Confirm:
-    """A tool's call needs a human first. `when(ctx, args)` says whether this call does (for
-    example "charges over $100"; always, by default); `editable` names the arguments the
-    reviewer may change. An edited call is made with exactly the edited arguments, under the
-    delivery key of the edited request. `description` (markdown) is shown beside the call;
-    `on_reject` says whether a rejection raises CallRejected or is the call's result."""
-
-    when: Callable[[Context, dict[str, Any]], bool] | None = None
-    description: str = ""
-    on_reject: OnReject = OnReject.RAISE
-    role: str = GateRole.OPERATOR
-    editable: tuple[str, ...] = ()
-    quorum: int = 1
-    timeout: timedelta | None = None
-    on_timeout: OnTimeout | None = None
-    escalate_to: str = ""
-
-    def required(self, ctx: Context, args: dict[str, Any]) -> bool:
-        return True if self.when is None else bool(self.when(ctx, args))
 
 
 class OutcomeUnknown(Exception):
@@ -256,18 +217,26 @@ class Tool:
     # What a plan says about retrying an unknown outcome of this tool under the same key
     # ("may be billed twice: model APIs do not deduplicate").
     caveat: str = ""
+    # The arguments' types and constraints (pydantic): what an edit is checked against.
+    args: type[BaseModel] | None = None
+    # price(args) -> Decimal: a call priced by its arguments (a charge's amount), not `cost`.
+    price: Callable[[dict[str, Any]], Decimal] | None = None
 
     @property
     def confirmation(self) -> Confirm | None:
-        if self.confirm is True:
-            return Confirm()
-        return self.confirm or None
+        return Confirm() if self.confirm is True else (self.confirm or None)
+
+    def price_of(self, args: dict[str, Any] | None) -> Decimal:
+        return self.cost if self.price is None or args is None else Decimal(self.price(args))
 
     def __post_init__(self) -> None:
         if self.policy != ReplayPolicy.SAFE and self.key is None:
             raise ValueError(f"tool {self.name}: a {self.policy} tool must declare its key")
         if self.policy == ReplayPolicy.RECONCILE_FIRST and self.reconcile is None:
             raise ValueError(f"tool {self.name}: RECONCILE_FIRST needs a reconcile function")
+        limits = set(self.confirmation.limits) if self.confirmation else set()
+        if limits and (self.args is None or not limits <= set(self.confirmation.editable)):
+            raise ValueError(f"tool {self.name}: limits are for editable fields of its args")
 
 
 @dataclass(frozen=True)

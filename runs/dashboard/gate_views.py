@@ -78,15 +78,21 @@ def gate_detail(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
 @operator_required
 def gate_preview(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
     """What the answer would change, before it is sent: answers.clean validates it with the
-    gate's form and diffs it against what was shown; nothing is written. Always 200, so
-    htmx swaps the errors in too."""
+    gate's form (and an edited call with its tool's schema) and diffs it against what was
+    shown, with the edited call's price; nothing is written. Always 200, so htmx swaps the
+    errors in too."""
     gate = _gate(run_pk, pk)
     try:
-        _, diff = answers.clean(gate, request.POST)
+        answer, diff = answers.clean(gate, request.POST, preview=True)
     except answers.InvalidAnswer as exc:
         context = {"gate": gate, "form": exc.form, "problem": str(exc)}
         return render(request, "runs/_gate_diff.html", context)
-    context = {"gate": gate, "diff": gate_queries.diff_lines(diff), "previewed": True}
+    context = {
+        "gate": gate,
+        "answer": answer,
+        "diff": gate_queries.diff_lines(diff),
+        "previewed": True,
+    }
     return render(request, "runs/_gate_diff.html", context)
 
 

@@ -15,11 +15,12 @@ from typing import Any
 
 from runs.execution.durable_call import Returned, StageStopped, request_hash
 from runs.execution.hooks import CallHooks
-from runs.gates import forms
+from runs.gates import arguments, forms
 from runs.gates.decision import GateAction, call_subject, decide, question_subject, shape
 from runs.ledger import effects
 from runs.ledger import gates as gate_rows
 from runs.ledger.append import Writer
+from runs.ledger.canonical import canonical_json
 from runs.ledger.chain import digest
 from runs.models import Gate, GateKind, GateRole, Run
 from runs.pipeline import CallRejected, KeyParts, OnTimeout, Pipeline, Tool
@@ -113,15 +114,20 @@ class Asking:
         if effects.find(parts.key) is not None or not confirm.required(self, args):
             return args, None
         self._decided(call_id, gate)
+        # What the page shows and checks an edit by: each editable argument's kind and rules,
+        # and the tool's schema (runs/gates/arguments.py).
+        described, schema = arguments.describe(tool, args)
         call = {
             "tool": tool.name,
             "policy": str(tool.policy),
             "target": parts.target,
             "args": args,
-            "cost": str(tool.cost),
+            "cost": str(tool.price_of(args)),
             "meter": tool.meter,
             "verb": tool.verb,
-            "editable": [name for name in confirm.editable if name in args],
+            "editable": list(described),
+            "arguments": described,
+            **({"schema": schema} if schema else {}),
         }
         self._open(
             call_id,
@@ -155,7 +161,9 @@ class Asking:
                 by=gate.answered_by,
             )
         edited = answer.get("args") or args
-        if edited == args:
+        if canonical_json(edited) == canonical_json(args):
+            # Approved as asked (an untouched edit field is the value asked for): the request
+            # the stage asked about, under its own key.
             return args, None
         parts = tool.key(self, edited)
         # An edited request is a new revision of the delivery: its own key, so it can never

@@ -23,7 +23,7 @@ from django.db import transaction
 
 from runs import tracing
 from runs.execution.hooks import CallHooks
-from runs.ledger import effects, leases
+from runs.ledger import effects, leases, payload_summary
 from runs.ledger.append import LeaseLost, LedgerError, Writer, append, deferred_commit
 from runs.ledger.chain import digest
 from runs.ledger.effects import (
@@ -103,7 +103,8 @@ class DurableCalls:
         )
         self.hooks.before_call(self, call_id)
         started = time.monotonic()
-        self.usage.add_call(tool.name, tool.cost)
+        price = tool.price_of(args)
+        self.usage.add_call(tool.name, price)
         with recording() as seen:
             result = tool.call(args, "")
         self.hooks.after_call(self, call_id, result)
@@ -111,7 +112,7 @@ class DurableCalls:
             "call": call_id,
             "tool": tool.name,
             "result": result,
-            "cost": str(tool.cost),
+            "cost": str(price),
             "duration_ms": _ms(started),
         }
         more = self._exchanges(seen, call_id)
@@ -285,7 +286,9 @@ class DurableCalls:
         # be (leases.HeldLease): no read. The window left is this check to the call.
         self._fence_call()
         started = time.monotonic()
-        self.usage.add_call(tool.name, tool.cost)
+        # Priced by the arguments sent (edited ones, after a confirmation), not those asked.
+        price = tool.price_of(args)
+        self.usage.add_call(tool.name, price)
         seen: list = []
         try:
             with recording() as seen:
@@ -299,7 +302,7 @@ class DurableCalls:
         # in doubt, as when a worker dies right after a call, and the resume's plan reconciles
         # it or retries it under its key; the next flushed write (an intent, the checkpoint)
         # takes it to the disk anyway.
-        cost, tokens = self._metered(tool, result)
+        cost, tokens = self._metered(tool, price, result)
         record_outcome(
             self.writer,
             effect,
@@ -315,21 +318,21 @@ class DurableCalls:
                 "cost": str(cost),
                 **({"usage": tokens} if tokens else {}),
                 "duration_ms": _ms(started),
-                "result": _summary(result),
+                "result": payload_summary.cut_strings(result),
             },
             more_payload=self._exchanges(seen, call_id),
             flush=False,
         )
         return result
 
-    def _metered(self, tool: Tool, result: dict[str, Any]) -> tuple[Decimal, dict[str, int]]:
+    def _metered(self, tool: Tool, price: Decimal, result: dict) -> tuple[Decimal, dict[str, int]]:
         """What a confirmed call cost, and the tokens it used: a tool billed by what it
         consumed (a model) says so in its answer, added to the stage's usage here."""
         if tool.metered is None:
-            return tool.cost, {}
+            return price, {}
         money, tokens = tool.metered(result)
         self.usage.add_metered(money, tokens)
-        return tool.cost + money, tokens
+        return price + money, tokens
 
     def _record_failure(
         self, call_id: str, tool: Tool, effect: Effect | Intent, exc: Exception, seen: list
@@ -438,13 +441,3 @@ class DurableCalls:
 
 def _ms(started: float) -> int:
     return int((time.monotonic() - started) * 1000)
-
-
-def _summary(result: Any) -> Any:
-    """Keep events small: long strings in a result are cut (the effect keeps the whole)."""
-    if isinstance(result, dict):
-        return {
-            k: (v[:200] + "…" if isinstance(v, str) and len(v) > 200 else v)
-            for k, v in result.items()
-        }
-    return result

@@ -21,7 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs import enqueue
-from runs.gates import acts, forms, shared
+from runs.gates import acts, arguments, forms, shared
 from runs.gates.decision import gate_digest
 from runs.ledger import gates as gate_rows
 from runs.ledger import leases
@@ -94,13 +94,15 @@ def check_shown(gate: Gate, digest: str | None) -> None:
         )
 
 
-def clean(gate: Gate, data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def clean(gate: Gate, data: Any, *, preview: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
     """The answer the form accepts and its diff against what was shown. Raises InvalidAnswer
-    (with the bound form, for its errors) otherwise; nothing is written either way."""
+    (with the bound form, for its errors) otherwise; nothing is written either way. A
+    `preview` shows what an answer would change before the act's tick is asked for: the tick
+    is checked only when the answer is sent."""
     form = form_for(gate, data)
     if not form.is_valid():
         raise InvalidAnswer("the answer does not fit the form: " + form.errors.as_text(), form)
-    if acts.tick_missing(form):
+    if not preview and acts.tick_missing(form):
         raise InvalidAnswer("approving needs the tick that names what it does", form)
     cleaned = forms.jsonable(form.cleaned_data)
     if gate.kind != GateKind.CONFIRM:
@@ -108,15 +110,38 @@ def clean(gate: Gate, data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     if cleaned.get("decision") == forms.REJECT and not cleaned.get("reason", "").strip():
         form.add_error("reason", "Say why the call is rejected: the stage is told.")
         raise InvalidAnswer("a rejection needs a reason", form)
-    try:
-        args = forms.edited_args(gate.call, cleaned)
-    except django_forms.ValidationError as exc:
-        form.add_error(None, exc)
-        raise InvalidAnswer("; ".join(exc.messages), form) from None
+    args = dict(gate.call["args"])
+    if cleaned["decision"] == forms.APPROVE:  # a rejected call is not made: its edits are moot
+        args = edited_args(gate, form, cleaned)
     answer = {"decision": cleaned["decision"], "reason": cleaned.get("reason", ""), "args": args}
-    if cleaned["decision"] != forms.APPROVE:
-        answer["args"] = dict(gate.call["args"])
-    return answer, forms.diff(gate.call["args"], answer["args"])
+    return answer | {"cost": price(gate, form, args)}, forms.diff(gate.call["args"], args)
+
+
+def edited_args(gate: Gate, form: django_forms.Form, cleaned: dict[str, Any]) -> dict[str, Any]:
+    """The arguments the approved call is made with: each edit read as its argument's kind and
+    checked against the tool's schema (runs/gates/arguments.py). Raises InvalidAnswer with
+    the form's field errors, before anything is written."""
+    call = gate.call
+    entered = {name: cleaned.get(f"arg_{name}") for name in call.get("editable", [])}
+    try:
+        return arguments.edited(call, entered, arguments.tool_of(gate.run.pipeline, call["tool"]))
+    except arguments.EditRefused as exc:
+        for name, messages in exc.errors.items():
+            form.add_error(f"arg_{name}" if f"arg_{name}" in form.fields else None, messages)
+        raise InvalidAnswer(f"the edited call does not fit: {exc}", form) from None
+
+
+def price(gate: Gate, form: django_forms.Form, args: dict[str, Any]) -> str:
+    """What the call costs with these arguments: as asked, its price when the gate opened;
+    edited, the tool's price of the edited arguments (InvalidAnswer if it cannot say)."""
+    if args == gate.call["args"]:
+        return str(gate.call.get("cost", "0"))
+    tool = arguments.tool_of(gate.run.pipeline, gate.call["tool"])
+    try:
+        return str(tool.price_of(args))
+    except (ArithmeticError, LookupError, TypeError, ValueError) as exc:
+        form.add_error(None, f"{gate.call['tool']} cannot price these arguments: {exc}")
+        raise InvalidAnswer(f"the edited call cannot be priced: {exc}", form) from None
 
 
 def answer(

@@ -1,14 +1,22 @@
 """The form of a gate, as data. A stage asks with a Django form class; the event records the
 form described field by field (`describe`), so the page that answers it (in another process,
 perhaps days later) rebuilds the same form (`build`) and validates the answer with Django's
-own fields. Only the field types below are described: what a reviewer fills in."""
+own fields. Only the field types below are described: what a reviewer fills in.
+
+Through the API an answer is typed JSON: a field of a question holds one value (text for a
+text field), never a list or an object read as its Python text; a confirmation's argument is
+the JSON value itself (runs/gates/arguments.py reads and checks it)."""
 
 from __future__ import annotations
 
 from decimal import Decimal
+from functools import cache
 from typing import Any
 
 from django import forms
+
+from runs.gates import arguments
+from runs.ledger.canonical import canonical_json
 
 # Django field class <-> the type word the description records.
 FIELD_TYPES: dict[str, type[forms.Field]] = {
@@ -62,25 +70,68 @@ def describe(form_class: type[forms.Form]) -> list[dict[str, Any]]:
     return fields
 
 
+class OneValue:
+    """A field of a question's form holds one value: a list or an object (typed JSON through
+    the API) is an error of that field, not its Python text."""
+
+    def to_python(self, value: Any) -> Any:
+        if isinstance(value, list | dict):
+            raise forms.ValidationError("Give one value here, not a list or an object.")
+        return super().to_python(value)
+
+
 class TextField(forms.CharField):
     """Text as the stage showed it: a browser sends a textarea's lines ending in CRLF (HTML's
     form encoding), so an untouched multi-line value would read as changed (and be used with
-    CRs in it) unless its line endings are made LF again."""
+    CRs in it) unless its line endings are made LF again. Only text is text: anything else
+    through the API (an object, a list, a number) is refused, not turned into its str()."""
 
     def to_python(self, value: Any) -> Any:
+        if value is not None and not isinstance(value, str):
+            raise forms.ValidationError("Give text here, not a JSON object, list or number.")
         value = super().to_python(value)
         return value.replace("\r\n", "\n").replace("\r", "\n") if isinstance(value, str) else value
+
+
+class ArgumentField(forms.Field):
+    """An editable argument of a pending call, as the page's input holds it (text; a list or
+    an object as JSON) or as the API gives it (the JSON value itself): passed on as entered,
+    for runs/gates/arguments.py to read as its kind and check."""
+
+    def __init__(self, *, kind: str, choices: list[Any] | None = None, **kwargs: Any) -> None:
+        if choices or kind == "boolean":
+            options = [arguments.as_text(c) for c in choices or [True, False]]
+            kwargs["widget"] = forms.Select(choices=[(o, o) for o in options])
+        super().__init__(**kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        return None if value is None else arguments.as_text(value)
+
+    def to_python(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace("\r\n", "\n").replace("\r", "\n")
+        return value
 
 
 def _field(spec: dict[str, Any]) -> forms.Field:
     common = {"label": spec["label"], "required": spec["required"], "help_text": spec["help"]}
     kind = spec["type"]
     if kind == "choice":
-        return forms.ChoiceField(choices=[tuple(c) for c in spec["choices"]], **common)
+        return _one(forms.ChoiceField)(choices=[tuple(c) for c in spec["choices"]], **common)
     if kind == "text":
         widget = forms.Textarea(attrs={"rows": 8}) if spec.get("multiline") else None
         return TextField(max_length=spec.get("max_length"), widget=widget, **common)
-    return FIELD_TYPES[kind](**common)
+    if kind == "argument":
+        widget = forms.Textarea(attrs={"rows": 6}) if spec.get("multiline") else None
+        return ArgumentField(
+            kind=spec["kind"], choices=spec.get("choices"), widget=widget, **common
+        )
+    return _one(FIELD_TYPES[kind])(**common)
+
+
+@cache
+def _one(field_class: type[forms.Field]) -> type[forms.Field]:
+    return type(field_class.__name__, (OneValue, field_class), {})
 
 
 def build(
@@ -108,29 +159,37 @@ def jsonable(value: Any) -> Any:
 
 
 def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
-    """{name: [shown, answered]} for every value the answer changed."""
+    """{name: [shown, answered]} for every value the answer changed, compared as typed JSON
+    (true is not 1, [1] is not "[1]")."""
     return {
         name: [before.get(name), after[name]]
         for name in sorted(after)
-        if name in before and jsonable(before[name]) != jsonable(after[name])
+        if name in before
+        and canonical_json(jsonable(before[name])) != canonical_json(jsonable(after[name]))
     }
 
 
 def confirmation_spec(call: dict[str, Any]) -> list[dict[str, Any]]:
-    """The form of a confirmation: the decision, a reason, and the call's editable arguments
-    (text fields holding their JSON-less value; their type is kept by `edited_args`)."""
+    """The form of a confirmation: the decision, a reason, and the call's editable arguments,
+    each of its kind (runs/gates/arguments.py), with its rules in its help."""
     spec = describe(ConfirmForm)
     for name in call.get("editable", []):
+        kind = arguments.kind_of(call, name)
+        recorded = call.get("arguments", {}).get(name, {})
+        what = ", ".join([kind, *recorded.get("rules", [])])
+        as_json = " as JSON" if kind in arguments.JSON_KINDS else ""
+        shown = arguments.as_text(call["args"].get(name, ""))
         spec.append(
             {
                 "name": f"arg_{name}",
-                "type": "text",
+                "type": "argument",
+                "kind": kind,
                 "label": f"{name}",
                 "required": False,
-                "help": "editable: the call is made with what you enter here (left empty, "
-                "with the value asked for)",
-                "multiline": len(str(call["args"].get(name, ""))) > 80,
-                "max_length": None,
+                "help": f"editable ({what}): the call is made with what you enter here{as_json} "
+                "(left empty, with the value asked for)",
+                "multiline": kind in arguments.JSON_KINDS or len(shown) > 80 or "\n" in shown,
+                **({"choices": recorded["choices"]} if recorded.get("choices") else {}),
             }
         )
     return spec
@@ -149,22 +208,3 @@ def confirmation_initial(call: dict[str, Any]) -> dict[str, Any]:
     return {"decision": APPROVE} | {
         f"arg_{name}": call["args"].get(name, "") for name in call.get("editable", [])
     }
-
-
-def edited_args(call: dict[str, Any], cleaned: dict[str, Any]) -> dict[str, Any]:
-    """The call's arguments with the reviewer's edits; an edit keeps the argument's type (a
-    number stays a number when what was entered reads as one)."""
-    args = dict(call["args"])
-    for name in call.get("editable", []):
-        entered = cleaned.get(f"arg_{name}")
-        if entered in (None, ""):
-            continue
-        original = args.get(name)
-        if isinstance(original, bool) or not isinstance(original, int | float):
-            args[name] = entered
-            continue
-        try:
-            args[name] = type(original)(entered)
-        except ValueError:
-            raise forms.ValidationError(f"{name} must be a number like {original}") from None
-    return args

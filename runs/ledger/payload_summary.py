@@ -63,3 +63,14 @@ def summarize(payload: dict[str, Any]) -> dict[str, Any]:
             )
             summary[key] = dict(islice(entries, CHANGE_ENTRIES))
     return summary
+
+
+def cut_strings(result: Any) -> Any:
+    """A call's result as its TOOL_RESULT keeps it: long strings cut (the effect keeps the
+    whole)."""
+    if isinstance(result, dict):
+        return {
+            k: (v[:200] + "…" if isinstance(v, str) and len(v) > 200 else v)
+            for k, v in result.items()
+        }
+    return result

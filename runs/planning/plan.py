@@ -39,6 +39,9 @@ class EffectLine:
     # Why a stopping line stops (replay.StopKind), for machines; "" otherwise, and in plans
     # stored before it existed.
     kind: str = ""
+    # A call made with a reviewer's edits: what changed, by whom, the price asked
+    # (gate_lines.edited); "" otherwise.
+    edited: str = ""
 
 
 @dataclass
@@ -164,6 +167,10 @@ class Plan:
             del data["gates"]
         if not data["upgrade"]["gates"]:
             del data["upgrade"]["gates"]
+        # Likewise a plan without an edited call: its lines keep the basis they had.
+        for line in [*data["effects"], *data["upgrade"]["effects"]]:
+            if not line["edited"]:
+                del line["edited"]
         # Model tokens and what they cost are estimates from the pipeline's latest answers
         # (model_lines.py), not facts of this run: another run's answer must not move the
         # fingerprint. A plan without model calls keeps the fingerprint it always had.

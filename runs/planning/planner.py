@@ -18,7 +18,7 @@ from decimal import Decimal
 from runs.ledger import artifacts, derived
 from runs.ledger.chain import digest
 from runs.ledger.checkpoints import latest_checkpoint, manifest_problems
-from runs.models import Checkpoint, Effect, Event, Run
+from runs.models import Checkpoint, Effect, Event, Gate, Run
 from runs.pipeline import Call, Pipeline, registry
 from runs.planning import gate_lines, model_lines
 from runs.planning.plan import ArtifactLine, Cost, DriftLine, EffectLine, Plan, Upgrade
@@ -98,10 +98,14 @@ def _own_effects(run: Run, stages: list[str]) -> dict[tuple[str, str], Effect]:
     return found
 
 
-def _effect_line(stage: str, call_id: str, tool, effect: Effect | None) -> tuple[EffectLine, str]:
+def _effect_line(
+    stage: str, call_id: str, tool, effect: Effect | None, gate: Gate | None
+) -> tuple[EffectLine, str]:
     """The resume action for one expected call (replay.decide_on, asking the target where the
-    decision needs it); returns the line and a blocker (or "")."""
+    decision needs it), priced by the arguments it is made with (a reviewer's edits, if its
+    confirmation was answered so); returns the line and a blocker (or "")."""
     decision, answer = decide_on(tool, call_id, effect)
+    price = tool.price_of(gate_lines.call_args(gate, effect))
     line = EffectLine(
         stage=stage,
         call_id=call_id,
@@ -112,10 +116,11 @@ def _effect_line(stage: str, call_id: str, tool, effect: Effect | None) -> tuple
         external_id=decision.external_id or (effect.external_id if effect else ""),
         answer=model_lines.answer(tool, decision),
         action=str(decision.action),
-        cost=str(tool.cost) if decision.calls else "0",
+        cost=str(price) if decision.calls else "0",
         # The answer was "not there": the engine asks once more before it calls.
         queries=1 if answer is not None and decision.calls else 0,
         kind=str(decision.kind or ""),
+        edited=gate_lines.edited(gate, effect),
     )
     return line, decision.reason
 
@@ -131,7 +136,7 @@ def _cost(pipeline: Pipeline, lines: list[EffectLine]) -> Cost:
         tool = pipeline.tool(line.tool)
         cost.tool_calls += 1
         cost.calls[tool.name] = cost.calls.get(tool.name, 0) + 1
-        money += tool.cost
+        money += Decimal(line.cost)
         if tool.meter:
             cost.meters[tool.meter] = cost.meters.get(tool.meter, 0) + 1
     money += model_lines.price(pipeline, lines, cost)
@@ -194,6 +199,7 @@ def _expected_lines(
 ) -> tuple[list[EffectLine], list[str]]:
     effects = _own_effects(run, stages)
     disagreeing = _disagreeing(run, effects, after_seq)
+    approved = gate_lines.approved_calls(run, stages)
     lines, blockers = [], []
     for stage_name in stages:
         stage = pipeline.stage(stage_name)
@@ -217,6 +223,7 @@ def _expected_lines(
                 call.call_id,
                 pipeline.tool(call.tool),
                 effects.get((stage_name, call.call_id)),
+                approved.get((stage_name, call.call_id)),
             )
             lines.append(line)
             if blocker:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django import template
@@ -15,6 +16,7 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 
 from runs.dashboard import roles
+from runs.dashboard.queries import run_page
 from runs.planning.planner import Action
 
 register = template.Library()
@@ -28,6 +30,31 @@ def pretty_json(value: Any, limit: int = PREVIEW_CHARS) -> str:
     text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
     limit = int(limit)
     return text if len(text) <= limit else text[:limit] + "\n… (cut)"
+
+
+@register.filter
+def json_value(value: Any) -> str:
+    """A JSON value as a reviewer reads it: text as it is, anything else as JSON (a list is
+    ["a", "b"], never Python's ['a', 'b'])."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+@register.filter
+def argument_rules(call: Any, name: str) -> str:
+    """An editable argument's kind and rules as its gate recorded them: "decimal, > 0"."""
+    about = (call.get("arguments") or {}).get(name) if isinstance(call, dict) else None
+    return ", ".join([about["kind"], *about.get("rules", [])]) if about else ""
+
+
+@register.filter
+def money(amount: Any) -> str:
+    """Dollars with as many decimals as they need, at least two: 20.0000 is "20.00"."""
+    try:
+        return run_page.money(Decimal(str(amount)))
+    except ArithmeticError:
+        return str(amount)
 
 
 @register.filter

@@ -102,6 +102,7 @@ def http_tool(
     verb: str = "call",
     confirm: Confirm | bool | None = None,
     secret: tuple[str, ...] = (),
+    **fields: Any,
 ) -> Tool:
     """Declare a tool that calls a JSON API. `url` (and a Lookup's url) is a template over
     the call's arguments and {key}; a relative one is joined to `base_url` (a string, or a
@@ -111,7 +112,8 @@ def http_tool(
     `result(response_json)` shapes what the stage gets (default: the response object).
     `secret` names the query parameters, headers and JSON body fields that carry
     credentials: the recorded exchanges show them redacted, as they do the common names
-    (api_key, token, key, signature, ...: runs/ledger/exchanges.py's SECRET_NAMES)."""
+    (api_key, token, key, signature, ...: runs/ledger/exchanges.py's SECRET_NAMES). The
+    Tool's other fields are passed on as they are given (args=, price=, caveat=...)."""
     lookup = Lookup(reconcile) if isinstance(reconcile, str) else reconcile
     spec = HttpTool(
         name=name,
@@ -134,7 +136,7 @@ def http_tool(
         secret=tuple(secret),
     )
     reconcile_with = spec.reconcile if lookup is not None else None
-    return Tool(name, policy, spec.call, key, reconcile_with, cost, meter, verb, confirm)
+    return Tool(name, policy, spec.call, key, reconcile_with, cost, meter, verb, confirm, **fields)
 
 
 def spec_of(tool: Tool) -> HttpTool | None:

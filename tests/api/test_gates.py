@@ -213,3 +213,67 @@ def test_the_openapi_description_says_an_answer_needs_the_digest(viewer):
     digest = schema["components"]["schemas"]["AnswerIn"]["properties"]["digest"]
     assert "Required" in digest["description"]
     assert "digest" in schema["components"]["schemas"]["AnswerIn"]["required"]
+
+
+# --- Typed answers -----------------------------------------------------------------------------
+
+
+def written(gate: Gate) -> tuple:
+    """What an answer would have changed: the run's log and the gate's row."""
+    gate.refresh_from_db()
+    row = (gate.status, gate.votes, gate.answer, gate.diff, gate.answered_by, gate.answer_seq)
+    return Event.objects.filter(run_id=gate.run_id).count(), row
+
+
+def test_an_amount_the_charge_refuses_is_a_422_naming_its_field_and_writes_nothing(
+    supervisor, review
+):
+    charge = charge_gate(review)
+    before = written(charge)
+    path = f"/gates/{charge.pk}/answer"
+    digest = gate_digest(charge)
+
+    for amount in ("abc", "five", "-3", "nan", "inf", "100.01", 5000, -3, True, [20]):
+        answer = {"decision": "approve", TICK: True, "arg_amount": amount}
+        body = is_problem(supervisor.post(path, {"answer": answer, "digest": digest}), 422)
+        assert list(body["errors"]) == ["arg_amount"], amount
+    # JSON's NaN and Infinity, which Python's json reads as floats.
+    for literal in (b"NaN", b"Infinity", b"-Infinity", b"1e999"):
+        raw = (
+            b'{"digest": "%s", "answer": {"decision": "approve", "confirm_act": true, '
+            b'"arg_amount": %s}}' % (digest.encode(), literal)
+        )
+        body = is_problem(supervisor.post(path, raw=raw), 422)
+        assert list(body["errors"]) == ["arg_amount"], literal
+
+    assert written(charge) == before
+
+
+def test_a_typed_amount_is_checked_and_sent_as_the_processor_reads_it(supervisor, review):
+    charge = charge_gate(review)
+
+    response = supervisor.post(
+        f"/gates/{charge.pk}/answer",
+        {
+            "answer": {"decision": "approve", TICK: True, "arg_amount": 20},
+            "digest": gate_digest(charge),
+        },
+    )
+
+    assert response.status_code == 200
+    charge.refresh_from_db()
+    assert charge.answer["args"]["amount"] == "20.00" and charge.answer["cost"] == "20.00"
+    assert charge.diff == {"amount": ["5.00", "20.00"]}
+
+
+def test_a_text_field_given_an_object_is_a_422_not_its_python_text(operator, review):
+    body = is_problem(
+        operator.post(
+            f"/gates/{review.pk}/answer",
+            {"answer": {**review.initial, "title": {"a": 1}}, "digest": gate_digest(review)},
+        ),
+        422,
+    )
+
+    assert list(body["errors"]) == ["title"]
+    assert answered(review) == 0

@@ -7,11 +7,14 @@ runs wait at real gates; an answer queues its stage after commit, hence transact
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 from django.db.models.functions import Now
+from django.urls import reverse
 
 from demo.management.commands.seed_demo import run_inline
 from demo.simulators import ensure_topic
@@ -23,7 +26,7 @@ from runs.gates.shared import shared
 from runs.models import Event, Gate, GateStatus, Run
 from tests.gates import pipelines as gp
 from tests.support.pipelines import registered
-from tests.support.web import client_as
+from tests.support.web import client_as, form_values
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -318,6 +321,95 @@ def test_the_preview_of_an_answer_that_does_not_fit_shows_the_errors(facts):
 
     assert response.status_code == 200
     assert "Title: This field is required." in response.content.decode()
+
+
+# --- Edited arguments: typed, checked, refused before anything is written ------------------
+
+# The demo's charge: a positive amount in cents, at most its confirmation's ceiling ($100.00).
+REFUSED_AMOUNTS = ("abc", "five", "-3", "nan", "inf", "5000", "100.01")
+
+
+def written(run: Run, gate: Gate) -> tuple:
+    """What an answer would have changed: the run's log and the gate's row."""
+    gate.refresh_from_db()
+    row = (gate.status, gate.votes, gate.answer, gate.diff, gate.answered_by, gate.answer_seq)
+    return Event.objects.filter(run=run).count(), Run.objects.get(pk=run.pk).version, row
+
+
+def charge_post(gate: Gate, **data: str) -> dict[str, str]:
+    """An approval of the charge as the page sends it, ticked and naming what it was shown."""
+    return {"decision": "approve", "reason": "", TICK: "on", "digest": gate_digest(gate), **data}
+
+
+def test_an_amount_the_charge_refuses_is_an_error_of_its_field_and_writes_nothing(facts):
+    run = at_the_charge()
+    gate = gate_of(run, "promote-charge")
+    before = written(run, gate)
+    supervisor = client_as("supervisor")
+
+    for amount in REFUSED_AMOUNTS:
+        response = supervisor.post(gate_url(gate, "answer/"), charge_post(gate, arg_amount=amount))
+
+        assert response.status_code == 400, amount
+        assert list(response.context["form"].errors) == ["arg_amount"], amount
+        assert "Not recorded." in response.content.decode()
+    assert written(run, gate) == before
+
+
+def test_the_preview_refuses_an_amount_the_charge_refuses_and_writes_nothing(facts):
+    run = at_the_charge()
+    gate = gate_of(run, "promote-charge")
+    before = written(run, gate)
+    supervisor = client_as("supervisor")
+
+    for amount in REFUSED_AMOUNTS:
+        response = supervisor.post(gate_url(gate, "preview/"), charge_post(gate, arg_amount=amount))
+
+        assert response.status_code == 200
+        assert list(response.context["form"].errors) == ["arg_amount"], amount
+        assert "does not fit the form yet" in response.content.decode()
+    assert written(run, gate) == before
+
+
+def test_the_preview_of_an_edited_amount_shows_the_change_and_the_new_price(facts):
+    gate = gate_of(at_the_charge(), "promote-charge")
+
+    response = client_as("supervisor").post(
+        gate_url(gate, "preview/"), charge_post(gate, arg_amount="20")
+    )
+
+    html = response.content.decode()
+    assert "changes 1 value" in html
+    assert "<del>5.00</del>" in html and "<ins>20.00</ins>" in html
+    assert "Price: <del>$5.00</del> → <ins>$20.00</ins>" in html
+
+
+def test_the_charge_page_shows_the_amounts_type_and_limits(facts):
+    gate = gate_of(at_the_charge(), "promote-charge")
+
+    html = client_as("supervisor").get(gate_url(gate)).content.decode()
+
+    assert "(decimal, &gt; 0, at most 2 decimal places, at most 10 digits, ≤ 100.00)" in html
+
+
+@pytest.fixture
+def meeting(settings, facts) -> Iterator[Gate]:
+    """A gate-meeting run (tests/gates/pipelines.py) waiting at its meeting's confirmation:
+    a list of attendees, editable."""
+    with registered(settings, *gp.PATHS):
+        run = engine.start_run("gate-meeting", {}, actor="test", enqueue=False)
+        yield gate_of(run_inline(run.pk), "meeting")
+
+
+def test_a_list_argument_is_shown_as_json_and_an_untouched_preview_changes_nothing(meeting):
+    operator = client_as("operator")
+    page = operator.get(gate_url(meeting)).content.decode()
+    shown = form_values(page, reverse("runs:gate_answer", args=[meeting.run_id, meeting.pk]))
+
+    response = operator.post(gate_url(meeting, "preview/"), shown)
+
+    assert json.loads(shown["arg_attendees"]) == gp.ATTENDEES
+    assert "<strong>No changes:</strong>" in response.content.decode()
 
 
 # --- Bulk ------------------------------------------------------------------------------------

@@ -22,7 +22,9 @@ and a supervisor's confirmation of the charge: the worker dies before a gate ope
 the charge's confirmation and the confirmed call (`before`, its intent recorded). The
 matrix's operator answers each gate as it comes (a supervisor the charge), before the crash
 and during the resume, and every invariant holds, plus: no gate asked twice, each answered
-once.
+once. Edited cases (`+edit:` ids) have the supervisor change the charge's amount (EDITS)
+before the crash between the answer and the call: the card is charged once, the edited
+amount, and the ledger, the plan and its verdict say that amount.
 """
 
 from __future__ import annotations
@@ -56,7 +58,11 @@ REPRESENTATIVE = (
     "publish/promote-charge/after",
     # A gate: the worker dies right after the review's answer; it is not asked again.
     "gate:publish/review/after-answer",
+    # An edited confirmation: the worker dies between the charge's edited answer and the call.
+    "gate:publish/promote-charge/after-answer+edit:amount=20.00",
 )
+# What the matrix's supervisor changes in a confirmation, per tool, in the edited cases.
+EDITS = {"charge_card": (("amount", "20.00"),)}
 
 # Invariant ids, in report order, with what each one means.
 INVARIANTS: dict[str, str] = {
@@ -77,6 +83,8 @@ INVARIANTS: dict[str, str] = {
     "priced",
     "gate-asked-once": "no gate asked twice: one GATE_OPENED per stage and gate, unless it expired",
     "gate-answered-once": "each gate answered once: one final HUMAN_ANSWERED per gate asked",
+    "edit-kept": "an edited call made once, with the edited arguments: what the target holds, "
+    "the ledger's row was sent and priced at, and its answer's diff",
 }
 # Who answers gates in the matrix, by the role a gate names.
 GATE_PEOPLE = {"operator": "user:operator", "supervisor": "user:supervisor"}
@@ -113,6 +121,8 @@ class Case:
     when: str
     # A run with review=on: its gates are asked and answered on the way.
     reviewed: bool = False
+    # What the supervisor changes when they confirm the call: (argument, value) pairs.
+    edits: tuple[tuple[str, str], ...] = ()
 
     @property
     def point(self) -> str:
@@ -121,7 +131,8 @@ class Case:
 
     @property
     def id(self) -> str:
-        return f"gate:{self.point}" if self.reviewed else self.point
+        edited = "".join(f"+edit:{name}={value}" for name, value in self.edits)
+        return f"gate:{self.point}{edited}" if self.reviewed else self.point
 
     def __str__(self) -> str:
         return self.id
@@ -147,7 +158,8 @@ def all_cases() -> list[Case]:
 def gate_cases() -> list[Case]:
     """On a reviewed run, around every gate the demo declares (a stage's `asks`, a confirmed
     tool's call): before it opens, after its answer; and for a confirmation, between its
-    answer and the call (the call's `before`: its intent is recorded, the call not made)."""
+    answer and the call (the call's `before`: its intent is recorded, the call not made), as
+    asked and, for a tool with EDITS, edited."""
     from demo.faults import GATE_WHEN
     from runs.pipeline import registry
 
@@ -160,6 +172,13 @@ def gate_cases() -> list[Case]:
         for gate in [*stage.asks, *confirmed]:
             cases += [Case(stage.name, gate, when, reviewed=True) for when in GATE_WHEN]
         cases += [Case(stage.name, call, "before", reviewed=True) for call in confirmed]
+        tools = {c.call_id: c.tool for c in stage.calls}
+        cases += [
+            Case(stage.name, call, when, reviewed=True, edits=EDITS[tools[call]])
+            for call in confirmed
+            if tools[call] in EDITS
+            for when in ("after-answer", "before")
+        ]
     return cases
 
 
@@ -553,7 +572,7 @@ def _drive(case: Case, workers: Workers, reference: dict[str, str], result: Case
             what="the worker to reach the crash point",
         )
         waiting = doomed.poll() is None and run_status(run.pk) == Run.Status.WAITING
-        if not (waiting and answer_open_gates(run.pk)):
+        if not (waiting and answer_open_gates(run.pk, dict(case.edits))):
             break
     crashed = doomed.poll() == -signal.SIGKILL
     result.check("crashed", crashed, f"worker exit {doomed.poll()}, run {run_status(run.pk)}")
@@ -615,7 +634,8 @@ def resume_and_check(
     approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:fault-matrix")
     approved = Marks.now()  # what the resumed work does to the world is above these
     workers.start("resume")
-    status = settle_answering(run.pk, timeout=120)
+    edits = dict(result.case.edits) if isinstance(result.case, Case) else {}
+    status = settle_answering(run.pk, timeout=120, edits=edits)
     run.refresh_from_db()
     result.check("succeeded", status == Run.Status.SUCCEEDED, f"run ended {status}")
     problems = plan_kept_problems(run, plan, approved)
@@ -623,37 +643,45 @@ def resume_and_check(
     world_checks(result, run, marks, reference)
     if "gate-asked-once" in result.invariants:
         gate_checks(result, run)
+    if edits:
+        problems = edit_problems(run, result.case, marks)
+        result.check("edit-kept", not problems, "; ".join(problems))
 
 
 # --- Gates ---------------------------------------------------------------------------------
 
 
-def answer_open_gates(run_pk: int) -> list[str]:
+def answer_open_gates(run_pk: int, edits: dict[str, str] | None = None) -> list[str]:
     """The matrix's people answer every gate the run waits at, as it was asked: an operator
-    approves the review unedited, a supervisor approves the charge. Returns what they
-    answered."""
+    approves the review unedited, a supervisor approves the charge (with `edits` to its
+    arguments, in an edited case). Returns what they answered."""
     from runs.gates import answers
     from runs.gates.acts import TICK
     from runs.models import Gate, GateKind, GateStatus
 
     done = []
     for gate in Gate.objects.filter(run_id=run_pk, status=GateStatus.OPEN).order_by("pk"):
-        # A confirmation approved with the tick that names its act (the charge's money).
-        confirm = {"decision": "approve", TICK: "on"}
-        data = confirm if gate.kind == GateKind.CONFIRM else dict(gate.initial)
+        data = dict(gate.initial)
+        if gate.kind == GateKind.CONFIRM:
+            # Approved with the tick that names its act (the charge's money).
+            data = {"decision": "approve", TICK: "on"} | {
+                f"arg_{n}": v for n, v in (edits or {}).items()
+            }
         answers.answer(gate.pk, data, actor=GATE_PEOPLE[gate.role], roles=frozenset({gate.role}))
         done.append(f"{gate.stage}/{gate.gate_id}")
     return done
 
 
-def settle_answering(run_pk: int, *, timeout: float = 120) -> str:
+def settle_answering(
+    run_pk: int, *, timeout: float = 120, edits: dict[str, str] | None = None
+) -> str:
     """Wait until the run stops being active, answering each gate it waits at on the way;
     returns the status it ends in."""
     from runs.models import Run
 
     while True:
         status = wait_settled(run_pk, timeout=timeout)
-        if status != Run.Status.WAITING or not answer_open_gates(run_pk):
+        if status != Run.Status.WAITING or not answer_open_gates(run_pk, edits):
             return status
 
 
@@ -688,6 +716,33 @@ def gate_problems(run) -> tuple[list[str], list[str]]:
         if set(opened) != expected:
             answered.append(f"gates asked {sorted(opened)}, expected {sorted(expected)}")
     return twice, answered
+
+
+def edit_problems(run, case: Case, marks: Marks) -> list[str]:
+    """What an edited case asks beyond the rest: the confirmed call made once, with the edited
+    arguments, as the outside world, the ledger's row (its request and its price) and the
+    answer's diff say it. The demo's edited call is its charge, priced at its amount."""
+    from decimal import Decimal
+
+    from runs.models import Effect, Event
+
+    edits = dict(case.edits)
+    problems = []
+    charges = World.since(marks).charges
+    if [c["amount"] for c in charges] != [edits["amount"]]:
+        problems.append(f"charged {[c['amount'] for c in charges]}, edited to {edits['amount']}")
+    effect = Effect.objects.filter(run=run, call_id=case.call).first()
+    sent = {n: effect.request.get(n) for n in edits} if effect is not None else None
+    if sent != edits or effect.cost != Decimal(edits["amount"]):
+        problems.append(f"the ledger's row was sent {sent} at ${getattr(effect, 'cost', None)}")
+    answered = [
+        event_payload(e)
+        for e in Event.objects.filter(run=run, type=Event.Type.HUMAN_ANSWERED)
+        if event_payload(e).get("gate") == case.call
+    ]
+    if [{n: d[1] for n, d in a["diff"].items()} for a in answered] != [edits]:
+        problems.append(f"answers' diffs {[a['diff'] for a in answered]}")
+    return problems
 
 
 def gate_checks(result: CaseResult, run) -> None:

@@ -3,13 +3,18 @@ them through RESUMER_PIPELINES (tests/gates/test_gates_workers.py passes it on),
 own pipeline module would be registered.
 
 The charge is a real HTTP call to the demo service's card processor (settings.DEMO_SERVICE_URL),
-so what the target received is read from the target itself (ServiceProcess.charges()).
+so what the target received is read from the target itself (ServiceProcess.charges()). The
+meeting goes to a calendar that keeps, as JSON, every request it was sent, in a file of the
+test process's media folder (which the workers it starts share): what arrived there, a list
+or a string, is read from the calendar itself (`meetings()`).
 """
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 
 from django.conf import settings
 
@@ -23,6 +28,7 @@ from runs.pipeline import (
     Pipeline,
     Stage,
     StageOutput,
+    Tool,
 )
 from runs.tools.http import http_tool
 
@@ -44,6 +50,7 @@ PATHS = tuple(
         "charge_learning",
         "detailed",
         "long_question",
+        "meeting",
     )
 )
 
@@ -263,4 +270,67 @@ long_question = Pipeline(
     name="gate-long-question",
     tools=(),
     stages=(Stage("decide", _long, asks=("reply",)),),
+)
+
+
+# --- a confirmed meeting with a list of attendees -------------------------------------------
+
+ATTENDEES = ["pm@client.com", "lance@company.com"]
+
+
+def calendar_file() -> Path:
+    return Path(settings.MEDIA_ROOT) / "calendar.jsonl"
+
+
+def _book(args: dict, key: str) -> dict:
+    """The calendar: it keeps each request as the JSON it received."""
+    path = calendar_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as calendar:
+        calendar.write(json.dumps({"key": key, "args": args}) + "\n")
+    return {"external_id": f"mtg-{key[:12]}"}
+
+
+def meetings(key: str) -> list[dict]:
+    """What the calendar received under a delivery key: the arguments of each request."""
+    if not calendar_file().exists():
+        return []
+    lines = [json.loads(line) for line in calendar_file().read_text().splitlines()]
+    return [line["args"] for line in lines if line["key"] == key]
+
+
+def meeting_key(ctx: Context, args: dict) -> KeyParts:
+    return KeyParts(ACCOUNT, "calendar", f"{ctx.root_id}/meeting", "v1")
+
+
+# No `args` model: the attendees are edited as the JSON type the stage asked with, a list.
+SCHEDULE = Tool(
+    "schedule_meeting",
+    ReplayPolicy.NEVER,
+    _book,
+    key=meeting_key,
+    verb="schedule",
+    confirm=Confirm(editable=("attendees", "title")),
+)
+
+
+def _meet(ctx: Context) -> StageOutput:
+    booked = ctx.call(
+        "meeting",
+        "schedule_meeting",
+        title="Kick-off",
+        attendees=list(ATTENDEES),
+        organizer=ctx.run_id,
+    )
+    return StageOutput(outputs={"meeting_id": booked["external_id"]})
+
+
+meeting = Pipeline(
+    name="gate-meeting",
+    tools=(SCHEDULE,),
+    stages=(
+        Stage(
+            "meet", _meet, tools=("schedule_meeting",), calls=(Call("meeting", "schedule_meeting"),)
+        ),
+    ),
 )

@@ -3,8 +3,10 @@ holds no worker, lease or job, survives a restart and a Redis flush, and goes on
 when it is answered; a worker killed after an answer is resumed without asking again;
 answers race, roles refuse, time-outs apply, edits reach the target under their own key,
 rejections stop the stage, two gates in a stage are asked one at a time, identical gates
-are answered in bulk, and a two-person gate takes its time-out's default at the deadline
-whatever its votes, and is settled by two different people only.
+are answered in bulk, a two-person gate takes its time-out's default at the deadline
+whatever its votes, and is settled by two different people only, and an untouched list is
+sent as the list it was (an edited one as a list), an edited amount as what the ledger, the
+plan and the verdict say.
 
 Every wait is on database state (tests/support/processes.wait_for); nothing asserts on time.
 The demo's reviewed runs (input review=on) ask "review" before publish and a supervisor's
@@ -17,12 +19,14 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import connections
 from django.db.models.functions import Now
+from django.urls import reverse
 
 from demo import faults
 from demo.pipeline import content_hash
@@ -40,7 +44,7 @@ from tests.gates import pipelines as gp
 from tests.support.pipelines import registered
 from tests.support.processes import Workers, wait_for
 from tests.support.state import run_status
-from tests.support.web import client_as
+from tests.support.web import api_as, client_as, form_values
 
 pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
 
@@ -624,3 +628,125 @@ def test_the_stage_learns_who_edited_the_call_and_what_they_changed(
     assert review["at"]
     [charge] = demo_service.charges()
     assert charge["amount"] == "3.50"
+
+
+# --- (l) typed edits ------------------------------------------------------------------------
+
+
+def meeting_gate(workers: Workers) -> Gate:
+    """A gate-meeting run waiting for its meeting's confirmation, its worker started."""
+    run = engine.start_run("gate-meeting", {}, actor="test")
+    start_worker(workers)
+    return open_gate(run, "meeting")
+
+
+def delivered(gate: Gate) -> tuple[Effect, list[dict]]:
+    """Once the run ended: the meeting's effect, and what the calendar received under its key."""
+    assert settled(gate.run) == Run.Status.SUCCEEDED
+    effect = Effect.objects.get(run=gate.run, call_id="meeting")
+    return effect, gp.meetings(effect.delivery_key)
+
+
+def unedited_key(gate: Gate) -> str:
+    return gp.meeting_key(_Root(gate.run.root.public_id), gate.call["args"]).key
+
+
+def assert_no_edit(gate: Gate) -> None:
+    """Approved as asked: no diff, the answer's arguments those asked, the original key, and
+    the calendar holds the attendees as the list they were."""
+    effect, sent = delivered(gate)
+    gate.refresh_from_db()
+    assert gate.diff == {}
+    [event] = answered(gate.run, "meeting")
+    assert event.payload["diff"] == {}
+    assert event.payload["answer"]["args"] == gate.call["args"]
+    assert effect.delivery_key == unedited_key(gate)
+    assert [m["attendees"] for m in sent] == [gp.ATTENDEES]
+
+
+def test_an_untouched_list_approved_on_the_dashboard_is_sent_as_the_list_with_no_edit(
+    workers, redis_conn
+):
+    gate = meeting_gate(workers)
+    supervisor = client_as("supervisor")
+    action = reverse("runs:gate_answer", args=[gate.run_id, gate.pk])
+    page = supervisor.get(reverse("runs:gate", args=[gate.run_id, gate.pk])).content.decode()
+    shown = form_values(page, action)
+    assert shown["decision"] == "approve" and shown["arg_attendees"].startswith("[")
+
+    # The reviewer ticks the act the approval names, and changes nothing else.
+    response = supervisor.post(action, shown | {TICK: "on"})
+
+    assert response.status_code == 302
+    assert_no_edit(gate)
+
+
+def test_an_untouched_list_approved_through_the_api_is_sent_as_the_list_with_no_edit(
+    workers, redis_conn
+):
+    gate = meeting_gate(workers)
+
+    response = api_as("operator").post(
+        f"/api/v1/gates/{gate.pk}/answer",
+        {"answer": dict(gate.initial) | {TICK: True}, "digest": gate_digest(gate)},
+        content_type="application/json",
+    )
+
+    assert response.status_code == 200
+    assert_no_edit(gate)
+
+
+def test_a_list_edited_through_the_api_arrives_at_the_calendar_as_a_list(workers, redis_conn):
+    gate = meeting_gate(workers)
+    wanted = ["pm@client.com", "ana@company.com"]
+
+    response = api_as("operator").post(
+        f"/api/v1/gates/{gate.pk}/answer",
+        {
+            "answer": {"decision": "approve", TICK: True, "arg_attendees": wanted},
+            "digest": gate_digest(gate),
+        },
+        content_type="application/json",
+    )
+
+    assert response.status_code == 200
+    effect, sent = delivered(gate)
+    assert [m["attendees"] for m in sent] == [wanted]
+    assert effect.request["attendees"] == wanted
+    assert effect.delivery_key != unedited_key(gate)
+    [event] = answered(gate.run, "meeting")
+    assert event.payload["diff"] == {"attendees": [gp.ATTENDEES, wanted]}
+
+
+def test_an_edited_amount_is_charged_and_is_what_the_ledger_plan_run_page_and_verdict_say(
+    workers, redis_conn, demo_service
+):
+    # The worker dies between the confirmation's answer and the charge: the resume's plan,
+    # its contract and the verdict price the edited call.
+    run = reviewed_run(workers, crash="publish/promote-charge/after-answer")
+    doomed = workers.procs[-1]
+    approve_review(run)
+    approve_charge(run, arg_amount="20.00")
+    doomed.wait(timeout=SLOW)
+    assert doomed.returncode == -signal.SIGKILL
+    start_worker(workers, "healthy")
+    wait_for(lambda: run_status(run) == Run.Status.INTERRUPTED, timeout=SLOW, what="interrupted")
+
+    plan = compute_plan(run)
+    [line] = [e for e in plan.effects if e.call_id == "promote-charge"]
+    assert (line.action, line.cost) == ("call", "20.00")
+    assert line.edited == "amount 5.00 → 20.00, by sam (asked at $5.00)"
+    assert plan.cost_resume.money == "20.0000"
+    approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:op")
+
+    assert settled(run) == Run.Status.SUCCEEDED
+    [charge] = demo_service.charges()
+    effect = run.effects.get(call_id="promote-charge")
+    assert charge["amount"] == effect.request["amount"] == "20.00"
+    assert charge["delivery_key"] == effect.delivery_key
+    assert effect.cost == Decimal("20.00")
+    html = client_as("viewer").get(f"/runs/{run.public_id}/").content.decode()
+    assert "Plan kept: 1 call, $20.00, as approved" in html
+    row = html[html.index("promote-charge", html.index('id="effects"')) :]
+    row = row[: row.index("</tr>")]
+    assert "edited: amount 5.00 → 20.00, by sam (asked at $5.00)" in row and "$20.00" in row

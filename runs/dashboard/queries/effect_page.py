@@ -9,6 +9,7 @@ from typing import Any
 
 from runs.models import Effect, Event, Run, StoredPlan
 from runs.pipeline import UnknownPipeline, registry
+from runs.planning import gate_lines
 from runs.planning.planner import EffectLine, Plan
 from runs.planning.replay import UNSETTLED
 
@@ -40,6 +41,8 @@ class EffectPage:
     target: str
     asked: Asked | None
     line: EffectLine | None
+    # A call made with a reviewer's edits: what changed and the price asked; "" otherwise.
+    edited: str = ""
 
     @property
     def unsettled(self) -> bool:
@@ -110,6 +113,7 @@ def _target_name(tool: Any) -> str:
 def effect_page(effect: Effect) -> EffectPage:
     run = Run.objects.select_related("parent").get(pk=effect.run_id)
     tool = _tool(run, effect.tool)
+    where = (effect.stage, effect.call_id)
     return EffectPage(
         effect=effect,
         run=run,
@@ -117,4 +121,5 @@ def effect_page(effect: Effect) -> EffectPage:
         target=_target_name(tool) or effect.target,
         asked=_last_asked(effect),
         line=_plan_line(run, effect),
+        edited=gate_lines.edited(gate_lines.approved_calls(run).get(where), effect),
     )

@@ -15,7 +15,7 @@ from runs.ledger import artifacts as artifact_store
 from runs.ledger.payload_summary import summarize
 from runs.models import Checkpoint, Effect, Event, Gate, Run, StageLog, StoredPlan
 from runs.pipeline import UnknownPipeline, registry
-from runs.planning import stored_plans
+from runs.planning import gate_lines, stored_plans
 from runs.planning.contract import Usage
 from runs.planning.planner import Plan
 
@@ -184,13 +184,24 @@ class RunFacts:
 
 
 def run_facts(run: Run) -> RunFacts:
-    """What the run has verified, stored and done outside: one query per kind."""
+    """What the run has verified, stored and done outside: one query per kind, and one for
+    the confirmations that say which effects a reviewer edited."""
     checkpoints = list(Checkpoint.objects.filter(run=run).order_by("last_seq"))
     return RunFacts(
         checkpoints=checkpoints,
         artifacts=artifact_rows(checkpoints),
-        effects=list(Effect.objects.filter(run=run).order_by("id")),
+        effects=edited_effects(run, list(Effect.objects.filter(run=run).order_by("id"))),
     )
+
+
+def edited_effects(run: Run, effects: list[Effect]) -> list[Effect]:
+    """The effects, each with `.edited`: for a call made with a reviewer's edits, what changed
+    and the price asked ("amount 5.00 → 20.00, by sam (asked at $5.00)"), as the plan says
+    it; "" for the others. The row itself holds what was sent and what it cost."""
+    approved = gate_lines.approved_calls(run) if effects else {}
+    for effect in effects:
+        effect.edited = gate_lines.edited(approved.get((effect.stage, effect.call_id)), effect)
+    return effects
 
 
 @dataclass
