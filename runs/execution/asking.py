@@ -136,6 +136,8 @@ class Asking:
                 by=gate.answered_by,
             )
         edited = answer.get("args") or args
+        if gate.attempts:
+            return edited, _asked_again(tool.key(self, edited), gate, edited, args)
         if edited == args:
             return args, None
         parts = tool.key(self, edited)
@@ -197,6 +199,19 @@ class Asking:
             usage=self.usage.to_dict(),
         )
         raise StageWaiting(f"waiting for a human at {self.stage}/{gate_id}")
+
+
+def _asked_again(
+    parts: KeyParts, gate: Gate, edited: dict[str, Any], args: dict[str, Any]
+) -> KeyParts:
+    """The key of a call confirmed again after its target refused an earlier answer's call
+    (runs/gates/reopen.py): a revision of its own for this attempt, distinct from every
+    refused attempt's even when the arguments are the same, so the request is never taken
+    for a refused one (nor its refusal reused)."""
+    revision = f"{parts.revision}+ask-{len(gate.attempts) + 1}"
+    if edited != args:
+        revision += f"+edit-{digest(edited)[:12]}"
+    return replace(parts, revision=revision)
 
 
 def _check_timeout(

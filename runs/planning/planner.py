@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from decimal import Decimal
 
+from runs.gates import reopen
 from runs.ledger import artifacts, derived
 from runs.ledger.chain import digest
 from runs.ledger.checkpoints import latest_checkpoint, manifest_problems
@@ -98,10 +99,15 @@ def _own_effects(run: Run, stages: list[str]) -> dict[tuple[str, str], Effect]:
     return found
 
 
-def _effect_line(stage: str, call_id: str, tool, effect: Effect | None) -> tuple[EffectLine, str]:
+def _effect_line(
+    stage: str, call_id: str, tool, effect: Effect | None, edited_by: str, confirmed_by: str
+) -> tuple[EffectLine, str]:
     """The resume action for one expected call (replay.decide_on, asking the target where the
-    decision needs it); returns the line and a blocker (or "")."""
-    decision, answer = decide_on(tool, call_id, effect)
+    decision needs it; who recorded a failed effect, read from its events); returns the line
+    and a blocker (or "")."""
+    decision, answer = decide_on(
+        tool, call_id, effect, edited_by=edited_by, confirmed_by=confirmed_by
+    )
     line = EffectLine(
         stage=stage,
         call_id=call_id,
@@ -164,15 +170,10 @@ def fresh_cost(pipeline: Pipeline) -> Cost:
 
 
 def _disagreeing(
-    run: Run, effects: dict[tuple[str, str], Effect], after_seq: int
+    effects: dict[tuple[str, str], Effect], said: dict[str, derived.Derived]
 ) -> dict[tuple[str, str], str]:
     """The effect rows the plan would act on that their events do not explain (a row written
-    behind the append path: "confirmed as ch-forged" would skip the reconcile-first lookup).
-    Their events are all after the chosen checkpoint: the stages it re-runs ran after it."""
-    if not effects:
-        return {}
-    keys = [e.delivery_key for e in effects.values()]
-    said = derived.fold(derived.effect_events([run.pk], keys, after_seq=after_seq))
+    behind the append path: "confirmed as ch-forged" would skip the reconcile-first lookup)."""
     found = {}
     for where, effect in effects.items():
         reason = derived.effect_disagreement(effect, said.get(effect.delivery_key))
@@ -191,9 +192,14 @@ def _blocked_line(stage: str, call_id: str, effect: Effect) -> EffectLine:
 
 def _expected_lines(
     run: Run, pipeline: Pipeline, stages: list[str], after_seq: int = 0
-) -> tuple[list[EffectLine], list[str]]:
+) -> tuple[list[EffectLine], list[str], dict[tuple[str, str], str]]:
+    """The lines, the blockers, and what the targets said of the confirmed calls they refused
+    ((stage, gate id) -> error: the gate lines say it)."""
     effects = _own_effects(run, stages)
-    disagreeing = _disagreeing(run, effects, after_seq)
+    # Their events are all after the chosen checkpoint: the stages it re-runs ran after it.
+    said = derived.said_of([run.pk], effects.values(), after_seq=after_seq)
+    disagreeing = _disagreeing(effects, said)
+    refused = reopen.confirmed_calls(run, effects.values(), said)
     lines, blockers = [], []
     for stage_name in stages:
         stage = pipeline.stage(stage_name)
@@ -212,16 +218,20 @@ def _expected_lines(
                 lines.append(_blocked_line(stage_name, call.call_id, effect))
                 blockers.append(reason)
                 continue
+            effect = effects.get((stage_name, call.call_id))
+            key = effect.delivery_key if effect else ""
             line, blocker = _effect_line(
                 stage_name,
                 call.call_id,
                 pipeline.tool(call.tool),
-                effects.get((stage_name, call.call_id)),
+                effect,
+                said[key].edited_by if key in said else "",
+                refused[key].by if key in refused else "",
             )
             lines.append(line)
             if blocker:
                 blockers.append(blocker)
-    return lines, blockers
+    return lines, blockers, {(r.gate.stage, r.gate.gate_id): r.error for r in refused.values()}
 
 
 # --- The plan ------------------------------------------------------------------------------
@@ -291,7 +301,7 @@ def compute_plan(run: Run) -> Plan:
     stages_all = list(pipeline.stage_names)
     rerun = list(pipeline.stages_from(next_stage)) if next_stage else []
     skipped = [s for s in stages_all if s not in rerun]
-    lines, blockers = _expected_lines(run, pipeline, rerun, after_seq)
+    lines, blockers, refused = _expected_lines(run, pipeline, rerun, after_seq)
 
     drift, unresolved = _drift(run, pipeline)
     upgrade = unresolved or _upgrade(run, pipeline, chosen, drift, resumable, lines)
@@ -321,7 +331,7 @@ def compute_plan(run: Run) -> Plan:
         cost_resume=_cost(pipeline, lines),
         cost_fresh=fresh_cost(pipeline),
         upgrade=upgrade,
-        gates=gate_lines.strict_lines(run, pipeline, rerun),
+        gates=gate_lines.strict_lines(run, pipeline, rerun, refused),
     )
     plan.fingerprint = digest(plan.fingerprint_basis())
     return plan
