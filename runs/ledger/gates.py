@@ -1,8 +1,9 @@
 """The gate rows' writes, each riding with its event in one transaction: GATE_OPENED opens
 (or re-opens) a gate and moves the run to *waiting*; HUMAN_ANSWERED records one person's
 answer, and the last one a gate needs queues its stage again; GATE_REOPENED asks a
-confirmation again after its target refused the call (runs/gates/reopen.py). The events are
-the record; the rows are what the engine, the planner and the pages look gates up by."""
+confirmation again after its target refused the call (runs/gates/reopen.py); a run closed
+out closes its open gates with it. The events are the record; the rows are what the engine,
+the planner and the pages look gates up by."""
 
 from __future__ import annotations
 
@@ -205,3 +206,10 @@ def reopen(writer: Writer, gate: Gate, refused: Effect) -> Event:
     gate.refresh_from_db()
     return event
 
+
+def close_open(run: Run, event: Event) -> int:
+    """The run's open gates closed with it by `event` (its CLOSED_OUT), inside the caller's
+    transaction: nobody may answer them any more. How many."""
+    return Gate.objects.filter(run=run, status=GateStatus.OPEN).update(
+        status=GateStatus.CLOSED, answer_seq=event.seq
+    )
