@@ -199,13 +199,15 @@ def decide(
         if recorded.confirmed_by:
             # The request is the human's answer: a resume would send it again and be refused
             # again. The human is asked again instead (a new answer, a new key revision).
+            said = (
+                f"{refused}, after {recorded.confirmed_by} confirmed the request; a resume "
+                "would send the same request again: ask again, or close the run out"
+            )
             return Decision(
                 Action.BLOCKED,
-                f"{refused}; {recorded.confirmed_by} had confirmed this request",
+                said,
                 kind=StopKind.REFUSED_CONFIRMED,
-                reason=f"{tool} ({call_id}): {refused}, after {recorded.confirmed_by} "
-                "confirmed the request; a resume would send the same request again. Ask "
-                "again (the confirmation is asked anew) or close the run out.",
+                reason=f"{tool} ({call_id}): {said}",
             )
         return Decision(Action.CALL, f"{refused}: nothing happened there")
     # INTENT or UNKNOWN: the call may or may not have happened.

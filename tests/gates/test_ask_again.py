@@ -58,9 +58,10 @@ def test_the_plan_says_the_target_refused_and_offers_no_resume_that_sends_it_aga
     [line] = [e for e in plan.effects if e.call_id == "fee"]
     assert (line.action, line.kind) == (Action.BLOCKED, StopKind.REFUSED_CONFIRMED)
     assert "the target refused it" in line.answer and "card declined" in line.answer
-    assert "sam had confirmed" in line.answer
+    assert "after sam confirmed the request" in line.answer
     assert plan.blocked and not plan.can_strict and plan.cost_resume.money == "0.0000"
-    assert "Ask again" in " ".join(plan.blockers)
+    assert plan.blockers == [f"charge_card (fee): {line.answer}"]
+    assert "ask again, or close the run out" in line.answer
     [gate_line] = plan.gates
     assert "the target refused the call made with it" in gate_line.said
     said = " ".join([line.answer, gate_line.said, *plan.blockers])
