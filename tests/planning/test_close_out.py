@@ -7,19 +7,23 @@ from __future__ import annotations
 
 import pytest
 
-from demo import faults
-from demo.management.commands.seed_demo import run_inline
 from runs import engine
 from runs.dashboard.queries.inbox import InboxFilters, inbox_page, reason_counts
 from runs.gates import answers
 from runs.ledger.verify import verify_chain
-from runs.models import Effect, Event, Gate, GateStatus, Run
+from runs.models import Effect, Event, GateStatus, Run
 from runs.planning.close_out import CloseRefused, InvalidReason, close_out
 from runs.planning.planner import compute_plan
 from runs.planning.resume import ResumeRefused, approve
 from tests.gates import pipelines as gp
 from tests.support.pipelines import registered
-from tests.support.refusals import SUPERVISOR, confirm, refused_charge, waiting_charge
+from tests.support.refusals import (
+    SUPERVISOR,
+    confirm,
+    refused_charge,
+    unknown_charge,
+    waiting_charge,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,17 +34,6 @@ REASON = "the customer cancelled the promotion"
 def gate_pipelines(settings, demo_service, redis_conn):
     with registered(settings, *gp.PATHS):
         yield
-
-
-def unknown_charge() -> Run:
-    """A confirmed charge whose answer never came: the run failed, the effect unknown."""
-    run = faults.start_run(
-        "gate-charge", {}, actor="test", faults={"timeout": "pay/fee/after"}, enqueue=False
-    )
-    run_inline(run.pk)
-    run = confirm(Gate.objects.get(run=run, gate_id="fee"))
-    assert run.status == Run.Status.FAILED
-    return run
 
 
 def test_a_closed_out_run_has_its_status_and_event_and_leaves_the_inbox():

@@ -5,6 +5,7 @@ card processor the real demo service): the world the ways out of a failed answer
 
 from __future__ import annotations
 
+from demo import faults
 from demo.management.commands.seed_demo import run_inline
 from runs import engine
 from runs.gates import answers
@@ -33,5 +34,16 @@ def confirm(gate: Gate, amount: str | None = None, *, by: str = "sam") -> Run:
 def refused_charge(amount: str = OVER_LIMIT) -> Run:
     """A run whose supervisor approved a charge the card processor declined: failed."""
     run = confirm(waiting_charge(), amount)
+    assert run.status == Run.Status.FAILED, run.status
+    return run
+
+
+def unknown_charge() -> Run:
+    """A confirmed charge whose answer never came: the run failed, the effect unknown."""
+    run = faults.start_run(
+        "gate-charge", {}, actor="test", faults={"timeout": "pay/fee/after"}, enqueue=False
+    )
+    run_inline(run.pk)
+    run = confirm(Gate.objects.get(run=run, gate_id="fee"))
     assert run.status == Run.Status.FAILED, run.status
     return run
