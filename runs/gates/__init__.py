@@ -11,6 +11,8 @@ the recorded answer and never asks twice.
     decision.py   the one decision about a gate (ask, or use the recorded answer), what a gate
                   is about (its subject) and its shape; the engine and the planner both call it
     answers.py    answering: who may, compare-and-set, quorum, the stage queued again; in bulk
+    reopen.py     Ask again: a confirmation whose call its target refused opens again
+                  (GATE_REOPENED), the next answer's call under a key revision of its own
     timeouts.py   the sweeper's step: a deadline applies on_timeout; escalation before it
 
 May import: ledger, models, pipeline, enqueue, signals.
