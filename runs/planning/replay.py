@@ -195,7 +195,9 @@ def decide(
             return Decision(
                 Action.CALL, f"a supervisor recorded that it did not happen ({recorded.edited_by})"
             )
-        refused = "the target refused it" + (f" ({recorded.error})" if recorded.error else "")
+        # The target's words, cut to what a plan line holds (the effect keeps them whole).
+        error = recorded.error if len(recorded.error) <= 300 else recorded.error[:299] + "…"
+        refused = "the target refused it" + (f" ({error})" if error else "")
         if recorded.confirmed_by:
             # The request is the human's answer: a resume would send it again and be refused
             # again. The human is asked again instead (a new answer, a new key revision).
