@@ -35,6 +35,11 @@ class Invalid(ValueError):
     """The request is malformed: 400, nothing executed, nothing stored."""
 
 
+class Declined(Exception):
+    """The request is valid but the system refuses it (a card over its limit): 402, nothing
+    executed, nothing stored (the same key may be sent again once the limit allows it)."""
+
+
 # perform(body, key) -> (the created object as JSON, its cost)
 Perform = Callable[[dict[str, Any], str], tuple[dict[str, Any], Any]]
 
@@ -86,6 +91,9 @@ def handle_create(request: HttpRequest, operation: Operation, perform: Perform) 
     except Invalid as exc:
         meter(operation, call_key, MeterEntry.Outcome.INVALID)
         return error(400, "invalid_request", str(exc), key)
+    except Declined as exc:
+        meter(operation, call_key, MeterEntry.Outcome.DECLINED)
+        return error(402, "card_declined", str(exc), key)
     faults.after_commit(fault, request)
     return response
 

@@ -196,6 +196,30 @@ class Charge(models.Model):
         }
 
 
+# What the card processor lets an account charge at once when nobody set a limit for it: the
+# demo's promotion fee ($5.00) is well inside it; an edited amount above it is declined. It is
+# below the demo's ceiling for an edit ($100.00, demo/pipeline.py), so an amount the reviewer
+# may set can still be refused by the target: what Ask again is for.
+DEFAULT_CARD_LIMIT = Decimal("50.00")
+
+
+class CardLimit(models.Model):
+    """The most the card processor charges an account at once (set through /_limits); an
+    account without a row has DEFAULT_CARD_LIMIT. A larger amount is declined (402), with
+    nothing charged: a valid request the target refuses."""
+
+    account = models.CharField(max_length=64, unique=True)
+    limit = models.DecimalField(max_digits=10, decimal_places=2)
+
+    @classmethod
+    def of(cls, account: str) -> Decimal:
+        row = cls.objects.filter(account=account).first()
+        return row.limit if row is not None else DEFAULT_CARD_LIMIT
+
+    def as_json(self) -> dict[str, Any]:
+        return {"account": self.account, "limit": str(self.limit)}
+
+
 class MeterEntry(models.Model):
     """One row per request the service answered (or dropped), so tests can count billed work."""
 
@@ -204,6 +228,7 @@ class MeterEntry(models.Model):
         REPLAYED = "replayed"  # same key, same request: the stored answer, nothing executed
         CONFLICT = "conflict"  # same key, different request: 409
         INVALID = "invalid"  # 400: nothing executed
+        DECLINED = "declined"  # 402: a valid charge over the account's limit, nothing charged
         REFUSED = "refused"  # an armed 5xx fault: answered before anything was committed
         FOUND = "found"  # a lookup that found the object
         MISSING = "missing"  # a lookup that found nothing

@@ -93,6 +93,10 @@ class ServiceClient:
             spec["status"] = status
         return self._control("POST", "/_faults", json=spec)
 
+    def set_limit(self, account: str, limit: str) -> dict[str, Any]:
+        """The most the card processor charges `account` at once: above it, 402 declined."""
+        return self._control("POST", "/_limits", json={"account": account, "limit": limit})
+
     def faults(self) -> list[dict[str, Any]]:
         return self._control("GET", "/_faults")["data"]
 

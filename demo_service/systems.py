@@ -8,8 +8,17 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from demo_service.idempotency import Invalid
-from demo_service.models import PRICES, Article, Asset, Charge, Operation, Render, content_hash
+from demo_service.idempotency import Declined, Invalid
+from demo_service.models import (
+    PRICES,
+    Article,
+    Asset,
+    CardLimit,
+    Charge,
+    Operation,
+    Render,
+    content_hash,
+)
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}")
 MAX_CONTENT_CHARS = 5 * 1024 * 1024
@@ -66,26 +75,44 @@ def publish(body: dict[str, Any], key: str) -> tuple[dict[str, Any], Decimal]:
     return row.as_json(), PRICES[Operation.PUBLISH]
 
 
-def charge(body: dict[str, Any], key: str) -> tuple[dict[str, Any], Decimal]:
-    _only(body, "account", "amount", "reference")
-    raw = body.get("amount")
+def _money(body: dict[str, Any], name: str) -> Decimal:
+    raw = body.get(name)
     if not isinstance(raw, str):
-        raise Invalid('amount must be a decimal string such as "5.00"')
+        raise Invalid(f'{name} must be a decimal string such as "5.00"')
     try:
         amount = Decimal(raw)
     except InvalidOperation:
-        raise Invalid(f"amount {raw!r} is not a decimal") from None
+        raise Invalid(f"{name} {raw!r} is not a decimal") from None
     if not amount.is_finite() or not Decimal("0.01") <= amount <= Decimal("10000"):
-        raise Invalid("amount must be between 0.01 and 10000")
+        raise Invalid(f"{name} must be between 0.01 and 10000")
     if amount != amount.quantize(Decimal("0.01")):
-        raise Invalid("amount has at most two decimal places")
+        raise Invalid(f"{name} has at most two decimal places")
+    return amount
+
+
+def charge(body: dict[str, Any], key: str) -> tuple[dict[str, Any], Decimal]:
+    _only(body, "account", "amount", "reference")
+    amount = _money(body, "amount")
+    account = _text(body, "account", limit=64)
+    limit = CardLimit.of(account)
+    if amount > limit:
+        raise Declined(f"card declined: {amount} is over the limit of {limit} for {account}")
     row = Charge.objects.create(
-        account=_text(body, "account", limit=64),
+        account=account,
         delivery_key=key,
         reference=_text(body, "reference", limit=200, required=False),
         amount=amount,
     )
     return row.as_json(), amount
+
+
+def set_card_limit(body: dict[str, Any]) -> CardLimit:
+    """The most the card processor charges `account` at once, from now on."""
+    _only(body, "account", "limit")
+    row, _ = CardLimit.objects.update_or_create(
+        account=_text(body, "account", limit=64), defaults={"limit": _money(body, "limit")}
+    )
+    return row
 
 
 def article_by_id(article_id: str) -> Article | None:

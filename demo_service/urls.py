@@ -15,6 +15,7 @@ urlpatterns = [
     path("v1/charges/by-key/<str:key>", views.charge_by_key),
     path("_health", views.health),
     path("_faults", views.fault_list),
+    path("_limits", views.limits),
     path("_meter", views.meter),
     path("_marks", views.marks),
     path("_reset", views.reset),

@@ -17,6 +17,7 @@ from demo_service.idempotency import Invalid, error, handle_create, handle_looku
 from demo_service.models import (
     Article,
     Asset,
+    CardLimit,
     Charge,
     Fault,
     IdempotentResponse,
@@ -171,6 +172,23 @@ def fault_list(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"data": [f.as_json() for f in Fault.objects.order_by("pk")]})
 
 
+@require_http_methods(["GET", "POST", "DELETE"])
+def limits(request: HttpRequest) -> JsonResponse:
+    """The card processor's per-account limits: POST {"account": "acct-42", "limit": "50.00"}
+    sets one (a charge above it is declined, 402); GET lists them; DELETE forgets them all
+    (every account back to the default limit)."""
+    if request.method == "POST":
+        try:
+            row = systems.set_card_limit(parse_body(request))
+        except Invalid as exc:
+            return error(400, "invalid_request", str(exc))
+        return JsonResponse(row.as_json(), status=201)
+    if request.method == "DELETE":
+        CardLimit.objects.all().delete()
+        return JsonResponse({"data": []})
+    return JsonResponse({"data": [r.as_json() for r in CardLimit.objects.order_by("account")]})
+
+
 @require_GET
 def meter(request: HttpRequest) -> JsonResponse:
     """Requests answered, per operation, key and outcome: ?op= and ?key= filter, ?after=<n>
@@ -227,13 +245,22 @@ def marks(request: HttpRequest) -> JsonResponse:
 
 # Every table of the outside world, in an order a load can follow (no foreign keys between
 # them today; the order is kept for when there are).
-STATE_MODELS = (Render, Asset, Article, Charge, IdempotentResponse, MeterEntry, Fault)
+STATE_MODELS = (
+    Render,
+    Asset,
+    Article,
+    Charge,
+    IdempotentResponse,
+    MeterEntry,
+    Fault,
+    CardLimit,
+)
 
 
 @require_POST
 def reset(request: HttpRequest) -> JsonResponse:
-    """Forget everything: objects, stored responses, meter and faults (a clean outside world
-    for the next test)."""
+    """Forget everything: objects, stored responses, meter, faults and card limits (a clean
+    outside world for the next test)."""
     with transaction.atomic():
         for model in STATE_MODELS:
             model.objects.all().delete()

@@ -72,6 +72,10 @@ class RunStatus(models.TextChoices):
     SUCCEEDED = "succeeded", "Succeeded"
     # Replaced by an upgrade branch; kept read-only for its history.
     SUPERSEDED = "superseded", "Superseded"
+    # A stopped run an operator gave up on, with a reason (runs/planning/close_out.py): never
+    # resumed, out of the inbox. Its unsettled effects stay as they were: closing settles
+    # nothing outside.
+    CLOSED = "closed", "Closed out"
 
 
 class RunSeverity(models.IntegerChoices):
@@ -94,7 +98,9 @@ class Run(models.Model):
 
     ACTIVE = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.RESUMING)
     RESUMABLE = (RunStatus.INTERRUPTED, RunStatus.FAILED, RunStatus.NEEDS_APPROVAL)
-    TERMINAL = (RunStatus.SUCCEEDED, RunStatus.SUPERSEDED)
+    # What a run that waits for a human may be: resumed (or asked at its gate), or closed out.
+    STOPPED = (*RESUMABLE, RunStatus.WAITING)
+    TERMINAL = (RunStatus.SUCCEEDED, RunStatus.SUPERSEDED, RunStatus.CLOSED)
 
     pipeline = models.CharField(max_length=64)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PENDING)
@@ -171,6 +177,8 @@ class Run(models.Model):
 
     @classmethod
     def attention_for(cls, status: str, deviated: bool = False) -> int:
+        if status == RunStatus.CLOSED:
+            return 2  # a human decided already, deviation or not
         if status in cls.RESUMABLE or status == RunStatus.WAITING or deviated:
             return 0
         if status in cls.ACTIVE:
@@ -202,6 +210,10 @@ class Run(models.Model):
     @property
     def is_waiting(self) -> bool:
         return self.status == RunStatus.WAITING
+
+    @property
+    def is_stopped(self) -> bool:
+        return self.status in self.STOPPED
 
     def lineage(self) -> list[Run]:
         """This run and its ancestors, nearest first."""
@@ -244,6 +256,12 @@ class EventType(models.TextChoices):
     # A supervisor asked an effect's target what it holds (a POST, never a page view), before
     # resolving the effect: what it answered is then one click from a ledger edit.
     TARGET_ASKED = "TARGET_ASKED", "Target asked"
+    # The target refused a call a human had confirmed: the confirmation is asked again (the
+    # run waits), with the refused attempt in the payload (runs/gates/reopen.py).
+    GATE_REOPENED = "GATE_REOPENED", "Asked again"
+    # An operator closed a stopped run out, with a reason: it is never resumed
+    # (runs/planning/close_out.py).
+    CLOSED_OUT = "CLOSED_OUT", "Closed out"
 
 
 class Event(AppendOnlyModel):
@@ -529,6 +547,8 @@ class GateStatus(models.TextChoices):
     ANSWERED = "answered", "Answered"
     # Its deadline passed and its on_timeout said to fail the run.
     EXPIRED = "expired", "Timed out"
+    # Its run was closed out while it waited: nobody may answer it.
+    CLOSED = "closed", "Closed with its run"
 
 
 class GateRole(models.TextChoices):
@@ -599,6 +619,10 @@ class Gate(models.Model):
     # Quorum gates: [{"by", "user", "answer"}] of the people's answers so far; `user` is the
     # pk of the signed-in user who gave it (two votes, two different users).
     votes = models.JSONField(default=list, blank=True)
+    # A confirmation asked again after its target refused the call made with its answer
+    # (GATE_REOPENED): the refused attempts, oldest first ({answer, by, at, error, key,
+    # asked_by, seq}). The next answer's call gets a key revision of its own (asking.py).
+    attempts = models.JSONField(default=list, blank=True)
     # Identical gates (same pipeline, stage, gate, kind and call shape) share it: they can be
     # answered together (runs/gates/answers.py).
     shape = models.CharField(max_length=64)

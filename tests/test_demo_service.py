@@ -70,6 +70,47 @@ def test_a_key_reused_on_another_endpoint_is_409(demo_service):
     assert post(demo_service, "/v1/assets", {"name": "x", "content": "y"}, KEY).status_code == 409
 
 
+def test_a_charge_over_the_accounts_limit_is_declined_with_402_and_charges_nothing(demo_service):
+    demo_service.set_limit("acct-42", "20.00")
+
+    over = post(demo_service, "/v1/charges", {"account": "acct-42", "amount": "20.01"}, KEY)
+
+    assert over.status_code == 402
+    assert over.json()["error"]["type"] == "card_declined"
+    assert "over the limit of 20.00" in over.json()["error"]["message"]
+    assert demo_service.charges() == []
+    assert demo_service.count("charge", outcome="declined") == 1
+
+
+def test_a_declined_charge_goes_through_under_its_key_once_the_limit_allows_it(demo_service):
+    demo_service.set_limit("acct-42", "1.00")
+    post(demo_service, "/v1/charges", {"account": "acct-42", "amount": "5.00"}, KEY)
+    demo_service.set_limit("acct-42", "10.00")
+
+    again = post(demo_service, "/v1/charges", {"account": "acct-42", "amount": "5.00"}, KEY)
+
+    assert again.status_code == 201 and again.headers["Idempotent-Replayed"] == "false"
+    assert [c["amount"] for c in demo_service.charges()] == ["5.00"]
+
+
+def test_an_account_without_a_limit_of_its_own_has_the_default_one(demo_service):
+    at_limit = post(demo_service, "/v1/charges", {"account": "acct-9", "amount": "50.00"}, "a")
+    over = post(demo_service, "/v1/charges", {"account": "acct-9", "amount": "50.01"}, "b")
+
+    assert (at_limit.status_code, over.status_code) == (201, 402)
+
+
+def test_a_limit_that_is_not_an_amount_is_400_and_sets_nothing(demo_service):
+    bad = httpx.post(
+        f"{demo_service.url}/_limits",
+        json={"account": "acct-42", "limit": "lots"},
+        trust_env=False,
+    )
+
+    assert bad.status_code == 400
+    assert get(demo_service, "/_limits").json() == {"data": []}
+
+
 def test_an_invalid_request_is_400_and_does_not_use_up_its_key(demo_service):
     bad = post(demo_service, "/v1/charges", {"account": "acct-42", "amount": "-1"}, KEY)
     good = post(demo_service, "/v1/charges", {"account": "acct-42", "amount": "1.00"}, KEY)

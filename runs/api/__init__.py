@@ -14,6 +14,8 @@ same role (runs/dashboard/roles.py); nothing here decides a rule of its own.
                     the stored plan, asking the targets again, the approval
     triage.py       groups of runs by plan shape, a group's approval, its batch
     gates.py        gates waiting for a human, one gate, its answer
+    deviations.py   a finished run's deviation acknowledged
+    ways_out.py     a stopped run closed out; a confirmation its target refused asked again
     token_views.py  the dashboard's page where a person makes and revokes their own tokens
 
 May import: dashboard (roles, forms, page queries), planning, gates, ledger, models, pipeline,

@@ -20,7 +20,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError
 from ninja.security import HttpBearer, SessionAuth
 
-from runs.api import deviations, gates, problems, tokens, triage
+from runs.api import deviations, gates, problems, tokens, triage, ways_out
 from runs.api import runs as run_endpoints
 from runs.api.problems import Problem, problem_response
 from runs.api.schemas import UserOut
@@ -102,6 +102,7 @@ api.add_router("/runs", run_endpoints.router)
 api.add_router("/", triage.router)
 api.add_router("/gates", gates.router)
 api.add_router("/runs", deviations.router)
+api.add_router("/runs", ways_out.router)
 
 urls = api.urls
 

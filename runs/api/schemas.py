@@ -269,6 +269,9 @@ class GateOut(Schema):
     answered_by: str
     answered_at: datetime | None
     votes: list[dict[str, Any]]
+    # Asked again after its target refused the call: the refused attempts, oldest first
+    # (answer, by, error, key, asked_by).
+    attempts: list[dict[str, Any]] = []
     created_at: datetime
 
 

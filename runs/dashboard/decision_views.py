@@ -1,8 +1,9 @@
 """The ways out of a stop that are not an approval: acknowledging a finished run's deviation
-(an operator, with a reason), and one effect's page, where a supervisor asks the effect's
-target what it holds (a POST, recorded as TARGET_ASKED) and records that answer in the ledger
-in one click. Each view: check who asks, call one domain function, redirect to the page that
-shows the result (a reload never posts twice)."""
+(an operator, with a reason), asking a confirmation again after its target refused the call,
+closing a stopped run out (an operator, with a reason), and one effect's page, where a
+supervisor asks the effect's target what it holds (a POST, recorded as TARGET_ASKED) and
+records that answer in the ledger in one click. Each view: check who asks, call one domain
+function, redirect to the page that shows the result (a reload never posts twice)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from runs.dashboard import roles
+from runs.dashboard.forms import AskAgainForm, CloseOutForm
 from runs.dashboard.queries.effect_page import effect_page, get_effect
 from runs.dashboard.queries.run_page import run_page
 from runs.dashboard.views import _found, _run, operator_required, role_required, viewer_required
+from runs.gates.reopen import AskAgainRefused, ask_again
 from runs.ledger.append import LedgerError
-from runs.models import Effect
+from runs.models import Effect, Run
 from runs.planning.acknowledge import AcknowledgeRefused, acknowledge
+from runs.planning.close_out import CloseRefused, InvalidReason, close_out
 from runs.planning.target_lookup import LookupRefused, ask_target, record_answer
 
 supervisor_required = role_required(roles.can_edit_ledger)
@@ -41,6 +45,63 @@ def acknowledge_deviation(request: HttpRequest, pk: int) -> HttpResponse:
         request,
         f"{run.public_id}'s deviation is acknowledged (event #{event.seq}); "
         "the run has left the inbox.",
+    )
+    return redirect("runs:run", pk=run.pk)
+
+
+def _refused_page(request: HttpRequest, run: Run, status: int, **said: object) -> HttpResponse:
+    """The run page again, saying why the POST changed nothing."""
+    run.refresh_from_db()
+    page = run_page(run, None, logs=roles.can_approve(request.user))
+    return render(
+        request, "runs/run_detail.html", {"page": page, "run": run, **said}, status=status
+    )
+
+
+@require_POST
+@operator_required
+def ask_again_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """Reopen the confirmation whose answer's call the target refused: the run waits at it."""
+    run = _run(pk)
+    form = AskAgainForm(request.POST)
+    if not form.is_valid():
+        return _refused_page(request, run, 400, ask_error="Not asked: no gate was named.")
+    try:
+        gate = ask_again(run.pk, actor=_actor(request), gate_pk=form.cleaned_data["gate"])
+    except AskAgainRefused as exc:
+        return _refused_page(request, run, 409, ask_error=f"Not asked: {exc}.")
+    messages.success(
+        request,
+        f"{gate.stage}/{gate.gate_id} is asked again (attempt {len(gate.attempts) + 1}); "
+        f"{run.public_id} waits for the answer.",
+    )
+    return redirect("runs:gate", run_pk=run.pk, pk=gate.pk)
+
+
+@require_POST
+@operator_required
+def close_run(request: HttpRequest, pk: int) -> HttpResponse:
+    run = _run(pk)
+    form = CloseOutForm(request.POST)
+    if not form.is_valid():
+        return _refused_page(request, run, 400, close_form=form)
+    try:
+        event = close_out(run.pk, form.cleaned_data["reason"], actor=_actor(request))
+    except InvalidReason as exc:
+        form.add_error("reason", str(exc))
+        return _refused_page(request, run, 400, close_form=form)
+    except CloseRefused as exc:
+        return _refused_page(request, run, 409, close_error=f"Not closed: {exc}.")
+    unsettled = len(event.payload["unsettled"])
+    messages.success(
+        request,
+        f"{run.public_id} is closed out (event #{event.seq}) and has left the inbox."
+        + (
+            f" {unsettled} effect{'s' if unsettled != 1 else ''} stay unsettled: closing "
+            "settles nothing outside."
+            if unsettled
+            else ""
+        ),
     )
     return redirect("runs:run", pk=run.pk)
 

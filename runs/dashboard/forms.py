@@ -1,4 +1,5 @@
-"""Forms: the inbox filters, the approval of a plan, and the supervisor's ledger edit."""
+"""Forms: the inbox filters, the approval of a plan, the ways out of a failed answer (Ask
+again, close out), and the supervisor's ledger edit."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from runs.dashboard.stops import ReasonKind
 from runs.ledger.edits import EDITABLE_EFFECT_FIELDS, MAX_EDIT_REASON_CHARS
 from runs.models import ApprovalMode, Effect, Run
 from runs.pipeline import registry
+from runs.planning.close_out import MAX_REASON_CHARS as MAX_CLOSE_REASON_CHARS
 
 
 class PkField(forms.Field):
@@ -140,6 +142,22 @@ class ApproveForm(forms.Form):
         if action is not None and not cleaned.get("confirm"):
             self.add_error("confirm", self.CONFIRM_ERRORS[action])
         return cleaned
+
+
+class CloseOutForm(forms.Form):
+    """Closing a stopped run out: the reason is recorded in its chain (close_out.py checks it
+    again, for every face)."""
+
+    reason = forms.CharField(
+        max_length=MAX_CLOSE_REASON_CHARS,
+        error_messages={"required": "Say why the run is closed out: the reason is recorded."},
+    )
+
+
+class AskAgainForm(forms.Form):
+    """Which refused confirmation to ask again (the run page names its gate)."""
+
+    gate = PkField()
 
 
 class RunIdsField(forms.Field):

@@ -84,6 +84,8 @@ urlpatterns = [
     path("<run:pk>/plan/check/", views.check_targets, name="check_targets"),
     path("<run:pk>/approve/", views.approve_plan, name="approve"),
     path("<run:pk>/acknowledge/", decision_views.acknowledge_deviation, name="acknowledge"),
+    path("<run:pk>/ask-again/", decision_views.ask_again_view, name="ask_again"),
+    path("<run:pk>/close/", decision_views.close_run, name="close"),
     path("<run:run_pk>/effects/<id:pk>/", decision_views.effect_detail, name="effect"),
     path("<run:run_pk>/effects/<id:pk>/ask/", decision_views.effect_ask, name="effect_ask"),
     path(

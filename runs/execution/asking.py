@@ -161,6 +161,8 @@ class Asking:
                 by=gate.answered_by,
             )
         edited = answer.get("args") or args
+        if gate.attempts:
+            return edited, _asked_again(tool.key(self, edited), gate, edited, args)
         if canonical_json(edited) == canonical_json(args):
             # Approved as asked (an untouched edit field is the value asked for): the request
             # the stage asked about, under its own key.
@@ -225,6 +227,19 @@ class Asking:
             usage=self.usage.to_dict(),
         )
         raise StageWaiting(f"waiting for a human at {self.stage}/{gate_id}")
+
+
+def _asked_again(
+    parts: KeyParts, gate: Gate, edited: dict[str, Any], args: dict[str, Any]
+) -> KeyParts:
+    """The key of a call confirmed again after its target refused an earlier answer's call
+    (runs/gates/reopen.py): a revision of its own for this attempt, distinct from every
+    refused attempt's even when the arguments are the same, so the request is never taken
+    for a refused one (nor its refusal reused)."""
+    revision = f"{parts.revision}+ask-{len(gate.attempts) + 1}"
+    if canonical_json(edited) != canonical_json(args):
+        revision += f"+edit-{digest(edited)[:12]}"
+    return replace(parts, revision=revision)
 
 
 def _check_timeout(

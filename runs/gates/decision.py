@@ -4,6 +4,10 @@
     open (asked, not answered yet) .......... ASK: the same gate, still waiting
     timed out and failed the run ............ ASK: a human resumed it, so it is asked again
     answered ................................ USE_ANSWER: the recorded answer; never asked again
+        its call refused by the target ...... USE_ANSWER, said with the refusal: only Ask
+                                              again reopens it (runs/gates/reopen.py)
+    asked again after a refusal (open) ...... ASK: waiting for the new answer
+    closed with its run ..................... ASK: nobody answers it; the run is over
 
 A gate is identified by its stage, its id and its *subject*: what it asks about (the question,
 its form and the values shown; for a confirmation, the call's request). An answer holds for
@@ -103,14 +107,31 @@ def describe_answer(gate: Gate) -> str:
     return f"{verdict} by {gate.answered_by}" + (f" at {at}" if at else "")
 
 
-def decide(gate: Gate | None) -> GateDecision:
+def decide(gate: Gate | None, refused: str | None = None) -> GateDecision:
+    """`refused`: what the target said when it refused the call made with the gate's answer
+    (reopen.refusals), which the planner passes; None when it did not."""
     if gate is None:
         return GateDecision(GateAction.ASK, "not asked yet: the run will wait for a human")
     if gate.status == GateStatus.ANSWERED:
+        if refused is not None:
+            return GateDecision(
+                GateAction.USE_ANSWER,
+                f"answer recorded ({describe_answer(gate)}), but the target refused the call "
+                f"made with it{f' ({refused})' if refused else ''}: ask again, or close the "
+                "run out",
+            )
         return GateDecision(
             GateAction.USE_ANSWER,
             f"answer recorded ({describe_answer(gate)}): not asked again",
         )
     if gate.status == GateStatus.EXPIRED:
         return GateDecision(GateAction.ASK, "timed out before: asked again")
+    if gate.status == GateStatus.CLOSED:
+        return GateDecision(GateAction.ASK, "closed with its run: nobody answers it")
+    if gate.attempts:
+        return GateDecision(
+            GateAction.ASK,
+            f"asked again after the target refused attempt {len(gate.attempts)}: waiting for "
+            "an answer",
+        )
     return GateDecision(GateAction.ASK, "waiting for an answer")

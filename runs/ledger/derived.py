@@ -37,6 +37,9 @@ class Derived:
     # Where its last change was recorded.
     run_id: int = 0
     seq: int = 0
+    # Who made that change when it was a supervisor's ledger edit; "" when the engine
+    # recorded it (a "failed" is then the target's own refusal).
+    edited_by: str = ""
 
 
 def full_payload(event: Event) -> dict[str, Any]:
@@ -86,6 +89,9 @@ def fold(events: Iterable[Event]) -> dict[str, Derived]:
         for name, value in changes.items():
             setattr(state, name, value)
         state.run_id, state.seq = event.run_id, event.seq
+        state.edited_by = (
+            str(payload.get("by") or event.actor) if event.type == Event.Type.LEDGER_EDITED else ""
+        )
     return derived
 
 
@@ -112,6 +118,14 @@ def effect_events(run_ids: Iterable[int], keys: Iterable[str], *, after_seq: int
         .filter(seq__gt=after_seq)
         .order_by("id")
     )
+
+
+def said_of(run_ids: Iterable[int], effects: Iterable[Effect], *, after_seq: int = 0):
+    """What the events of these runs say of these effect rows: delivery key -> Derived."""
+    keys = [e.delivery_key for e in effects]
+    if not keys:
+        return {}
+    return fold(effect_events(run_ids, keys, after_seq=after_seq))
 
 
 def checkpoint_disagreement(checkpoint: Checkpoint, verified: Event | None) -> str:

@@ -1,7 +1,9 @@
 """The gate rows' writes, each riding with its event in one transaction: GATE_OPENED opens
 (or re-opens) a gate and moves the run to *waiting*; HUMAN_ANSWERED records one person's
-answer, and the last one a gate needs queues its stage again. The events are the record; the
-rows are what the engine, the planner and the pages look gates up by."""
+answer, and the last one a gate needs queues its stage again; GATE_REOPENED asks a
+confirmation again after its target refused the call (runs/gates/reopen.py); a run closed
+out closes its open gates with it. The events are the record; the rows are what the engine,
+the planner and the pages look gates up by."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from django.db.models import DateTimeField, ExpressionWrapper, Value
 from django.db.models.functions import Now
 
 from runs.ledger.append import Writer, append
-from runs.models import Event, Gate, GateStatus, Run
+from runs.models import Effect, Event, Gate, GateStatus, Run
 
 
 def find(run: Run, stage: str, gate_id: str, subject: str) -> Gate | None:
@@ -165,3 +167,59 @@ def expire(writer: Writer, gate: Gate, reason: str) -> Event:
     gate.answer_seq = event.seq
     gate.save(update_fields=["status", "answer_seq"])
     return event
+
+
+def reopen(writer: Writer, gate: Gate, refused: Effect) -> Event:
+    """GATE_REOPENED, inside the caller's transaction (which holds the run's and the gate's
+    locks): the answered confirmation whose call `refused` recorded the target's refusal of
+    is open again, with no answer, under the same time-out it had; the refused attempt is
+    kept on the row and in the event; the run waits at it."""
+    opened = Event.objects.filter(run_id=gate.run_id, seq=gate.seq).values("payload").first()
+    timeout = (opened or {}).get("payload", {}).get("timeout_seconds")
+    attempt = {
+        "attempt": len(gate.attempts) + 1,
+        "answer": gate.answer,
+        "by": gate.answered_by,
+        "at": gate.answered_at.isoformat() if gate.answered_at else "",
+        "answer_seq": gate.answer_seq,
+        "key": refused.delivery_key,
+        "effect": refused.pk,
+        "target": refused.target,
+        "error": refused.error[:2000],
+    }
+    event = append(
+        writer,
+        Event.Type.GATE_REOPENED,
+        stage=gate.stage,
+        payload={
+            "gate": gate.gate_id,
+            "kind": gate.kind,
+            "subject": gate.subject,
+            "refused": attempt,
+            "by": writer.actor,
+            "timeout_seconds": timeout,
+        },
+        status=Run.Status.WAITING,
+        current_stage=gate.stage,
+        ticket="",
+        queued_at=None,
+    )
+    gate.attempts = [*gate.attempts, {**attempt, "asked_by": writer.actor, "seq": event.seq}]
+    gate.seq = event.seq
+    gate.status = GateStatus.OPEN
+    gate.answer, gate.diff, gate.votes = None, {}, []
+    gate.answered_by, gate.answered_at, gate.answer_seq = "", None, None
+    gate.deadline = _from_now(timeout)
+    gate.escalate_at = _from_now(timeout * 0.8 if timeout else None)
+    gate.escalated = False
+    gate.save()
+    gate.refresh_from_db()
+    return event
+
+
+def close_open(run: Run, event: Event) -> int:
+    """The run's open gates closed with it by `event` (its CLOSED_OUT), inside the caller's
+    transaction: nobody may answer them any more. How many."""
+    return Gate.objects.filter(run=run, status=GateStatus.OPEN).update(
+        status=GateStatus.CLOSED, answer_seq=event.seq
+    )

@@ -1,7 +1,9 @@
 """Planning: what a resume would do, computed from the ledger's facts, and its approval.
 
 Owns the replay decision (replay.py), the planner (a value that changes nothing), stored
-plans, the approved plan as a contract, the approval itself (resume.py), bulk triage and the
-plan as text. May import the ledger, runs.models, runs.pipeline and runs.enqueue; never
+plans, the approved plan as a contract, the approval itself (resume.py), bulk triage, the
+ways a stopped run ends without a resume (acknowledge.py, close_out.py) and the plan as
+text. May import the ledger, runs.models, runs.pipeline, runs.enqueue and the gates (the
+gate decision, and which confirmed calls a target refused, for the plan's lines); never
 execution or the dashboard.
 """

@@ -41,8 +41,16 @@ def _declared(pipeline: Pipeline, stage: str) -> list[tuple[str, str, str]]:
     return gates
 
 
-def strict_lines(run: Run, pipeline: Pipeline, stages: list[str]) -> list[GateLine]:
+def strict_lines(
+    run: Run,
+    pipeline: Pipeline,
+    stages: list[str],
+    refused: dict[tuple[str, str], str] | None = None,
+) -> list[GateLine]:
+    """`refused`: (stage, gate id) -> what the target said of the call it refused after that
+    confirmation was answered (runs/gates/reopen.py): its line says so."""
     recorded = _recorded(run, stages)
+    refused = refused or {}
     lines = []
     for stage in stages:
         declared = _declared(pipeline, stage)
@@ -51,7 +59,7 @@ def strict_lines(run: Run, pipeline: Pipeline, stages: list[str]) -> list[GateLi
         for name in names:
             gate = recorded.get((stage, name))
             if gate is not None:
-                decision = decide(gate)
+                decision = decide(gate, refused.get((stage, name)))
                 lines.append(
                     GateLine(stage, name, gate.kind, decision.action, decision.said, gate.role)
                 )

@@ -15,16 +15,16 @@ from __future__ import annotations
 from dataclasses import replace
 from decimal import Decimal
 
+from runs.gates import reopen
 from runs.ledger import artifacts, derived
 from runs.ledger.chain import digest
 from runs.ledger.checkpoints import latest_checkpoint, manifest_problems
 from runs.models import Checkpoint, Effect, Event, Gate, Run
 from runs.pipeline import Call, Pipeline, registry
-from runs.planning import gate_lines, model_lines
+from runs.planning import gate_lines, made_again, model_lines
 from runs.planning.plan import ArtifactLine, Cost, DriftLine, EffectLine, Plan, Upgrade
 from runs.planning.replay import (
     CALLING,
-    GUARDED_POLICIES,
     Action,
     StopKind,
     decide_on,
@@ -99,12 +99,21 @@ def _own_effects(run: Run, stages: list[str]) -> dict[tuple[str, str], Effect]:
 
 
 def _effect_line(
-    stage: str, call_id: str, tool, effect: Effect | None, gate: Gate | None
+    stage: str,
+    call_id: str,
+    tool,
+    effect: Effect | None,
+    gate: Gate | None,
+    edited_by: str,
+    confirmed_by: str,
 ) -> tuple[EffectLine, str]:
     """The resume action for one expected call (replay.decide_on, asking the target where the
-    decision needs it), priced by the arguments it is made with (a reviewer's edits, if its
-    confirmation was answered so); returns the line and a blocker (or "")."""
-    decision, answer = decide_on(tool, call_id, effect)
+    decision needs it; who recorded a failed effect, read from its events), priced by the
+    arguments it is made with (a reviewer's edits, if its confirmation was answered so);
+    returns the line and a blocker (or "")."""
+    decision, answer = decide_on(
+        tool, call_id, effect, edited_by=edited_by, confirmed_by=confirmed_by
+    )
     price = tool.price_of(gate_lines.call_args(gate, effect))
     line = EffectLine(
         stage=stage,
@@ -169,15 +178,10 @@ def fresh_cost(pipeline: Pipeline) -> Cost:
 
 
 def _disagreeing(
-    run: Run, effects: dict[tuple[str, str], Effect], after_seq: int
+    effects: dict[tuple[str, str], Effect], said: dict[str, derived.Derived]
 ) -> dict[tuple[str, str], str]:
     """The effect rows the plan would act on that their events do not explain (a row written
-    behind the append path: "confirmed as ch-forged" would skip the reconcile-first lookup).
-    Their events are all after the chosen checkpoint: the stages it re-runs ran after it."""
-    if not effects:
-        return {}
-    keys = [e.delivery_key for e in effects.values()]
-    said = derived.fold(derived.effect_events([run.pk], keys, after_seq=after_seq))
+    behind the append path: "confirmed as ch-forged" would skip the reconcile-first lookup)."""
     found = {}
     for where, effect in effects.items():
         reason = derived.effect_disagreement(effect, said.get(effect.delivery_key))
@@ -196,9 +200,14 @@ def _blocked_line(stage: str, call_id: str, effect: Effect) -> EffectLine:
 
 def _expected_lines(
     run: Run, pipeline: Pipeline, stages: list[str], after_seq: int = 0
-) -> tuple[list[EffectLine], list[str]]:
+) -> tuple[list[EffectLine], list[str], dict[tuple[str, str], str]]:
+    """The lines, the blockers, and what the targets said of the confirmed calls they refused
+    ((stage, gate id) -> error: the gate lines say it)."""
     effects = _own_effects(run, stages)
-    disagreeing = _disagreeing(run, effects, after_seq)
+    # Their events are all after the chosen checkpoint: the stages it re-runs ran after it.
+    said = derived.said_of([run.pk], effects.values(), after_seq=after_seq)
+    disagreeing = _disagreeing(effects, said)
+    refused = reopen.confirmed_calls(run, effects.values(), said)
     approved = gate_lines.approved_calls(run, stages)
     lines, blockers = [], []
     for stage_name in stages:
@@ -218,17 +227,21 @@ def _expected_lines(
                 lines.append(_blocked_line(stage_name, call.call_id, effect))
                 blockers.append(reason)
                 continue
+            effect = effects.get((stage_name, call.call_id))
+            key = effect.delivery_key if effect else ""
             line, blocker = _effect_line(
                 stage_name,
                 call.call_id,
                 pipeline.tool(call.tool),
-                effects.get((stage_name, call.call_id)),
+                effect,
                 approved.get((stage_name, call.call_id)),
+                said[key].edited_by if key in said else "",
+                refused[key].by if key in refused else "",
             )
             lines.append(line)
             if blocker:
                 blockers.append(blocker)
-    return lines, blockers
+    return lines, blockers, {(r.gate.stage, r.gate.gate_id): r.error for r in refused.values()}
 
 
 # --- The plan ------------------------------------------------------------------------------
@@ -298,7 +311,7 @@ def compute_plan(run: Run) -> Plan:
     stages_all = list(pipeline.stage_names)
     rerun = list(pipeline.stages_from(next_stage)) if next_stage else []
     skipped = [s for s in stages_all if s not in rerun]
-    lines, blockers = _expected_lines(run, pipeline, rerun, after_seq)
+    lines, blockers, refused = _expected_lines(run, pipeline, rerun, after_seq)
 
     drift, unresolved = _drift(run, pipeline)
     upgrade = unresolved or _upgrade(run, pipeline, chosen, drift, resumable, lines)
@@ -328,7 +341,7 @@ def compute_plan(run: Run) -> Plan:
         cost_resume=_cost(pipeline, lines),
         cost_fresh=fresh_cost(pipeline),
         upgrade=upgrade,
-        gates=gate_lines.strict_lines(run, pipeline, rerun),
+        gates=gate_lines.strict_lines(run, pipeline, rerun, refused),
     )
     plan.fingerprint = digest(plan.fingerprint_basis())
     return plan
@@ -363,41 +376,6 @@ def _branch_point(
     return point
 
 
-def _verb_of(run: Run, tool: str) -> str:
-    try:
-        return registry.get(run.pipeline).tool(tool).verb
-    except KeyError:  # a tool the pipeline no longer declares
-        return "call"
-
-
-def _made_again(run: Run, rerun: list[str], strict_lines: list[EffectLine]) -> list[str]:
-    """Effects the parent already made in stages the branch re-runs would happen again under a
-    new key whenever the branch's request differs (new facts → new draft → new revision):
-    said for the tools that are never guessed about."""
-    warnings = []
-    # An effect the ledger never confirmed may still have happened: what this plan's reconcile
-    # query found on the target counts as made (the approval records it on this run).
-    found = {
-        (line.stage, line.call_id): line.external_id
-        for line in strict_lines
-        if line.action == Action.RECORD_FOUND
-    }
-    for (stage, call_id), effect in sorted(_own_effects(run, rerun).items()):
-        made_as = effect.external_id
-        if effect.status != Effect.Status.CONFIRMED:
-            made_as = found.get((stage, call_id), "")
-            if not made_as:
-                continue
-        if effect.policy in GUARDED_POLICIES:
-            verb = _verb_of(run, effect.tool)
-            warnings.append(
-                f"{run.public_id} already made {effect.tool} ({call_id}) as {made_as}; "
-                f"the branch re-runs {stage} with new inputs and will {verb} again under a new "
-                "key: a second one, the first stays"
-            )
-    return warnings
-
-
 def _upgrade(
     run: Run,
     pipeline: Pipeline,
@@ -418,7 +396,7 @@ def _upgrade(
     new_inputs = dict(run.inputs)
     for d in drift:
         new_inputs[d.input] = d.current
-    warnings = _made_again(run, rerun, strict_lines)
+    warnings = made_again.warnings(run, _own_effects(run, rerun), strict_lines)
     # The branch's requests are not known before its stages run with the new inputs: each
     # call is priced as a call, and may come out unchanged and be reused (contract.bound).
     lines = [

@@ -10,7 +10,10 @@ the engine's decision differs from the plan's line and the contract check sees i
     no effect yet ........................................ CALL (SAFE: RERUN)
     confirmed ............................................ REUSE the recorded result
     abandoned by a supervisor ............................ SKIP
-    failed (the target refused: nothing happened) ........ CALL
+    failed (nothing happened):
+        a supervisor recorded it ......................... CALL
+        the target refused a request a human confirmed ... BLOCKED (ask again or close out)
+        the target refused it ............................ CALL
     key reused for a different request ................... REFUSE
     the target refused the key (409, another request) .... BLOCKED
     intent / unknown (may or may not have happened):
@@ -62,6 +65,9 @@ class StopKind(StrEnum):
     # The effect row is not what its events say (written behind the append path): the plan
     # does not act on it (runs/ledger/derived.py).
     LEDGER_DISAGREES = "the effect ledger row disagrees with its events"
+    # The target refused the request a human confirmed: sending it again repeats the refusal;
+    # the human is asked again, or the run is closed out (runs/gates/reopen.py).
+    REFUSED_CONFIRMED = "the target refused the request a human confirmed"
 
 
 # Tools whose call is never guessed about: a RECONCILE_FIRST or NEVER effect that may have
@@ -84,12 +90,27 @@ class Recorded:
     status: str
     request_hash: str
     external_id: str = ""
+    # What the target said when it refused the request (a failed effect's error).
+    error: str = ""
+    # A failed effect: the supervisor whose ledger edit recorded it ("" when the engine
+    # recorded the target's refusal), and the human whose confirmation the refused request
+    # was made with (runs/gates/reopen.py). Both read from the events by the planner; the
+    # engine, which never resumes a plan that a refusal blocks, leaves them empty.
+    edited_by: str = ""
+    confirmed_by: str = ""
 
     @classmethod
-    def of(cls, effect: Any) -> Recorded | None:
+    def of(cls, effect: Any, *, edited_by: str = "", confirmed_by: str = "") -> Recorded | None:
         if effect is None:
             return None
-        return cls(effect.status, effect.request_hash, effect.external_id)
+        return cls(
+            effect.status,
+            effect.request_hash,
+            effect.external_id,
+            getattr(effect, "error", ""),
+            edited_by,
+            confirmed_by,
+        )
 
 
 @dataclass(frozen=True)
@@ -170,9 +191,27 @@ def decide(
             "supervisor must resolve it in the ledger.",
         )
     if status == EffectStatus.FAILED:
-        if policy == ReplayPolicy.NEVER:
-            return Decision(Action.CALL, "a supervisor recorded that it did not happen")
-        return Decision(Action.CALL, "the target refused it: nothing happened there")
+        if recorded.edited_by:
+            return Decision(
+                Action.CALL, f"a supervisor recorded that it did not happen ({recorded.edited_by})"
+            )
+        # The target's words, cut to what a plan line holds (the effect keeps them whole).
+        error = recorded.error if len(recorded.error) <= 300 else recorded.error[:299] + "…"
+        refused = "the target refused it" + (f" ({error})" if error else "")
+        if recorded.confirmed_by:
+            # The request is the human's answer: a resume would send it again and be refused
+            # again. The human is asked again instead (a new answer, a new key revision).
+            said = (
+                f"{refused}, after {recorded.confirmed_by} confirmed the request; a resume "
+                "would send the same request again: ask again, or close the run out"
+            )
+            return Decision(
+                Action.BLOCKED,
+                said,
+                kind=StopKind.REFUSED_CONFIRMED,
+                reason=f"{tool} ({call_id}): {said}",
+            )
+        return Decision(Action.CALL, f"{refused}: nothing happened there")
     # INTENT or UNKNOWN: the call may or may not have happened.
     if policy == ReplayPolicy.IDEMPOTENT:
         return Decision(Action.RETRY_SAME_KEY, f"{status}: outcome not recorded")
@@ -218,13 +257,16 @@ def decide_on(
     *,
     request_hash: str = "",
     ask: Callable[[Any], Reconciliation] | None = None,
+    edited_by: str = "",
+    confirmed_by: str = "",
 ) -> tuple[Decision, Reconciliation | None]:
     """decide() on what the ledger holds about `effect` (an Effect row, or None), asking the
     target where the decision needs it: the one way the engine, the planner and an approval
     reach a decision, so they cannot disagree on the same facts. `ask` replaces
-    tool.reconcile (the engine records the exchange and counts the question). Returns the
-    decision and the target's answer, if it was asked and answered."""
-    recorded = Recorded.of(effect)
+    tool.reconcile (the engine records the exchange and counts the question); `edited_by`
+    and `confirmed_by` say who recorded a failed effect (Recorded). Returns the decision and
+    the target's answer, if it was asked and answered."""
+    recorded = Recorded.of(effect, edited_by=edited_by, confirmed_by=confirmed_by)
     answer, unanswered = None, ""
     if asks_target(tool.policy, recorded):
         try:

@@ -18,6 +18,7 @@ from django.utils.timesince import timesince
 from runs.dashboard import roles
 from runs.dashboard.queries import run_page
 from runs.planning.planner import Action
+from runs.planning.replay import StopKind
 
 register = template.Library()
 
@@ -125,6 +126,15 @@ ACTION_LABELS = {
 @register.filter
 def action_label(action: str) -> str:
     return ACTION_LABELS.get(action, action)
+
+
+@register.filter
+def line_action(line: Any) -> str:
+    """A plan line's action for people: a refused confirmed call is not a supervisor's to
+    resolve in the ledger, but asked again (or the run closed out)."""
+    if line.kind == StopKind.REFUSED_CONFIRMED:
+        return "Blocked: ask the confirmation again, or close the run out"
+    return action_label(line.action)
 
 
 @register.filter

@@ -163,7 +163,7 @@ def test_upgrade_shows_its_cost_and_irreversible_acts_at_its_own_confirmation(fa
     assert "I have read the plan" in strict and "publishes" not in strict
     # Two forms, two boxes: one tick never confirms the other option.
     assert html.count('name="confirm"') == 2
-    assert html.count("<form") == 2
+    assert html.count(f'<form method="post" action="/runs/{run.public_id}/approve/"') == 2
     assert 'name="action" value="upgrade">Upgrade</button>' in upgrade
 
 

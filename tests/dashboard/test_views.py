@@ -432,7 +432,9 @@ def test_decision_summary_of_a_blocked_plan_offers_no_approval(operator, facts):
     assert "Blocked: a supervisor decides first" in box
     assert re.search(r'<button type="button" disabled[^>]*>Strict resume</button>', box)
     assert "blocked until a supervisor resolves it in the effect ledger" in box
-    assert "<form" not in box and 'name="fingerprint"' not in box
+    # No approval; the one form is the way out that is always there: closing the run out.
+    assert re.findall(r'<form method="post" action="([^"]+)"', box) == [url(run, "close/")]
+    assert 'name="fingerprint"' not in box
 
 
 def test_viewer_sees_the_decision_summary_without_actions(viewer, facts):
@@ -880,9 +882,9 @@ def test_no_control_reruns_a_run_from_the_start(operator, facts):
     for path in ("/runs/", url(run), url(run, "plan/")):
         html = operator.get(path).content.decode().lower()
         assert ">retry<" not in html and "restart" not in html and "run again from" not in html
-        # The only state-changing forms on our pages: approve (and log out).
+        # The only state-changing forms on our pages: approve, close out (and log out).
         actions = set(re.findall(r'<form method="post" action="([^"]+)"', html))
-        assert actions <= {url(run, "approve/"), url(run, "plan/check/"), "/logout/"}
+        assert actions <= {url(run, "approve/"), url(run, "plan/check/"), url(run, "close/"), "/logout/"}  # fmt: skip
 
 
 def test_plan_of_a_long_run_reads_only_the_end_of_its_log(operator, facts):

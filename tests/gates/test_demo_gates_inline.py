@@ -1,5 +1,6 @@
 """The demo's two gates, the engine called in this process (seed_demo.run_inline): the review
-before publish and the supervisor's confirmation of the charge."""
+before publish and the supervisor's confirmation of the charge, asked again when the card
+processor declines the amount confirmed."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from demo.management.commands.seed_demo import run_inline
 from runs import engine
 from runs.gates import answers
 from runs.gates.acts import TICK
+from runs.gates.reopen import ask_again
 from runs.models import Event, Gate, GateKind, GateStatus, Lease, Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -76,3 +78,33 @@ def test_the_edited_title_is_published_and_the_edited_amount_charged_under_a_new
     effect = run.effects.get(call_id="promote-charge")
     assert effect.request["amount"] == "3.50"
     assert charges[0]["delivery_key"] == effect.delivery_key
+
+
+def test_a_promotion_charge_over_the_cards_limit_is_asked_again_and_charged_once(
+    facts, demo_service
+):
+    run = start_reviewed()
+    review = Gate.objects.get(run=run, gate_id="review")
+    answers.answer(review.pk, review_data(), actor="ana", roles=OPERATOR)
+    run = run_inline(run.pk)
+    charge_gate = Gate.objects.get(run=run, gate_id="promote-charge")
+    answers.answer(
+        charge_gate.pk,
+        {"decision": "approve", "arg_amount": "75.00", TICK: "on"},
+        actor="sam",
+        roles=SUPERVISOR,
+    )
+    run = run_inline(run.pk)
+    assert run.status == Run.Status.FAILED
+    assert demo_service.charges() == [] and len(demo_service.articles()) == 1
+
+    ask_again(run.pk, actor="user:ana")
+    answers.answer(
+        charge_gate.pk, {"decision": "approve", TICK: "on"}, actor="sam", roles=SUPERVISOR
+    )
+    run = run_inline(run.pk)
+
+    assert run.status == Run.Status.SUCCEEDED
+    assert [c["amount"] for c in demo_service.charges()] == ["5.00"]
+    assert len(demo_service.articles()) == 1
+    assert run.checkpoints.get(stage="publish").outputs["charge"] == "charged"

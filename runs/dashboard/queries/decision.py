@@ -1,7 +1,8 @@
 """The run page's decision, read from the stored plan: both options with what each costs and
 what each does to the outside world, what blocks the plan and which effect a supervisor must
-resolve, whether the stop's plan is still being computed, and whether the worker has gone
-silent. Pure reads: nothing here asks a target."""
+resolve, the confirmed calls a target refused (Ask again), whether the run may be closed out
+(and, once it was, by whom and why), whether the stop's plan is still being computed, and
+whether the worker has gone silent. Pure reads: nothing here asks a target."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
+from runs.gates.reopen import Refusal, refusals
 from runs.models import Effect, Event, Run, StoredPlan
 from runs.pipeline import UnknownPipeline, registry
 from runs.planning.planner import Plan
-from runs.planning.replay import STOPPING, Action
+from runs.planning.replay import STOPPING, Action, StopKind
 
 # The events after which a stopped run's plan is computed again (a stop, a ledger edit).
 PLAN_TRIGGERS = (
@@ -53,6 +55,8 @@ class Blocker:
     effect_pk: int | None = None
     effect_run_pk: int | None = None
     label: str = ""
+    # The target refused a request a human confirmed: asking again unblocks it, not an edit.
+    refused: bool = False
 
 
 @dataclass
@@ -64,6 +68,10 @@ class Decision:
     plan_pending: bool = False
     # Seconds since the worker's last heartbeat, when it is overdue; None otherwise.
     silent_for: int | None = None
+    # The confirmed calls a target refused: each one's gate may be asked again.
+    refusals: list[Refusal] = field(default_factory=list)
+    # A closed-out run's CLOSED_OUT: {"by", "reason", "at", "unsettled": [...]}.
+    closed: dict | None = None
 
     @property
     def options(self) -> list[Option]:
@@ -159,10 +167,12 @@ def _blockers(plan: Plan) -> list[Blocker]:
                 effect_pk=pk,
                 effect_run_pk=run_pk,
                 label=f"{line.tool} ({line.stage}/{line.call_id})",
+                refused=line.kind == StopKind.REFUSED_CONFIRMED,
             )
         )
-    # What blocks the plan without being one call (a ledger row its events do not explain).
-    said = {b.text for b in found}
+    # What blocks the plan without being one call (a ledger row its events do not explain);
+    # a call's own reason said again ("tool (call): what it answered") is not listed twice.
+    said = {b.text for b in found} | {f"{e.tool} ({e.call_id}): {e.answer}" for e in lines}
     found += [Blocker(text=text) for text in plan.blockers if text not in said]
     return found
 
@@ -193,12 +203,34 @@ def silent_for(run: Run, now: datetime | None = None) -> int | None:
     return int(silence) if silence > float(settings.RESUMER_LEASE_TTL) / 3 else None
 
 
+def closed_out(run: Run) -> dict | None:
+    """What the run's close-out recorded (None for a run that is not closed)."""
+    if run.status != Run.Status.CLOSED:
+        return None
+    row = (
+        Event.objects.filter(run=run, type=Event.Type.CLOSED_OUT)
+        .values("actor", "payload", "created_at")
+        .first()
+    )
+    if row is None:
+        return None
+    payload = row["payload"] if isinstance(row["payload"], dict) else {}
+    return {
+        "by": row["actor"],
+        "at": row["created_at"],
+        "reason": payload.get("reason", ""),
+        "unsettled": payload.get("unsettled", []),
+    }
+
+
 def decision(run: Run, plan: Plan | None, stored: StoredPlan | None) -> Decision:
     found = Decision(plan_pending=plan_pending(run, stored, plan), silent_for=silent_for(run))
     if plan is not None and run.is_resumable:
         found.strict = _strict(plan)
         found.upgrade = _upgrade(plan)
         found.blockers = _blockers(plan) if plan.blocked else []
+    found.refusals = refusals(run)
+    found.closed = closed_out(run)
     return found
 
 

@@ -169,7 +169,7 @@ class Upstream:
 @dataclass
 class HistoryLine:
     seq: int
-    # "opened" or "answered"
+    # "opened", "reopened" or "answered"
     kind: str
     by: str
     at: datetime
@@ -226,25 +226,30 @@ def upstream(run: Run, stage: str) -> list[Upstream]:
     ]
 
 
+# The events that (re)open a gate, and the kind of history line each is.
+OPENING = {Event.Type.GATE_OPENED: "opened", Event.Type.GATE_REOPENED: "reopened"}
+
+
 def history(gate: Gate) -> list[HistoryLine]:
-    """The gate's GATE_OPENED and the HUMAN_ANSWERED events after it, up to the run's next
+    """The gate's GATE_OPENED (or, asked again, its GATE_REOPENED: the refused attempts
+    before it are on the row) and the HUMAN_ANSWERED events after it, up to the run's next
     gate: a run waits at one gate at a time, so every answer in between is this gate's. An
     answer too large to keep inline is read from the gate's row (its votes, its answer)."""
     events = list(
         Event.objects.filter(
             run_id=gate.run_id,
             seq__gte=gate.seq,
-            type__in=(Event.Type.GATE_OPENED, Event.Type.HUMAN_ANSWERED),
+            type__in=(*OPENING, Event.Type.HUMAN_ANSWERED),
         )
         .only("seq", "type", "actor", "payload", "payload_ref", "created_at")
         .order_by("seq")[:HISTORY_LIMIT]
     )
     lines: list[HistoryLine] = []
     for event in events:
-        if event.type == Event.Type.GATE_OPENED:
+        if event.type in OPENING:
             if lines:
                 break  # the run's next gate
-            lines.append(HistoryLine(event.seq, "opened", event.actor, event.created_at))
+            lines.append(HistoryLine(event.seq, OPENING[event.type], event.actor, event.created_at))
             continue
         lines.append(_answered(gate, event, len(lines) - 1))
     return lines

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from runs.gates.reopen import AskAgainRefused, ask_again
+from runs.planning.resume import ResumeRefused, load_run
+
+
+class Command(BaseCommand):
+    help = (
+        "Ask a confirmation again: the target refused the call a human confirmed, so the gate "
+        "reopens (the run waits) and its next answer's call is made under a new key revision."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("run", help="run id, e.g. run-9269")
+        parser.add_argument(
+            "--gate", type=int, help="the gate's id, when more than one was refused"
+        )
+        parser.add_argument("--actor", default="cli", help="who asks again (recorded)")
+
+    def handle(self, *args, **opts) -> None:
+        try:
+            run = load_run(opts["run"])
+            gate = ask_again(run.pk, actor=f"user:{opts['actor']}", gate_pk=opts["gate"])
+        except (ResumeRefused, AskAgainRefused) as exc:
+            raise CommandError(f"{exc}; nothing was asked") from exc
+        self.stdout.write(
+            f"{run.public_id} waits at {gate.stage}/{gate.gate_id} (gate {gate.pk}), asked "
+            f"again after attempt {len(gate.attempts)} was refused"
+        )

@@ -1,0 +1,108 @@
+"""Closing a run out: an operator gives up on a stopped run, with a reason. Some runs have no
+good way on: a target that refuses every answer a human can give, a run nobody wants any
+more, a plan that stays blocked. Without a way out they would stay in the inbox for good.
+
+A close-out is an event in the run's chain (CLOSED_OUT: who, why, the status it left, the
+effects whose outcome is still unknown, the gates it closed), and the run's last status
+(closed): never resumed, out of the inbox, no plan computed, nobody told. Closing settles
+nothing outside: an effect whose outcome is unknown stays unknown on the run's page, for a
+supervisor to resolve with the target, and the event lists it.
+
+Stopped means a human was to decide: interrupted, failed, needing approval (deviated or not)
+or waiting at a gate, whose open gates are closed with it. A run that is active, finished,
+superseded or closed already is refused.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from runs.ledger import gates as gate_rows
+from runs.ledger import leases
+from runs.ledger.append import Writer, append
+from runs.models import Effect, Event, Gate, GateStatus, Run
+from runs.planning.replay import UNSETTLED
+
+# A reason is read on the run's timeline: room to say why, not for a pasted log.
+MAX_REASON_CHARS = 2000
+
+
+class CloseRefused(Exception):
+    """The run cannot be closed out (it is not stopped); nothing was written."""
+
+
+class InvalidReason(CloseRefused):
+    """The reason is missing or too long; nothing was written."""
+
+
+def checked_reason(reason: str | None) -> str:
+    """The reason as it is recorded, or InvalidReason."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise InvalidReason("say why the run is closed out: the reason is recorded in its chain")
+    if len(reason) > MAX_REASON_CHARS:
+        raise InvalidReason(f"a reason is limited to {MAX_REASON_CHARS} characters")
+    return reason
+
+
+def _not_stopped(run: Run) -> str:
+    if run.status == Run.Status.CLOSED:
+        closed = (
+            Event.objects.filter(run=run, type=Event.Type.CLOSED_OUT)
+            .values_list("actor", flat=True)
+            .first()
+        )
+        return f"{run.public_id} was closed out already (by {closed or 'someone'})"
+    if run.is_active:
+        return (
+            f"{run.public_id} is {run.get_status_display().lower()}: a worker owns it; it "
+            "can be closed out once it stops"
+        )
+    return f"{run.public_id} is {run.get_status_display().lower()}: there is nothing to close"
+
+
+def close_out(run_pk: int, reason: str, *, actor: str) -> Event:
+    """Close the stopped run out with `reason`: CLOSED_OUT, the run closed, its open gates
+    closed. Raises InvalidReason or CloseRefused, having written nothing."""
+    reason = checked_reason(reason)
+    with transaction.atomic():
+        # The run first, as every writer locks it: an answer, an approval or an Ask again
+        # of the same run waits here, and a close-out behind it finds the run moved.
+        run = Run.objects.select_for_update().filter(pk=run_pk).first()
+        if run is None:
+            raise CloseRefused(f"there is no run {run_pk}")
+        if not run.is_stopped:
+            raise CloseRefused(_not_stopped(run))
+        unsettled = [
+            {
+                "call": f"{e.stage}/{e.call_id}",
+                "tool": e.tool,
+                "status": e.status,
+                "key": e.delivery_key,
+            }
+            for e in Effect.objects.filter(run=run, status__in=UNSETTLED).order_by("id")
+        ]
+        waiting = [
+            f"{g.stage}/{g.gate_id}"
+            for g in Gate.objects.filter(run=run, status=GateStatus.OPEN).order_by("id")
+        ]
+        # A stopped run holds no lease (an interrupted one's worker is gone): taking it over
+        # fences anyone left, as an approval does.
+        token = leases.acquire(run.pk, actor, takeover=True)
+        event = append(
+            Writer(run.pk, token, actor),
+            Event.Type.CLOSED_OUT,
+            payload={
+                "reason": reason,
+                "by": actor,
+                "previous_status": run.status,
+                "unsettled": unsettled,
+                "gates_closed": waiting,
+            },
+            status=Run.Status.CLOSED,
+            ticket="",
+            queued_at=None,
+        )
+        gate_rows.close_open(run, event)
+        leases.release(run.pk, token)
+    return event
