@@ -8,10 +8,12 @@ Rules about one row's state live here. Flows that touch several rows live in pla
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.files.storage import default_storage
 from django.db import models
 from django.db.models import F
 from django.db.models.functions import Now
@@ -420,6 +422,10 @@ class Effect(models.Model):
         return f"{self.tool}:{self.call_id} [{self.status}]"
 
 
+# artifact://facts/v3: the name "facts", version 3.
+ARTIFACT_URI = re.compile(r"^artifact://(?P<name>[A-Za-z0-9_./-]+)/v(?P<version>\d+)$")
+
+
 class Artifact(AppendOnlyModel):
     # Versioned name: "facts/v3" is name "facts", version 3; the uri is artifact://facts/v3.
     name = models.CharField(max_length=200)
@@ -453,6 +459,20 @@ class Artifact(AppendOnlyModel):
     @property
     def uri(self) -> str:
         return f"artifact://{self.name}/v{self.version}"
+
+    @classmethod
+    def named(cls, uri: str) -> Artifact | None:
+        """The row `uri` (artifact://name/vN) names; None when there is none, or `uri` is not
+        an artifact's."""
+        match = ARTIFACT_URI.match(uri or "")
+        if match is None:
+            return None
+        return cls.objects.filter(name=match["name"], version=int(match["version"])).first()
+
+    def content(self) -> bytes:
+        """The blob's bytes, as storage holds them now (OSError when they are gone)."""
+        with default_storage.open(self.blob, "rb") as handle:
+            return handle.read()
 
     @property
     def is_image(self) -> bool:

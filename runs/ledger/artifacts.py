@@ -8,7 +8,6 @@ version of a logical name and records the hash the blob must still have.
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 
 from django.core.files.base import ContentFile
@@ -16,9 +15,7 @@ from django.core.files.storage import default_storage
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections
 
 from runs.ledger.sql import boundary_for
-from runs.models import Artifact, Run
-
-URI_RE = re.compile(r"^artifact://(?P<name>[A-Za-z0-9_./-]+)/v(?P<version>\d+)$")
+from runs.models import ARTIFACT_URI, Artifact, Run
 
 
 class ArtifactMissing(LookupError):
@@ -37,7 +34,7 @@ def blob_path(sha256: str) -> str:
 
 
 def parse_uri(uri: str) -> tuple[str, int]:
-    match = URI_RE.match(uri or "")
+    match = ARTIFACT_URI.match(uri or "")
     if not match:
         raise ArtifactMissing(f"not an artifact uri: {uri!r}")
     return match["name"], int(match["version"])
@@ -124,9 +121,8 @@ def read(uri: str) -> bytes:
 
 def _read_blob(artifact: Artifact) -> bytes:
     try:
-        with default_storage.open(artifact.blob, "rb") as handle:
-            return handle.read()
-    except (FileNotFoundError, OSError) as exc:
+        return artifact.content()
+    except OSError as exc:
         raise ArtifactMissing(f"{artifact.uri}: blob {artifact.blob} is gone ({exc})") from exc
 
 
