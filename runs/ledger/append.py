@@ -42,6 +42,7 @@ from runs.ledger.sql import (
     EffectWrite,
     EventRow,
     KeyTaken,
+    Write,
     for_connection,
 )
 from runs.models import Checkpoint, Event, Lease, Run
@@ -291,14 +292,14 @@ def _write(
         middle = head_after(run, new, row)
         follower, _ = event_row(middle, ends.then)
         moves = {**moves, **head_moves(connection, middle, ends.then, follower)}
-    rides = {"seal": ends.seal, "release": ends.release, "then": follower}
+    write = Write(row, moves, effect, ends.seal, ends.release, follower, flush)
     with sql.cursor(connection) as cursor:
         if not guarded:
-            written = sql.write(cursor, row, moves, effect, **rides)
+            written = sql.write(cursor, write)
         elif alone:
-            written = sql.write_alone(cursor, row, moves, effect=effect, flush=flush, **rides)
+            written = sql.write_alone(cursor, write)
         else:
-            written = sql.write_guarded(cursor, row, moves, effect=effect, flush=flush, **rides)
+            written = sql.write_guarded(cursor, write)
     if written is None:
         return None
     pk, created_at, rider = written

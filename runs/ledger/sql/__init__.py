@@ -36,6 +36,7 @@ from runs.ledger.sql.shapes import (
     EventRow,
     KeyTaken,
     Moves,
+    Write,
     Written,
 )
 from runs.ledger.sql.sqlite import SQLiteAppend
@@ -56,6 +57,7 @@ __all__ = [
     "Moves",
     "PostgreSQLAppend",
     "SQLiteAppend",
+    "Write",
     "Written",
     "boundary_for",
     "for_connection",

@@ -26,13 +26,13 @@ from runs.ledger.sql.shapes import (
     HEAD_COLUMNS,
     JSON_COLUMNS,
     SETTLE_COLUMNS,
-    CheckpointSeal,
     EffectClaim,
     EffectSettle,
     EffectWrite,
     EventRow,
     KeyTaken,
     Moves,
+    Write,
     Written,
 )
 from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run
@@ -234,35 +234,22 @@ class AppendSQL:
         self.move_head(cursor, moves, row.run_id)
         return pk, created_at
 
-    def write(
-        self,
-        cursor,
-        row: EventRow,
-        moves: Moves,
-        effect: EffectWrite | None = None,
-        *,
-        seal: CheckpointSeal | None = None,
-        release: bool = False,
-        then: EventRow | None = None,
-    ) -> Written | None:
-        """Write the event (write_event) and `effect`, or the checkpoint `seal`s; the caller
-        holds the run's lock. `then`: the event that follows it, the run's last (`moves`
-        already move the head past it). With `release`, the writer's lease is given up last:
-        this is its last write (append() lets none of these ride with an effect). None,
-        having written nothing, when an EffectClaim's key is taken."""
+    def write(self, cursor, write: Write) -> Written | None:
+        """Write the event (write_event) and what rides with it (Write); the caller holds the
+        run's lock. None, having written nothing, when an EffectClaim's key is taken."""
         rider = None
-        if isinstance(effect, EffectClaim):
+        if isinstance(write.effect, EffectClaim):
             # The claim first: a taken key must leave no event behind.
-            rider = self.write_effect(cursor, effect)
+            rider = self.write_effect(cursor, write.effect)
             if rider is None:
                 return None
-        pk, created_at = self.write_event(cursor, row, moves)
-        if then is not None:
-            self.write_follower(cursor, then)
-        if isinstance(effect, EffectSettle):
-            rider = self.write_effect(cursor, effect)
-        if seal is not None or release:
-            rider = self.end_stage(cursor, row, seal, release)
+        pk, created_at = self.write_event(cursor, write.row, write.moves)
+        if write.then is not None:
+            self.write_follower(cursor, write.then)
+        if isinstance(write.effect, EffectSettle):
+            rider = self.write_effect(cursor, write.effect)
+        if write.seal is not None or write.release:
+            rider = self.end_stage(cursor, write)
         return pk, created_at, rider
 
     def write_follower(self, cursor, row: EventRow) -> None:
@@ -273,63 +260,38 @@ class AppendSQL:
         else:
             self.execute(cursor, self.insert, row)
 
-    def end_stage(self, cursor, row: EventRow, seal: CheckpointSeal | None, release: bool) -> Any:
-        """After `row`'s event, in its transaction: the artifact rows and the checkpoint sealed
-        on it, and the lease given up. The checkpoint's created_at as the database returned
-        it (None without a seal)."""
-        created_at = None
-        if seal is not None:
-            for artifact in seal.artifacts:
+    def end_stage(self, cursor, write: Write) -> Any:
+        """After the write's event, in its transaction: the artifact rows and the checkpoint
+        sealed on it, and the lease given up. The checkpoint's created_at as the database
+        returned it (None without a seal)."""
+        created_at, row = None, write.row
+        if write.seal is not None:
+            for artifact in write.seal.artifacts:
                 self.execute(cursor, self.artifact_insert, list(artifact))
-            (created_at,) = self.first_row(cursor, self.seal, seal.checkpoint_params(row))
-        if release:
+            (created_at,) = self.first_row(cursor, self.seal, write.seal.checkpoint_params(row))
+        if write.release:
             self.execute(cursor, self.release, [row.run_id, row.token])
         return created_at
 
-    def write_guarded(
-        self,
-        cursor,
-        row: EventRow,
-        moves: Moves,
-        *,
-        effect: EffectWrite | None = None,
-        seal: CheckpointSeal | None = None,
-        release: bool = False,
-        then: EventRow | None = None,
-        flush: bool = True,
-    ) -> Written | None:
+    def write_guarded(self, cursor, write: Write) -> Written | None:
         """write() for a writer that knows the head and holds no lock: fence (the row's token
         and its expiry) and check that the head is still the one the row chains to (guard())
         in the first statement; None, having written nothing, when anything moved or a
         claimed key is taken (the caller then takes the locked path, which tells the two
-        apart). `seal`, `release` and `then` as in write(), written only once the fence held. Only
-        vendors with `guarded` have it. `flush` as in write_alone(); inside a caller's
-        transaction, False says so of the whole transaction (append's deferred_commit())."""
+        apart). What rides with the event is written only once the fence held. Only vendors
+        with `guarded` have it. Inside a caller's transaction, `flush=False` says so of the
+        whole transaction (append's deferred_commit())."""
         raise NotImplementedError(f"{self.vendor} has no guarded append")
 
-    def write_alone(
-        self,
-        cursor,
-        row: EventRow,
-        moves: Moves,
-        *,
-        effect: EffectWrite | None = None,
-        seal: CheckpointSeal | None = None,
-        release: bool = False,
-        then: EventRow | None = None,
-        flush: bool = True,
-    ) -> Written | None:
+    def write_alone(self, cursor, write: Write) -> Written | None:
         """write_guarded() as its own transaction, for a caller in autocommit (no atomic()
         open): Django's transaction bookkeeping costs more than the append's own work. This
         base is for a vendor whose guarded write is one statement: in autocommit that
         statement is its own transaction, one round trip instead of BEGIN, it and COMMIT.
 
-        `flush=False`: the commit may return before it reaches the disk (append() says which
-        writes may). A vendor whose every commit already returns before the disk flush
-        ignores it."""
-        return self.write_guarded(
-            cursor, row, moves, effect=effect, seal=seal, release=release, then=then, flush=flush
-        )
+        A vendor whose every commit already returns before the disk flush ignores the
+        write's `flush`."""
+        return self.write_guarded(cursor, write)
 
     def defer_flush(self, cursor) -> None:
         """Let the open transaction's commit return before it reaches the disk, for a

@@ -14,12 +14,11 @@ from runs.ledger.sql.shapes import (
     EVENT_COLUMNS,
     JSON_COLUMNS,
     SETTLE_COLUMNS,
-    CheckpointSeal,
     EffectClaim,
     EffectSettle,
-    EffectWrite,
     EventRow,
     Moves,
+    Write,
     Written,
     guard,
 )
@@ -195,32 +194,22 @@ class PostgreSQLAppend(AppendSQL):
             sql = self._unguarded[set_list] = self.insert_and_update(set_list)
         return self.first_row(cursor, sql, [*row, *params, row.run_id])
 
-    def write_guarded(
-        self,
-        cursor,
-        row: EventRow,
-        moves: Moves,
-        *,
-        effect: EffectWrite | None = None,
-        seal: CheckpointSeal | None = None,
-        release: bool = False,
-        then: EventRow | None = None,
-        flush: bool = True,
-    ) -> Written | None:
-        set_list, params = self.sets(moves)
+    def write_guarded(self, cursor, write: Write) -> Written | None:
+        row, effect, seal = write.row, write.effect, write.seal
+        set_list, params = self.sets(write.moves)
         key = (
             type(effect),
-            flush,
+            write.flush,
             set_list,
             None if seal is None else len(seal.artifacts),
-            release,
-            then is not None,
+            write.release,
+            write.then is not None,
         )
         sql = self._guarded.get(key)
         if sql is None:
-            head = self.heads[flush]
+            head = self.heads[write.flush]
             sql = self._guarded[key] = (
-                self.event_statement(head, set_list, key[3], release, key[5])
+                self.event_statement(head, set_list, key[3], write.release, key[5])
                 if effect is None
                 else self.builders[key[0]](head, set_list)
             )
@@ -235,10 +224,10 @@ class PostgreSQLAppend(AppendSQL):
             if seal is not None:
                 values += [value for artifact in seal.artifacts for value in artifact]
                 values += seal.checkpoint_params(row)
-            if release:
+            if write.release:
                 values.append(row.token)
-            if then is not None:
-                values += then
+            if write.then is not None:
+                values += write.then
         return self.first_row(cursor, sql, values)
 
     def defer_flush(self, cursor) -> None:

@@ -25,6 +25,7 @@ __all__ = [
     "EventRow",
     "KeyTaken",
     "Moves",
+    "Write",
     "Written",
     "guard",
 ]
@@ -132,6 +133,24 @@ class CheckpointSeal:
             self.next_stage,
             canonical_json(self.manifest),
         ]
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One append's write, as every vendor's `write*` takes it: the event's row and the head
+    it moves, and what rides with them, written only once the fence held. `effect`, an
+    effect row (never with a stage's end); `seal`, the checkpoint sealed on the event;
+    `then`, the event that follows it, the run's last (`moves` already move the head past
+    it); `release`, the writer's lease given up last. `flush=False`: the commit may return
+    before it reaches the disk (append() says which writes may)."""
+
+    row: EventRow
+    moves: Moves
+    effect: EffectWrite | None = None
+    seal: CheckpointSeal | None = None
+    release: bool = False
+    then: EventRow | None = None
+    flush: bool = True
 
 
 class KeyTaken(Exception):

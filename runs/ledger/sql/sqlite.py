@@ -12,12 +12,10 @@ from runs.ledger.sql.base import AppendSQL
 from runs.ledger.sql.shapes import (
     EFFECT_COLUMNS,
     EVENT_COLUMNS,
-    CheckpointSeal,
     EffectClaim,
     EffectSettle,
     EffectWrite,
-    EventRow,
-    Moves,
+    Write,
     Written,
     guard,
 )
@@ -78,18 +76,8 @@ class SQLiteAppend(AppendSQL):
                 sqlite3.Cursor.execute(driver, qmark, params)
         return driver
 
-    def write_guarded(
-        self,
-        cursor,
-        row: EventRow,
-        moves: Moves,
-        *,
-        effect: EffectWrite | None = None,
-        seal: CheckpointSeal | None = None,
-        release: bool = False,
-        then: EventRow | None = None,
-        flush: bool = True,
-    ) -> Written | None:
+    def write_guarded(self, cursor, write: Write) -> Written | None:
+        row, effect = write.row, write.effect
         fence = guard(row)
         if isinstance(effect, EffectClaim):
             params = self.effect_params(effect.fields, EFFECT_COLUMNS)
@@ -102,41 +90,28 @@ class SQLiteAppend(AppendSQL):
                 return None
             # The fence held for the claim, and this IMMEDIATE transaction holds the write
             # lock: the event goes in as any locked write's does.
-            return (*self.write_event(cursor, row, moves), claimed[0])
+            return (*self.write_event(cursor, row, write.moves), claimed[0])
         written = self.first_row(cursor, self.guarded_event, [*row, *fence])
         if written is None:
             return None
-        self.move_head(cursor, moves, row.run_id)
-        if then is not None:
-            self.write_follower(cursor, then)
-        if seal is not None or release:
+        self.move_head(cursor, write.moves, row.run_id)
+        if write.then is not None:
+            self.write_follower(cursor, write.then)
+        if write.seal is not None or write.release:
             # In the same IMMEDIATE transaction: the stage's end is one commit.
-            return written[0], written[1], self.end_stage(cursor, row, seal, release)
+            return written[0], written[1], self.end_stage(cursor, write)
         effect_pk = self.write_effect(cursor, effect) if isinstance(effect, EffectSettle) else None
         return written[0], written[1], effect_pk
 
-    def write_alone(
-        self,
-        cursor,
-        row: EventRow,
-        moves: Moves,
-        *,
-        effect: EffectWrite | None = None,
-        seal: CheckpointSeal | None = None,
-        release: bool = False,
-        then: EventRow | None = None,
-        flush: bool = True,
-    ) -> Written | None:
+    def write_alone(self, cursor, write: Write) -> Written | None:
         # Two to four statements: their own IMMEDIATE transaction, taken on the raw cursor
         # (the connection is in autocommit, so the driver adds nothing of its own). A stale
-        # head wrote nothing and rolls back; so does anything that raises. `flush` changes
-        # nothing here: every commit waits for the disk as RESUMER_SQLITE_SYNCHRONOUS says
-        # (NORMAL: none does; FULL: all do; docs/deploy.md).
+        # head wrote nothing and rolls back; so does anything that raises. The write's
+        # `flush` changes nothing here: every commit waits for the disk as
+        # RESUMER_SQLITE_SYNCHRONOUS says (NORMAL: none does; FULL: all do; docs/deploy.md).
         self.execute(cursor, "BEGIN IMMEDIATE")
         try:
-            written = self.write_guarded(
-                cursor, row, moves, effect=effect, seal=seal, release=release, then=then
-            )
+            written = self.write_guarded(cursor, write)
         except BaseException:
             self.execute(cursor, "ROLLBACK")
             raise
