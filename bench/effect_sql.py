@@ -51,6 +51,7 @@ def child(n_lo: int, n_hi: int, rounds: int) -> None:
     from django.conf import settings
     from django.db import connection
 
+    from runs.events import RunCreated
     from runs.ledger import leases
     from runs.ledger import sql as dialects
     from runs.ledger.append import create_run
@@ -78,7 +79,7 @@ def child(n_lo: int, n_hi: int, rounds: int) -> None:
     }
     # One run and its lease, made through the project before the file is copied: each
     # variant starts from the same head.
-    run = create_run(pipeline.name, inputs={}, actor="bench", first_stage="loop")
+    run = create_run(pipeline.name, RunCreated(), actor="bench", first_stage="loop")
     token = leases.acquire(run.pk, "bench", ttl=24 * 3600)
     run.refresh_from_db()
     migrated = Path(settings.DATABASES["default"]["NAME"])

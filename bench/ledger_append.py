@@ -113,11 +113,11 @@ def child(db: str, events: int, rounds: int) -> None:
     _common.setup_django()
     from django.db import connection, transaction
 
+    from runs.events import RunCreated, ToolCalled
     from runs.ledger import leases
     from runs.ledger.append import Writer, append, create_run
     from runs.ledger.chain import canonical_json
     from runs.ledger.verify import verify_chain
-    from runs.models import Event
 
     with connection.cursor() as cursor:
         cursor.execute(PLAIN_DDL[connection.vendor])
@@ -125,7 +125,7 @@ def child(db: str, events: int, rounds: int) -> None:
     def new_writer() -> Writer:
         run = create_run(
             "content",
-            inputs={"topic": "resumable-agents", "facts": "v3"},
+            RunCreated(input_versions={"topic": "resumable-agents", "facts": "v3"}),
             actor="bench",
             first_stage="research",
         )
@@ -135,12 +135,14 @@ def child(db: str, events: int, rounds: int) -> None:
     own = [new_writer() for _ in range(4)]
     plain_seq = itertools.count(1)  # next() on a count is atomic under the GIL
 
+    called = ToolCalled(stage="visual", **PAYLOAD)
+
     def append_shared(index: int, n: int) -> None:
-        append(shared, Event.Type.TOOL_CALLED, stage="visual", payload=PAYLOAD)
+        append(shared, called)
 
     def append_own(index: int, n: int) -> None:
         # Thread i writes run i: one writer per run, as a deployment's workers do.
-        append(own[index], Event.Type.TOOL_CALLED, stage="visual", payload=PAYLOAD)
+        append(own[index], called)
 
     def plain(index: int, n: int) -> None:
         row = (

@@ -115,6 +115,7 @@ def child(
     from django.db import connection
 
     from runs import engine
+    from runs.events import RunCreated, ToolResult, where
     from runs.execution.hooks import CallHooks
     from runs.ledger import leases
     from runs.ledger import sql as dialects
@@ -250,7 +251,7 @@ def child(
             elapsed = time.perf_counter() - t0
         assert outcome == engine.Outcome.VERIFIED, outcome
         kept = Event.objects.filter(run=run, type=Event.Type.PLAN_KEPT).count()
-        reused = Event.objects.filter(run=run, type=Event.Type.TOOL_RESULT, payload__reused=True)
+        reused = Event.objects.filter(where(ToolResult, reused=True), run=run)
         assert kept == 1 and reused.count() == n - 1, (kept, reused.count())
         return elapsed
 
@@ -258,7 +259,10 @@ def child(
     with connection.cursor() as cursor:
         cursor.execute(FLOOR_DDL[connection.vendor])
     holder = create_run(
-        pipelines["safe"].name, inputs={"n": "0"}, actor="bench", first_stage="loop"
+        pipelines["safe"].name,
+        RunCreated(input_versions={"n": "0"}),
+        actor="bench",
+        first_stage="loop",
     )
     writer = Writer(holder.pk, leases.acquire(holder.pk, "bench", ttl=24 * 3600), "bench")
     floor_payload = canonical_json(RESULT_PAYLOAD)
@@ -276,7 +280,12 @@ def child(
 
     # The event row alone, in the ledger's own table, with none of the append's work: a run
     # of its own whose head never moves (a scratch database; nobody verifies it).
-    loose = create_run(pipelines["safe"].name, inputs={"n": "0"}, actor="bench", first_stage="loop")
+    loose = create_run(
+        pipelines["safe"].name,
+        RunCreated(input_versions={"n": "0"}),
+        actor="bench",
+        first_stage="loop",
+    )
     insert = dialects.for_connection(connection).insert
     loose_seq = [1]
 
@@ -295,7 +304,7 @@ def child(
         with probe():
             t0 = time.perf_counter()
             for _ in range(n):
-                append(writer, Event.Type.TOOL_RESULT, stage="loop", payload=RESULT_PAYLOAD)
+                append(writer, ToolResult(stage="loop", **RESULT_PAYLOAD))
             return time.perf_counter() - t0
 
     cases = (*CASES, *FLUSHED, *HTTP) if connection.vendor == "postgresql" else (*CASES, *HTTP)

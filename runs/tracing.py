@@ -46,6 +46,7 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
 
 from runs import ids
+from runs.events import read
 from runs.models import Event
 
 RUN = "resumer.run"
@@ -172,30 +173,30 @@ def stage_execution(fn: Callable[..., Any]) -> Callable[..., Any]:
     return traced
 
 
-def started(run: Any, stage: str) -> dict[str, Any]:
-    """STARTED's payload addition: this attempt's span ids; the span links to the previous
-    attempt of the same stage. {} when off (the payload is what it always was)."""
+def started(run: Any, stage: str) -> dict[str, str] | None:
+    """STARTED's trace: this attempt's span ids; the span links to the previous attempt of the
+    same stage. None when off (the payload is what it always was)."""
     if _active() is None:
-        return {}
+        return None
     span = trace.get_current_span()
     context = span.get_span_context()
     if not context.is_valid:
-        return {}
+        return None
     span.set_attributes({RUN: run.public_id, PIPELINE: run.pipeline, ATTEMPT: run.attempt})
     previous = _previous_attempt(run.pk, stage)
     if previous is not None:
         span.add_link(previous, {"resumer.link": "previous attempt"})
-    return {"trace": {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}}
+    return {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
 
 
 def _previous_attempt(run_pk: int, stage: str) -> SpanContext | None:
-    payload = (
+    previous = (
         Event.objects.filter(run_id=run_pk, type=Event.Type.STARTED, stage=stage)
         .order_by("-seq")
-        .values_list("payload", flat=True)
+        .only("type", "payload")
         .first()
     )
-    ids = (payload or {}).get("trace")
+    ids = read(previous).trace if previous is not None else None
     if not isinstance(ids, dict):
         return None
     try:

@@ -11,10 +11,12 @@ from django.db import connection
 from django.test import override_settings
 
 from demo.models import RunFaults
+from runs.events import RunCreated
 from runs.ledger import leases
 from runs.ledger.append import Writer, append, create_run
 from runs.ledger.maintenance import maintenance
 from runs.models import Event, Run
+from tests.support.events import called
 
 
 def command(*args: str) -> str:
@@ -78,13 +80,13 @@ def test_verify_chain_command_refuses_an_unknown_or_malformed_run_id(db, run_id)
 def make_run() -> Run:
     run = create_run(
         "content",
-        inputs={"topic": "resumable-agents", "facts": "v3"},
+        RunCreated(input_versions={"topic": "resumable-agents", "facts": "v3"}),
         actor="test",
         first_stage="research",
     )
     writer = Writer(run.pk, leases.acquire(run.pk, "w"), "w")
     for n in range(3):
-        append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": n})
+        append(writer, called(n, "research"))
     return run
 
 

@@ -32,9 +32,10 @@ from rq.job import Job, JobStatus
 
 from runs import engine, enqueue, notify
 from runs.dashboard import roles
+from runs.events import Failed
 from runs.execution import sweeper
 from runs.ledger import leases
-from runs.ledger.append import Writer, append
+from runs.ledger.append import RunMove, Writer, append
 from runs.models import Delivery, Event, Notification, NotificationRun, Run
 from tests.support.processes import free_port, wait_for
 
@@ -343,7 +344,7 @@ def test_a_rolled_back_append_notifies_nobody(transactional_db, facts, webhook_o
     run = engine.start_run("content", {}, actor="test", enqueue=False)
     writer = Writer(run.pk, leases.acquire(run.pk, "test"), "test")
     with pytest.raises(RuntimeError), transaction.atomic():
-        append(writer, Event.Type.FAILED, stage="research", status=Run.Status.FAILED)
+        append(writer, Failed(stage="research", error="boom"), move=RunMove(Run.Status.FAILED))
         raise RuntimeError("the caller's transaction fails after the append")
     assert not NotificationRun.objects.exists()
 

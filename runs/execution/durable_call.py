@@ -22,9 +22,10 @@ from typing import Any
 from django.db import transaction
 
 from runs import tracing
+from runs.events import Failed, NeedsApproval, PlanDeviated, ToolCalled, ToolResult
 from runs.execution.hooks import CallHooks
 from runs.ledger import effects, leases, payload_summary
-from runs.ledger.append import LeaseLost, LedgerError, Writer, append, deferred_commit
+from runs.ledger.append import LeaseLost, LedgerError, RunMove, Writer, append, deferred_commit
 from runs.ledger.chain import digest
 from runs.ledger.effects import (
     Intent,
@@ -36,7 +37,7 @@ from runs.ledger.effects import (
     with_more,
 )
 from runs.ledger.exchanges import exchanges_payload, recording
-from runs.models import Effect, Event, ReplayPolicy, Run
+from runs.models import Effect, ReplayPolicy, Run
 from runs.pipeline import KeyConflict, KeyParts, Pipeline, Stage, Tool, ToolRejected
 from runs.planning import contract
 from runs.planning.contract import Contract, Usage
@@ -96,9 +97,9 @@ class DurableCalls:
         # database crash, the call is simply made again, which is what SAFE means.
         append(
             self.writer,
-            Event.Type.TOOL_CALLED,
-            stage=self.stage,
-            payload={"call": call_id, "tool": tool.name, "policy": tool.policy, "args": args},
+            ToolCalled(
+                stage=self.stage, call=call_id, tool=tool.name, policy=tool.policy, args=args
+            ),
             flush=False,
         )
         self.hooks.before_call(self, call_id)
@@ -108,25 +109,13 @@ class DurableCalls:
         with recording() as seen:
             result = tool.call(args, "")
         self.hooks.after_call(self, call_id, result)
-        payload = {
-            "call": call_id,
-            "tool": tool.name,
-            "result": result,
-            "cost": str(price),
-            "duration_ms": _ms(started),
-        }
+        made = self._result(call_id, tool, result=result, cost=str(price), duration_ms=_ms(started))
         more = self._exchanges(seen, call_id)
         # A transaction only when an HTTP tool's exchanges may write artifact rows beside the
         # event: alone, the append is one write (one round trip on PostgreSQL). Either way it
         # does not wait for the disk.
         with deferred_commit() if more is not None else nullcontext():
-            append(
-                self.writer,
-                Event.Type.TOOL_RESULT,
-                stage=self.stage,
-                payload=with_more(payload, more),
-                flush=False,
-            )
+            append(self.writer, with_more(made, more), flush=False)
         return result
 
     # Calls with an effect -----------------------------------------------------------------
@@ -155,21 +144,23 @@ class DurableCalls:
             "request_hash": req_hash,
             "request": args,
         }
-        intent_payload = {
-            "call": call_id,
-            "tool": tool.name,
-            "policy": tool.policy,
-            "target": parts.target,
-            "args": args,
-        }
+        intent = ToolCalled(
+            stage=self.stage,
+            idempotency_key=key,
+            call=call_id,
+            tool=tool.name,
+            policy=tool.policy,
+            target=parts.target,
+            args=args,
+        )
         effect = None
         if self.contract is None and first_action(tool) == Action.CALL:
             # No approved plan binds this work, and on a key nobody used the decision is to
             # call: the intent claims the key in its own write, and only a taken key is read
             # and decided on below (a retry, or a key another run used).
-            effect = claim_intent(self.writer, fields, event_payload=intent_payload)
+            effect = claim_intent(self.writer, fields, event=intent)
         if effect is None:
-            effect = self._decide_and_intend(call_id, tool, req_hash, fields, intent_payload)
+            effect = self._decide_and_intend(call_id, tool, req_hash, fields, intent)
             if isinstance(effect, Returned):
                 return effect.value  # decided without a call: the recorded or found result
         return self._make_call(call_id, tool, key, effect, args)
@@ -198,7 +189,7 @@ class DurableCalls:
         tool: Tool,
         req_hash: str,
         fields: dict[str, Any],
-        intent_payload: dict[str, Any],
+        intent: ToolCalled,
     ) -> Effect | Returned:
         """Read the effect the key has, decide (held against the approved plan) and act: the
         effect whose intent is now recorded when the decision calls, else what the call
@@ -208,11 +199,11 @@ class DurableCalls:
         decision, answer, asked = self._decide(call_id, tool, existing, req_hash)
         self._keep_contract(call_id, tool, decision.action)
         if decision.action == Action.REFUSE:
-            self._stop(Run.Status.FAILED, Event.Type.FAILED, decision.reason, key=key)
+            self._stop(Run.Status.FAILED, Failed, decision.reason, key=key)
         if decision.action == Action.BLOCKED:
             self._stop(
                 Run.Status.NEEDS_APPROVAL,
-                Event.Type.NEEDS_APPROVAL,
+                NeedsApproval,
                 decision.reason,
                 key=key,
                 more_payload=self._exchanges(asked, f"{call_id}/reconcile", "reconcile"),
@@ -230,7 +221,7 @@ class DurableCalls:
         return record_intent(
             self.writer,
             fields,
-            event_payload=intent_payload,
+            event=intent,
             # What the target answered when it was asked first ("not found"), if it was.
             more_payload=self._exchanges(asked, f"{call_id}/reconcile", "reconcile"),
         )
@@ -240,16 +231,14 @@ class DurableCalls:
         # later resume re-uses the same confirmed effect (no flush needed).
         append(
             self.writer,
-            Event.Type.TOOL_RESULT,
-            stage=self.stage,
-            idempotency_key=existing.delivery_key,
-            payload={
-                "call": call_id,
-                "tool": tool.name,
-                "reused": True,
-                "external_id": existing.external_id,
-                "cost": "0",
-            },
+            self._result(
+                call_id,
+                tool,
+                idempotency_key=existing.delivery_key,
+                reused=True,
+                external_id=existing.external_id,
+                cost="0",
+            ),
             flush=False,
         )
         if existing.result is None:
@@ -261,15 +250,13 @@ class DurableCalls:
     def _skip(self, call_id: str, tool: Tool, key: str) -> Returned:
         append(
             self.writer,
-            Event.Type.TOOL_RESULT,
-            stage=self.stage,
-            idempotency_key=key,
-            payload={
-                "call": call_id,
-                "tool": tool.name,
-                "skipped": True,
-                "reason": "a supervisor abandoned this effect",
-            },
+            self._result(
+                call_id,
+                tool,
+                idempotency_key=key,
+                skipped=True,
+                reason="a supervisor abandoned this effect",
+            ),
         )
         return Returned(None)
 
@@ -303,23 +290,25 @@ class DurableCalls:
         # it or retries it under its key; the next flushed write (an intent, the checkpoint)
         # takes it to the disk anyway.
         cost, tokens = self._metered(tool, price, result)
+        external_id = str(result["external_id"])
         record_outcome(
             self.writer,
             effect,
+            self._result(
+                call_id,
+                tool,
+                idempotency_key=key,
+                status=Effect.Status.CONFIRMED,
+                external_id=external_id,
+                cost=str(cost),
+                usage=tokens,
+                duration_ms=_ms(started),
+                result=payload_summary.cut_strings(result),
+            ),
             status=Effect.Status.CONFIRMED,
-            external_id=str(result["external_id"]),
+            external_id=external_id,
             result=result,
             cost=cost,
-            event_payload={
-                "call": call_id,
-                "tool": tool.name,
-                "status": "confirmed",
-                "external_id": str(result["external_id"]),
-                "cost": str(cost),
-                **({"usage": tokens} if tokens else {}),
-                "duration_ms": _ms(started),
-                "result": payload_summary.cut_strings(result),
-            },
             more_payload=self._exchanges(seen, call_id),
             flush=False,
         )
@@ -343,8 +332,21 @@ class DurableCalls:
         tell — unknown, never guessed. Raises StageStopped where the run has stopped."""
         more = self._exchanges(seen, call_id)
         if isinstance(exc, ToolRejected) and not isinstance(exc, KeyConflict):
+            refused = self._result(
+                call_id,
+                tool,
+                idempotency_key=effect.delivery_key,
+                status=Effect.Status.FAILED,
+                external_id="",
+                error=str(exc),
+            )
             record_outcome(
-                self.writer, effect, status=Effect.Status.FAILED, error=str(exc), more_payload=more
+                self.writer,
+                effect,
+                refused,
+                status=Effect.Status.FAILED,
+                error=str(exc),
+                more_payload=more,
             )
             return  # the caller raises it on: the stage fails
         if isinstance(exc, KeyConflict):
@@ -354,17 +356,28 @@ class DurableCalls:
             status, error = Effect.Status.UNKNOWN, f"{type(exc).__name__}: {exc}"[:2000]
             said = f"outcome unknown: {type(exc).__name__}: {exc}"[:2000]
         tracing.note(outcome=status)
+        failed = Failed(
+            stage=effect.stage,
+            idempotency_key=effect.delivery_key,
+            call=call_id,
+            tool=tool.name,
+            status=status,
+            error=said,
+        )
         record_outcome(
             self.writer,
             effect,
+            failed,
             status=status,
             error=error,
-            event_type=Event.Type.FAILED,
-            event_payload={"call": call_id, "tool": tool.name, "status": status, "error": said},
-            run_status=Run.Status.FAILED,
+            move=RunMove(Run.Status.FAILED),
             more_payload=more,
         )
         raise StageStopped(str(exc)) from exc
+
+    def _result(self, call_id: str, tool: Tool, **fields: Any) -> ToolResult:
+        """The call's TOOL_RESULT, saying what it came to in `fields`."""
+        return ToolResult(stage=self.stage, call=call_id, tool=tool.name, **fields)
 
     def _fence_call(self) -> None:
         if self.held is not None:
@@ -400,7 +413,7 @@ class DurableCalls:
         if difference.stop_before:
             self._stop(
                 Run.Status.NEEDS_APPROVAL,
-                Event.Type.NEEDS_APPROVAL,
+                NeedsApproval,
                 f"{difference.describe()}; the approved plan did not promise this call, so it "
                 "was not made: read the fresh plan and approve again",
             )
@@ -411,31 +424,25 @@ class DurableCalls:
         used.add(self.usage)
         append(
             self.writer,
-            Event.Type.PLAN_DEVIATED,
-            stage=self.stage,
-            payload={**self.contract.verdict_payload(used), "reason": reason, **details},
-            deviated=True,
+            PlanDeviated(
+                stage=self.stage, reason=reason, **self.contract.verdict_payload(used), **details
+            ),
+            move=RunMove(deviated=True),
         )
         self.deviated = True
 
     def _stop(
         self,
         status: str,
-        event_type: str,
+        stopping: type[Failed | NeedsApproval],
         reason: str,
         *,
         key: str = "",
         more_payload: MorePayload = None,
     ) -> None:
+        event = stopping(stage=self.stage, idempotency_key=key, error=reason)
         with transaction.atomic():
-            append(
-                self.writer,
-                event_type,
-                stage=self.stage,
-                idempotency_key=key,
-                payload=with_more({"error": reason}, more_payload),
-                status=status,
-            )
+            append(self.writer, with_more(event, more_payload), move=RunMove(status))
         raise StageStopped(reason)
 
 

@@ -27,18 +27,14 @@ from rq import get_current_job
 
 from runs import enqueue as enqueuing  # start_run takes an `enqueue` flag
 from runs import ids, tracing
+from runs.events import Failed, PlanKept, RunCreated, Succeeded
 from runs.execution import outage, stage_log, starting, sweeper
 from runs.execution.asking import StageWaiting
 from runs.execution.context import StageContext
 from runs.execution.durable_call import StageStopped
 from runs.execution.hooks import CallHooks
 from runs.ledger import artifacts, leases
-from runs.ledger.append import (
-    LeaseLost,
-    Writer,
-    append,
-    create_run,
-)
+from runs.ledger.append import LeaseLost, RunMove, Writer, append, create_run
 from runs.ledger.checkpoints import write_checkpoint
 from runs.models import Artifact, Checkpoint, Event, Run
 from runs.pipeline import Pipeline, Stage, StageOutput, registry
@@ -93,10 +89,9 @@ def start_run(
     with transaction.atomic():
         run = create_run(
             pipeline.name,
-            inputs=pinned,
+            RunCreated(input_versions=pinned, stages=list(pipeline.stage_names)),
             actor=actor,
             first_stage=pipeline.stage_names[0],
-            payload={"stages": list(pipeline.stage_names)},
             ticket=ticket,
         )
         if enqueue:
@@ -275,19 +270,19 @@ def _run_stage(
         if outage.connection_lost(exc):
             raise  # not the stage's failure: the database went away (execute() sees to it)
         capture.failed(exc)  # the stage function's traceback, for the operator
-        _fail(writer, stage_name, {"error": f"{type(exc).__name__}: {exc}"[:2000]})
+        _fail(writer, Failed(stage=stage_name, error=f"{type(exc).__name__}: {exc}"[:2000]))
         return Outcome.FAILED
 
     results = [rule.evaluate(output) for rule in stage.rules]
     if any(not r["passed"] for r in results):
-        _fail(writer, stage_name, {"error": "verification failed", "rules": results})
+        _fail(writer, Failed(stage=stage_name, error="verification failed", rules=results))
         return Outcome.VERIFICATION_FAILED
     _checkpoint(ctx, pipeline, stage, output, results)
     return Outcome.VERIFIED
 
 
-def _fail(writer: Writer, stage_name: str, payload: dict) -> None:
-    append(writer, Event.Type.FAILED, stage=stage_name, payload=payload, status=Run.Status.FAILED)
+def _fail(writer: Writer, failed: Failed) -> None:
+    append(writer, failed, move=RunMove(Run.Status.FAILED))
 
 
 def _checkpoint(
@@ -377,21 +372,23 @@ def _seal(
         next_stage=next_stage,
         manifest=manifest,
         usage=ctx.usage.to_dict(),
-        status=Run.Status.RUNNING,
+        move=RunMove(
+            Run.Status.RUNNING,
+            current_stage=next_stage or stage.name,
+            ticket=ticket,
+            queued_at=Now() if next_stage else None,
+        ),
         release=not verdict,
         # The run's last stage ends it in the same write, unless its verdict comes between.
         then=Run.Status.SUCCEEDED if not (next_stage or verdict) else None,
         artifacts=stored if riding else (),
-        current_stage=next_stage or stage.name,
-        ticket=ticket,
-        queued_at=Now() if next_stage else None,
     )
     if next_stage:
         # Outside a transaction the write has committed, and on_commit runs this now.
         transaction.on_commit(lambda: enqueuing.dispatch(run.pk, next_stage, ticket))
     elif verdict:
         _verdict(ctx)
-        append(writer, Event.Type.SUCCEEDED, payload={}, status=Run.Status.SUCCEEDED, release=True)
+        append(writer, Succeeded(), move=RunMove(Run.Status.SUCCEEDED), release=True)
     leases.released_on_commit(ctx.held)
 
 
@@ -403,12 +400,12 @@ def _verdict(ctx: StageContext) -> None:
     if shortfall:
         ctx.deviate(shortfall)
         return
-    payload = ctx.contract.verdict_payload(used)
+    gates = None
     if ctx.contract.gates:
         # Gates count too: how many the resumed work asked, against how many the plan said
         # it would (a recorded answer is never asked again).
-        payload["gates"] = {
+        gates = {
             "asked": contract.gates_asked_since(ctx.run, ctx.contract),
             "promised": sum(1 for a in ctx.contract.gates.values() if a == "ask"),
         }
-    append(ctx.writer, Event.Type.PLAN_KEPT, payload=payload)
+    append(ctx.writer, PlanKept(**ctx.contract.verdict_payload(used), gates=gates))

@@ -8,9 +8,10 @@ import time
 from dataclasses import dataclass
 
 from runs import tracing
+from runs.events import Started
 from runs.ledger import chain, heads, leases
-from runs.ledger.append import StaleRead, Writer, append
-from runs.models import Checkpoint, Event, Run
+from runs.ledger.append import RunMove, StaleRead, Writer, append
+from runs.models import Checkpoint, Run
 from runs.pipeline import registry
 
 __all__ = ["Taken", "begin", "take"]
@@ -84,20 +85,18 @@ def _start(
     if run.ticket != ticket or run.current_stage != stage_name or not run.is_active:
         return None
     stage = registry.get(run.pipeline).stage(stage_name)
+    event = Started(
+        stage=stage_name,
+        input_versions={name: run.inputs.get(name) for name in stage.consumes},
+        worker=writer.actor,
+        token=writer.token,
+        attempt=run.attempt,
+        trace=tracing.started(run, stage_name),  # None unless tracing is on
+    )
     started = append(
         writer,
-        Event.Type.STARTED,
-        stage=stage_name,
-        inputs={name: run.inputs.get(name) for name in stage.consumes},
-        payload={
-            "worker": writer.actor,
-            "token": writer.token,
-            "attempt": run.attempt,
-            **tracing.started(run, stage_name),  # {} unless tracing is on
-        },
-        status=Run.Status.RUNNING,
-        ticket="",
-        queued_at=None,
+        event,
+        move=RunMove(Run.Status.RUNNING, ticket="", queued_at=None),
         read_head=read_head,
     )
     # What the append moved, as a read would now return it (the stage reads the run's

@@ -24,8 +24,9 @@ from django.db.models.functions import Now
 from rq.job import Job
 
 from runs import enqueue
+from runs.events import Interrupted, read
 from runs.ledger import leases
-from runs.ledger.append import HeadLost, Writer, append, check_head
+from runs.ledger.append import HeadLost, RunMove, Writer, append, check_head
 from runs.models import Event, Lease, Run
 
 log = logging.getLogger("runs.sweeper")
@@ -37,6 +38,7 @@ SWEEPER = "sweeper"
 class Finding:
     run_pk: int
     reason: str
+    # What was found, by Interrupted's field names (each recorded as text).
     detail: dict
     # The run's version when the finding was read. interrupt() acts only if it is unchanged:
     # a finding is a read, and by the time it is acted on the run may have moved on (another
@@ -133,7 +135,7 @@ def find_lost_jobs() -> list[Finding]:
                 if job.status == "missing"
                 else f"RQ reports the stage job as {job.status} but it never started the stage",
                 {
-                    "stage": row["current_stage"],
+                    "job_stage": row["current_stage"],
                     "job_state": job.status,
                     "queued_at": row["queued_at"],
                     **({"job_started_at": job.alive_at} if job.alive_at else {}),
@@ -187,19 +189,17 @@ def interrupt(finding: Finding, *, takeover: bool = False) -> bool:
                 # INTERRUPTED and an approved resume, which leaves the run active again with
                 # a fresh ticket): the finding is stale; the next round reads afresh.
                 return False
+            interrupted = Interrupted(
+                stage=run.current_stage,
+                reason=finding.reason,
+                **{k: str(v) for k, v in finding.detail.items()},
+                last_seq=run.last_seq,
+                **_call_in_flight(run),
+            )
             append(
                 writer,
-                Event.Type.INTERRUPTED,
-                stage=run.current_stage,
-                payload={
-                    "reason": finding.reason,
-                    **{k: str(v) for k, v in finding.detail.items()},
-                    "last_seq": run.last_seq,
-                    **_call_in_flight(run),
-                },
-                status=Run.Status.INTERRUPTED,
-                ticket="",
-                queued_at=None,
+                interrupted,
+                move=RunMove(Run.Status.INTERRUPTED, ticket="", queued_at=None),
             )
         log.warning("run-%s interrupted: %s", finding.run_pk, finding.reason)
         return True
@@ -219,17 +219,17 @@ def _acted_on(finding: Finding) -> bool:
 def _call_in_flight(run: Run) -> dict[str, str]:
     """The call the worker was making when it went away, if its last event is that call's
     TOOL_CALLED (every call writes one before it starts): "worker lost during upload-cover"
-    is what an operator needs to read first. One indexed read of the run's last event."""
+    is what an operator needs to read first. One indexed read of the run's last event (a
+    payload stored as an artifact keeps its call and tool in its summary)."""
     last = (
         Event.objects.filter(run=run, seq=run.last_seq, type=Event.Type.TOOL_CALLED)
-        .values_list("payload", flat=True)
+        .only("type", "payload")
         .first()
     )
-    if not isinstance(last, dict):
+    if last is None:
         return {}
-    # A payload stored as an artifact keeps its call and tool in the inline summary.
-    shown = last.get("summary", last)
-    return {key: str(shown[key]) for key in ("call", "tool") if shown.get(key)}
+    called = read(last)
+    return {"call": called.call, "tool": called.tool}
 
 
 def sweep() -> list[int]:
@@ -268,5 +268,5 @@ def interrupt_lost_mid_stage(writer: Writer, stage_name: str) -> bool:
     )
     if version is None:
         return False
-    interrupt(Finding(writer.run_id, reason, {"stage": stage_name}, version), takeover=True)
+    interrupt(Finding(writer.run_id, reason, {"job_stage": stage_name}, version), takeover=True)
     return True

@@ -9,24 +9,25 @@ the SQL it runs is the vendor's (runs/ledger/sql/).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models.functions import Now
 
 from runs import ids, signals
+from runs.events import RunCreated, RunEvent
 from runs.ledger import heads
 from runs.ledger.deferral import Deferral, deferral_of, deferred_commit
 from runs.ledger.head_checks import HeadLost, StaleRead, check_head, moved_since_read, went_back
 from runs.ledger.leases import LeaseLost
 from runs.ledger.rows import (
     NO_END,
+    STAY,
     Head,
     LedgerError,
     NewEvent,
+    RunMove,
     StageEnd,
     Writer,
     closing_event,
@@ -54,6 +55,7 @@ __all__ = [
     "LeaseLost",
     "LedgerError",
     "NewEvent",
+    "RunMove",
     "Writer",
     "append",
     "check_head",
@@ -68,46 +70,31 @@ EVENT_FIELDS = ("id", *EVENT_COLUMNS, "created_at")
 
 def append(
     writer: Writer,
-    type: str,
+    event: RunEvent,
     *,
-    stage: str = "",
-    payload: dict[str, Any] | None = None,
-    artifacts: Sequence[str] = (),
-    idempotency_key: str = "",
-    inputs: dict[str, Any] | None = None,
-    status: str | None = None,
+    move: RunMove | None = None,
     effect: EffectWrite | None = None,
     seal: CheckpointSeal | None = None,
     release: bool = False,
     then: str | None = None,
     read_head: bool = False,
     flush: bool = True,
-    **run_fields: Any,
 ) -> Event:
-    """Append one event to the writer's run, fenced by its lease; optionally move the run.
-    Written with it once the fence held: `effect`, an effect row (effects.py) whose id the
-    event carries as `effect_pk`; `seal`, a VERIFIED event's checkpoint; `then`, the status
-    a run's last stage ends it in, its event following this one; `release`, the lease given
-    up. `read_head`: the head known was read with the lease's take; StaleRead if it moved.
+    """Append `event` (its class in runs/events.py) to the writer's run, fenced by its lease;
+    `move` moves the run (its status, its stage, its ticket…). Written with it once the fence
+    held: `effect`, an effect row (effects.py) whose id the event carries as `effect_pk`;
+    `seal`, a VERIFIED event's checkpoint; `then`, the status a run's last stage ends it in,
+    its event following this one; `release`, the lease given up. `read_head`: the head known
+    was read with the lease's take; StaleRead if it moved.
 
     `flush=False`: a write whose loss in a database crash the protocol recovers from, as if
     the worker died just before it; its own commit does not wait for the disk (unless
     RESUMER_DEFER_FLUSH is off), a caller's transaction's commit decides (deferred_commit()).
     Raises LeaseLost (HeadLost when the head went back behind this writer's last write),
-    LedgerError (an unknown type or stage, an illegal status move, an oversized payload) or
-    KeyTaken (a claimed delivery key has an effect already), having written nothing."""
-    new = new_event(
-        writer.actor,
-        writer.token,
-        type,
-        stage=stage,
-        payload=payload,
-        artifacts=artifacts,
-        idempotency_key=idempotency_key,
-        inputs=inputs,
-        status=status,
-        run_fields=run_fields,
-    )
+    LedgerError (not an event, an unknown stage, an illegal status move, an oversized
+    payload) or KeyTaken (a claimed delivery key has an effect already), having written
+    nothing."""
+    new = new_event(writer.actor, writer.token, event, move or STAY)
     ends = StageEnd.of(effect, seal, release, closing_event(writer, new, then))
     connection = connections[DEFAULT_DB_ALIAS]
     known = heads.known(connection.alias, writer.run_id, writer.token)
@@ -321,21 +308,21 @@ def _write(
 
 def create_run(
     pipeline: str,
+    created: RunCreated,
     *,
-    inputs: dict[str, Any],
     actor: str,
     first_stage: str,
     parent: Run | None = None,
     branch_checkpoint: Checkpoint | None = None,
-    payload: dict[str, Any] | None = None,
     ticket: str = "",
 ) -> Run:
-    """Create a run, its lease row and its RUN_CREATED event (the only unfenced append:
-    nobody can hold the lease of a run that does not exist yet)."""
+    """Create a run pinned to `created`'s input versions, its lease row and its RUN_CREATED
+    event (the only unfenced append: nobody can hold the lease of a run that does not exist
+    yet)."""
     with transaction.atomic():
         run = Run.objects.create(
             pipeline=pipeline,
-            inputs=inputs,
+            inputs=created.input_versions,
             current_stage=first_stage,
             parent=parent,
             branch_checkpoint=branch_checkpoint,
@@ -345,20 +332,10 @@ def create_run(
             queued_at=Now() if ticket else None,
         )
         Lease.objects.create(run=run, token=0, holder="")
-        created = new_event(
-            actor,
-            None,
-            Event.Type.RUN_CREATED,
-            stage="",
-            payload=payload,
-            artifacts=(),
-            idempotency_key="",
-            inputs=inputs,
-            status=None,
-            run_fields={},
-        )
         _write(
-            connections[DEFAULT_DB_ALIAS], Head(run.pk, run.pipeline, run.status, 0, ""), created
+            connections[DEFAULT_DB_ALIAS],
+            Head(run.pk, run.pipeline, run.status, 0, ""),
+            new_event(actor, None, created),
         )
         run.refresh_from_db()
         return run

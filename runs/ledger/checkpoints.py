@@ -11,8 +11,9 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Q
 
+from runs.events import Verified
 from runs.ledger import derived
-from runs.ledger.append import Writer, append
+from runs.ledger.append import RunMove, Writer, append
 from runs.ledger.chain import manifest_hash, manifest_ok
 from runs.ledger.sql import ARTIFACT_COLUMNS, CheckpointSeal, boundary_for
 from runs.models import Artifact, Checkpoint, Event, Run
@@ -43,16 +44,15 @@ def write_checkpoint(
     stage: str,
     next_stage: str,
     manifest: dict[str, Any],
-    status: str,
+    move: RunMove,
     usage: dict[str, Any] | None = None,
     release: bool = False,
     then: str | None = None,
     artifacts: Sequence[Artifact] = (),
-    **run_fields: Any,
 ) -> Checkpoint:
     """Append VERIFIED with the checkpoint sealed on its seq (CheckpointSeal): one write, so
     neither is ever observed without the other; outside a transaction, on PostgreSQL one
-    statement. `then` and `release` as append's. `artifacts` (unsaved, versions set:
+    statement. `move`, `then` and `release` as append's. `artifacts` (unsaved, versions set:
     artifacts.first_version) are written with it; IntegrityError, nothing written, when a
     version is taken. In a caller's transaction it is that one's, without a savepoint: a
     refusal (LeaseLost) writes nothing and leaves it usable."""
@@ -63,27 +63,19 @@ def write_checkpoint(
         manifest=manifest,
         artifacts=tuple(tuple(getattr(a, c) for c in ARTIFACT_COLUMNS) for a in artifacts),
     )
-    verified = append(
-        writer,
-        Event.Type.VERIFIED,
+    event = Verified(
         stage=stage,
-        inputs=manifest.get("inputs", {}),
+        input_versions=manifest.get("inputs", {}),
+        artifact_refs=[a["uri"] for a in manifest.get("artifacts", [])],
+        rules=manifest.get("rules", []),
+        next_stage=next_stage,
         # The manifest's hash goes into the chain with this event: a manifest changed
         # afterwards no longer matches it (manifest_ok).
-        payload={
-            "rules": manifest.get("rules", []),
-            "next_stage": next_stage,
-            "manifest_sha256": manifest_hash(manifest),
-            # What the stage's calls used: a resume's plan is held against the sum.
-            "usage": usage or {},
-        },
-        artifacts=[a["uri"] for a in manifest.get("artifacts", [])],
-        status=status,
-        seal=seal,
-        release=release,
-        then=then,
-        **run_fields,
+        manifest_sha256=manifest_hash(manifest),
+        # What the stage's calls used: a resume's plan is held against the sum.
+        usage=usage or {},
     )
+    verified = append(writer, event, move=move, seal=seal, release=release, then=then)
     # The row exists now; the instance reads as a query would have returned it.
     checkpoint = Checkpoint(
         id=seal.id,

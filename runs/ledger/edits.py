@@ -8,6 +8,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models.functions import Now
 
+from runs.events import LedgerEdited
 from runs.ledger import leases
 from runs.ledger.append import LedgerError, Writer, announce_stop, append
 from runs.ledger.maintenance import ledger_writes
@@ -66,21 +67,18 @@ def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: 
         raise LedgerError(f"{run.public_id} is leased by a worker right now")
     try:
         with transaction.atomic():
-            event = append(
-                Writer(run.pk, token, actor),
-                Event.Type.LEDGER_EDITED,
+            edited = LedgerEdited(
                 stage=effect.stage,
                 idempotency_key=effect.delivery_key,
-                payload={
-                    "effect": effect.pk,
-                    "call": effect.call_id,
-                    "tool": effect.tool,
-                    "before": before,
-                    "after": after,
-                    "reason": reason,
-                    "by": actor,
-                },
+                effect=effect.pk,
+                call=effect.call_id,
+                tool=effect.tool,
+                before=before,
+                after=after,
+                reason=reason,
+                by=actor,
             )
+            event = append(Writer(run.pk, token, actor), edited)
             with ledger_writes():
                 Effect.objects.filter(pk=effect.pk).update(
                     status=after["status"],

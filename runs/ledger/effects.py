@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
@@ -14,7 +14,8 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from runs.ledger.append import KeyTaken, Writer, append, deferred_commit
+from runs.events import Reconciled, RunEvent, ToolCalled
+from runs.ledger.append import KeyTaken, RunMove, Writer, append, deferred_commit
 from runs.ledger.maintenance import ledger_writes
 from runs.ledger.sql import EffectClaim, EffectSettle, for_connection
 from runs.models import Effect, Event
@@ -32,14 +33,14 @@ __all__ = [
 ]
 
 
-# more_payload(): payload fields built inside the event's transaction, because building them
+# more_payload(): fields of the event built inside its transaction, because building them
 # may write artifact rows (an HTTP tool's large bodies), which must commit with the fenced
 # append or not at all.
 MorePayload = Callable[[], dict[str, Any]] | None
 
 
-def with_more(payload: dict, more_payload: MorePayload) -> dict:
-    return {**payload, **more_payload()} if more_payload is not None else payload
+def with_more(event: RunEvent, more_payload: MorePayload) -> RunEvent:
+    return replace(event, **more_payload()) if more_payload is not None else event
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +65,9 @@ def find(key: str) -> Effect | None:
         return sql.read_effect(cursor, connection, key)
 
 
-def claim_intent(writer: Writer, effect_fields: dict[str, Any], *, event_payload: dict) -> Intent | None:  # fmt: skip
+def claim_intent(writer: Writer, effect_fields: dict[str, Any], *, event: ToolCalled) -> Intent | None:  # fmt: skip
     """A first attempt's intent in one write: the effect row claims its delivery key with its
-    TOOL_CALLED event, or, when the key has an effect already, nothing is written and None
+    TOOL_CALLED `event`, or, when the key has an effect already, nothing is written and None
     returned (the caller reads that effect and decides: runs/replay.py). No read before it:
     on a key nobody used, the decision is always to call."""
     fields = {
@@ -81,18 +82,15 @@ def claim_intent(writer: Writer, effect_fields: dict[str, Any], *, event_payload
         "cost": 0,
     }
     try:
-        event = append(
-            writer,
-            Event.Type.TOOL_CALLED,
-            stage=fields["stage"],
-            payload=event_payload,
-            idempotency_key=fields["delivery_key"],
-            effect=EffectClaim(fields),
-        )
+        written = append(writer, event, effect=EffectClaim(fields))
     except KeyTaken:
         return None
     return Intent(
-        event.effect_pk, fields["delivery_key"], fields["stage"], fields["call_id"], fields["tool"]
+        written.effect_pk,
+        fields["delivery_key"],
+        fields["stage"],
+        fields["call_id"],
+        fields["tool"],
     )
 
 
@@ -100,21 +98,15 @@ def record_intent(
     writer: Writer,
     effect_fields: dict[str, Any],
     *,
-    event_payload: dict,
+    event: ToolCalled,
     more_payload: MorePayload = None,
 ) -> Effect:
-    """Commit the effect intent (and its TOOL_CALLED event) before the external call.
+    """Commit the effect intent (and its TOOL_CALLED `event`) before the external call.
 
     An existing effect with the same delivery key is reused: its attempts go up, and the
     caller decides from its status whether the call may happen at all."""
     with transaction.atomic():
-        event = append(
-            writer,
-            Event.Type.TOOL_CALLED,
-            stage=effect_fields["stage"],
-            payload=with_more(event_payload, more_payload),
-            idempotency_key=effect_fields["delivery_key"],
-        )
+        called = append(writer, with_more(event, more_payload))
         effect = (
             Effect.objects.select_for_update()
             .filter(delivery_key=effect_fields["delivery_key"])
@@ -135,30 +127,30 @@ def record_intent(
                     updated_at=Now(),
                 )
                 effect.refresh_from_db()
-        effect._called_event = event  # type: ignore[attr-defined]
+        effect._called_event = called  # type: ignore[attr-defined]
         return effect
 
 
 def record_outcome(
     writer: Writer,
     effect: Effect | Intent,
+    event: RunEvent,
     *,
     status: str,
     external_id: str = "",
     result: Any = None,
     error: str = "",
     cost: Any = 0,
-    event_type: str = Event.Type.TOOL_RESULT,
-    event_payload: dict | None = None,
-    run_status: str | None = None,
+    move: RunMove | None = None,
     more_payload: MorePayload = None,
     flush: bool = True,
 ) -> Event:
-    """Write back what the call produced (or what is known of it) with its event, in one
-    write. A transaction only when more_payload may write artifact rows beside it. `flush` as
-    in append(): False only for an outcome whose loss leaves the effect in doubt, which its
-    durable intent already lets reconcile resolve; said of that transaction too
-    (deferred_commit()), since losing the exchanges with it leaves the same doubt."""
+    """Write back what the call produced (or what is known of it) on the effect row, with
+    `event` (its TOOL_RESULT, FAILED or RECONCILED), in one write. A transaction only when
+    more_payload may write artifact rows beside it. `flush` as in append(): False only for
+    an outcome whose loss leaves the effect in doubt, which its durable intent already lets
+    reconcile resolve; said of that transaction too (deferred_commit()), since losing the
+    exchanges with it leaves the same doubt."""
     settle = EffectSettle(
         effect.pk,
         {
@@ -172,21 +164,8 @@ def record_outcome(
     with deferred_commit(flush) if more_payload is not None else nullcontext():
         return append(
             writer,
-            event_type,
-            stage=effect.stage,
-            payload=with_more(
-                event_payload
-                or {
-                    "call": effect.call_id,
-                    "tool": effect.tool,
-                    "status": status,
-                    "external_id": external_id,
-                    "error": error,
-                },
-                more_payload,
-            ),
-            idempotency_key=effect.delivery_key,
-            status=run_status,
+            with_more(event, more_payload),
+            move=move,
             effect=settle,
             flush=flush,
         )
@@ -200,17 +179,18 @@ def record_found(
     return record_outcome(
         writer,
         effect,
+        Reconciled(
+            stage=effect.stage,
+            idempotency_key=effect.delivery_key,
+            call=effect.call_id,
+            tool=effect.tool,
+            found=True,
+            external_id=answer.external_id,
+            detail=answer.detail,
+        ),
         status=Effect.Status.CONFIRMED,
         external_id=answer.external_id,
         result=answer.result,
         cost=effect.cost,
-        event_type=Event.Type.RECONCILED,
-        event_payload={
-            "call": effect.call_id,
-            "tool": effect.tool,
-            "found": True,
-            "external_id": answer.external_id,
-            "detail": answer.detail,
-        },
         more_payload=more_payload,
     )

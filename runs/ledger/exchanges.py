@@ -215,7 +215,7 @@ def recording() -> Iterator[list[Exchange]]:
 
         with recording() as seen:
             result = tool.call(args, key)
-        payload["exchanges"] = exchanges_payload(seen, name=...)
+        ToolResult(..., exchanges=exchanges_payload(seen, name=...))
     """
     seen: list[Exchange] = []
     token = _recorders.set((*_recorders.get(), seen))

@@ -14,7 +14,8 @@ from django.db import transaction
 from django.db.models import DateTimeField, ExpressionWrapper, Value
 from django.db.models.functions import Now
 
-from runs.ledger.append import Writer, append
+from runs.events import Failed, GateOpened, GateReopened, HumanAnswered, read
+from runs.ledger.append import RunMove, Writer, append
 from runs.models import Effect, Event, Gate, GateStatus, Run
 
 
@@ -52,21 +53,15 @@ def open_gate(writer: Writer, run: Run, stage: str, fields: dict[str, Any], *, u
     the stage used before it stopped: resumed work is held against its plan with it."""
     fields = dict(fields)
     timeout = fields.pop("timeout", None)
+    opened = GateOpened(
+        stage=stage,
+        gate=fields["gate_id"],
+        **{k: v for k, v in fields.items() if k not in ("gate_id", "shape")},
+        timeout_seconds=timeout,
+        usage=usage,
+    )
     with transaction.atomic():
-        event = append(
-            writer,
-            Event.Type.GATE_OPENED,
-            stage=stage,
-            payload={
-                "gate": fields["gate_id"],
-                **{k: v for k, v in fields.items() if k not in ("gate_id", "shape")},
-                "timeout_seconds": timeout,
-                "usage": usage,
-            },
-            status=Run.Status.WAITING,
-            ticket="",
-            queued_at=None,
-        )
+        event = append(writer, opened, move=RunMove(Run.Status.WAITING, ticket="", queued_at=None))
         values = {
             **fields,
             "seq": event.seq,
@@ -108,35 +103,26 @@ def record_answer(
     signed-in person who voted. The time-out's default answer (`timed_out`) is final and is
     not a vote: the votes stay the people's."""
     votes = gate.votes if timed_out else [*gate.votes, _vote(writer.actor, user, answer)]
-    run_moves: dict[str, Any] = (
-        {
-            "status": Run.Status.RUNNING,
-            "current_stage": gate.stage,
-            "ticket": ticket,
-            "queued_at": Now(),
-        }
+    move = (
+        RunMove(Run.Status.RUNNING, current_stage=gate.stage, ticket=ticket, queued_at=Now())
         if final
-        else {}
+        else None
     )
-    event = append(
-        writer,
-        Event.Type.HUMAN_ANSWERED,
+    answered = HumanAnswered(
         stage=gate.stage,
-        payload={
-            "gate": gate.gate_id,
-            "kind": gate.kind,
-            "subject": gate.subject,
-            "by": writer.actor,
-            "answer": answer,
-            "diff": diff,
-            "final": final,
-            "votes": len(votes),
-            "quorum": gate.quorum,
-            **({"user": user} if user is not None else {}),
-            **({"timed_out": True} if timed_out else {}),
-        },
-        **run_moves,
+        gate=gate.gate_id,
+        kind=gate.kind,
+        subject=gate.subject,
+        by=writer.actor,
+        answer=answer,
+        diff=diff,
+        final=final,
+        votes=len(votes),
+        quorum=gate.quorum,
+        user=user,
+        timed_out=timed_out,
     )
+    event = append(writer, answered, move=move)
     gate.votes = votes
     if final:
         gate.status = GateStatus.ANSWERED
@@ -156,13 +142,8 @@ def _vote(actor: str, user: int | None, answer: dict[str, Any]) -> dict[str, Any
 def expire(writer: Writer, gate: Gate, reason: str) -> Event:
     """The gate's deadline passed and its on_timeout fails the run: FAILED with the reason,
     inside the caller's transaction."""
-    event = append(
-        writer,
-        Event.Type.FAILED,
-        stage=gate.stage,
-        payload={"error": reason, "gate": gate.gate_id, "timed_out": True},
-        status=Run.Status.FAILED,
-    )
+    expired = Failed(stage=gate.stage, error=reason, gate=gate.gate_id, timed_out=True)
+    event = append(writer, expired, move=RunMove(Run.Status.FAILED))
     gate.status = GateStatus.EXPIRED
     gate.answer_seq = event.seq
     gate.save(update_fields=["status", "answer_seq"])
@@ -174,8 +155,10 @@ def reopen(writer: Writer, gate: Gate, refused: Effect) -> Event:
     locks): the answered confirmation whose call `refused` recorded the target's refusal of
     is open again, with no answer, under the same time-out it had; the refused attempt is
     kept on the row and in the event; the run waits at it."""
-    opened = Event.objects.filter(run_id=gate.run_id, seq=gate.seq).values("payload").first()
-    timeout = (opened or {}).get("payload", {}).get("timeout_seconds")
+    opened = Event.objects.filter(run_id=gate.run_id, seq=gate.seq).only("type", "payload").first()
+    # The time-out the gate was opened with (GATE_OPENED, or an earlier GATE_REOPENED).
+    asked = read(opened) if opened is not None else None
+    timeout = asked.timeout_seconds if isinstance(asked, GateOpened | GateReopened) else None
     attempt = {
         "attempt": len(gate.attempts) + 1,
         "answer": gate.answer,
@@ -187,22 +170,19 @@ def reopen(writer: Writer, gate: Gate, refused: Effect) -> Event:
         "target": refused.target,
         "error": refused.error[:2000],
     }
+    reopened = GateReopened(
+        stage=gate.stage,
+        gate=gate.gate_id,
+        kind=gate.kind,
+        subject=gate.subject,
+        refused=attempt,
+        by=writer.actor,
+        timeout_seconds=timeout,
+    )
     event = append(
         writer,
-        Event.Type.GATE_REOPENED,
-        stage=gate.stage,
-        payload={
-            "gate": gate.gate_id,
-            "kind": gate.kind,
-            "subject": gate.subject,
-            "refused": attempt,
-            "by": writer.actor,
-            "timeout_seconds": timeout,
-        },
-        status=Run.Status.WAITING,
-        current_stage=gate.stage,
-        ticket="",
-        queued_at=None,
+        reopened,
+        move=RunMove(Run.Status.WAITING, current_stage=gate.stage, ticket="", queued_at=None),
     )
     gate.attempts = [*gate.attempts, {**attempt, "asked_by": writer.actor, "seq": event.seq}]
     gate.seq = event.seq

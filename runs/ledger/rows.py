@@ -1,14 +1,14 @@
 """What an append writes, worked out before any SQL runs.
 
-A writer's request is checked and encoded once (`new_event`), whichever path writes it; the
-run's head it goes on is a `Head`; `refusal` is what the ledger refuses to append to that run;
+A writer's event (runs/events.py) and what it moves on its run (`RunMove`) are checked and
+encoded once (`new_event`), whichever path writes them; the run's head it goes on is a `Head`; `refusal` is what the ledger refuses to append to that run;
 `event_row` chains the event to the head (its hash) as the row the insert writes, and
 `head_moves` is what the append moves on the run. append.py runs them; sql/ writes them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,11 +16,11 @@ from django.conf import settings
 from django.db.models.functions import Now
 
 from runs import ids
+from runs.events import RunEvent, Succeeded, stored_body
 from runs.ledger import artifacts as artifact_store
 from runs.ledger.chain import canonical_json, encoded_event_hash, head_anchor
-from runs.ledger.payload_summary import summarize
 from runs.ledger.sql import CheckpointSeal, EffectWrite, EventRow, Moves
-from runs.models import Event, Run
+from runs.models import Run
 from runs.pipeline import registry
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "Head",
     "LedgerError",
     "NewEvent",
+    "RunMove",
     "StageEnd",
     "closing_event",
     "event_row",
@@ -39,8 +40,7 @@ __all__ = [
 
 # Run fields the append path may set beside status; everything else about a run is fixed.
 MOVABLE_RUN_FIELDS = frozenset({"current_stage", "ticket", "queued_at", "attempt", "deviated"})
-# Choices' .values builds a new list on every access; the append path checks these each time.
-EVENT_TYPES = frozenset(Event.Type.values)
+# Choices' .values builds a new list on every access; the append path checks this each time.
 RUN_STATUSES = frozenset(Run.Status.values)
 
 
@@ -55,6 +55,22 @@ class Writer:
     run_id: int
     token: int
     actor: str
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class RunMove:
+    """What an append moves on its run beside its head: its status (None leaves it) and
+    MOVABLE_RUN_FIELDS, each a value or Now() for the database's clock."""
+
+    status: str | None
+    fields: Mapping[str, Any]
+
+    def __init__(self, status: str | None = None, **fields: Any) -> None:
+        object.__setattr__(self, "status", status)
+        object.__setattr__(self, "fields", fields)
+
+
+STAY = RunMove()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,41 +111,30 @@ class Head:
         return ids.run_id(self.pk)
 
 
-def new_event(
-    actor: str,
-    token: int | None,
-    type: str,
-    *,
-    stage: str,
-    payload: dict[str, Any] | None,
-    artifacts: Sequence[str],
-    idempotency_key: str,
-    inputs: dict[str, Any] | None,
-    status: str | None,
-    run_fields: Mapping[str, Any],
-) -> NewEvent:
+def new_event(actor: str, token: int | None, event: RunEvent, move: RunMove = STAY) -> NewEvent:
     """append()'s request, checked as far as it can be without the run, and encoded; raises
-    LedgerError for an unknown type, status or run field, or an oversized payload."""
-    if type not in EVENT_TYPES:
-        raise LedgerError(f"unknown event type {type!r}")
-    if status is not None and status not in RUN_STATUSES:
-        raise LedgerError(f"unknown run status {status!r}")
-    unknown = set(run_fields) - MOVABLE_RUN_FIELDS
+    LedgerError for what is not an event of runs/events.py, an unknown status or run field,
+    or an oversized payload."""
+    if not isinstance(event, RunEvent):
+        raise LedgerError(f"{event!r} is not an event (runs/events.py)")
+    if move.status is not None and move.status not in RUN_STATUSES:
+        raise LedgerError(f"unknown run status {move.status!r}")
+    unknown = set(move.fields) - MOVABLE_RUN_FIELDS
     if unknown:
         raise LedgerError(f"run fields {sorted(unknown)} are not set through events")
-    payload, encoded = _encode_payload(payload)
+    payload, encoded = _encode_payload(event.to_payload())
     return NewEvent(
         actor=actor,
         token=token,
-        type=type,
-        stage=stage,
+        type=event.type,
+        stage=event.stage,
         payload=payload,
         encoded=encoded,
-        artifacts=list(artifacts),
-        idempotency_key=idempotency_key,
-        inputs=inputs or {},
-        status=status,
-        run_fields=run_fields,
+        artifacts=list(event.artifact_refs),
+        idempotency_key=event.idempotency_key,
+        inputs=event.input_versions or {},
+        status=move.status,
+        run_fields=move.fields,
     )
 
 
@@ -170,7 +175,7 @@ class StageEnd:
 NO_END = StageEnd()
 
 # A run's terminal status -> the event that says it, for append's `then`.
-CLOSING = {Run.Status.SUCCEEDED: Event.Type.SUCCEEDED}
+CLOSING = {Run.Status.SUCCEEDED: Succeeded}
 
 
 def closing_event(writer: Writer, new: NewEvent, status: str | None) -> NewEvent | None:
@@ -183,18 +188,7 @@ def closing_event(writer: Writer, new: NewEvent, status: str | None) -> NewEvent
         raise LedgerError(f"no event follows another to end a run as {status!r}")
     if new.status in Run.TERMINAL:
         raise LedgerError(f"a run {new.status} by {new.type} ends with no event after it")
-    return new_event(
-        writer.actor,
-        writer.token,
-        CLOSING[status],
-        stage="",
-        payload={},
-        artifacts=(),
-        idempotency_key="",
-        inputs=None,
-        status=status,
-        run_fields={},
-    )
+    return new_event(writer.actor, writer.token, CLOSING[status](), RunMove(status))
 
 
 def head_after(head: Head, new: NewEvent, row: EventRow) -> Head:
@@ -260,9 +254,8 @@ def head_moves(connection, run: Head, new: NewEvent, row: EventRow) -> Moves:
     return moves
 
 
-def _encode_payload(payload: dict[str, Any] | None) -> tuple[dict[str, Any], bytes]:
+def _encode_payload(payload: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
     """The payload and its canonical encoding; refuses one above the hard limit."""
-    payload = payload or {}
     encoded = canonical_json(payload).encode()
     if len(encoded) > settings.RESUMER_MAX_PAYLOAD_BYTES:
         raise LedgerError(
@@ -276,10 +269,10 @@ def _place_payload(
     run_id: int, seq: int, payload: dict[str, Any], encoded: bytes
 ) -> tuple[dict[str, Any], str, str]:
     """Small payloads stay inline; large ones go to an artifact the event references, with
-    a short summary inline for the timeline (runs/ledger/payload_summary.py).
+    a short summary inline for the timeline (events.stored_body).
     Returns the event's payload, its payload_ref and the payload's JSON text."""
     if len(encoded) <= settings.RESUMER_INLINE_PAYLOAD_BYTES:
         return payload, "", encoded.decode()
     stored = artifact_store.store(f"payload/run-{run_id}/{seq}", encoded, "application/json")
-    body = {"stored_as": stored.uri, "bytes": len(encoded), "summary": summarize(payload)}
+    body = stored_body(stored.uri, len(encoded), payload)
     return body, stored.uri, canonical_json(body)

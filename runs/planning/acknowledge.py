@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from runs.events import Acknowledged
 from runs.ledger import leases
-from runs.ledger.append import Writer, append
+from runs.ledger.append import RunMove, Writer, append
 from runs.models import Event, Run
 
 MAX_REASON_CHARS = 2000
@@ -52,9 +53,8 @@ def acknowledge(run_pk: int, reason: str, *, actor: str) -> Event:
         token = leases.acquire(run.pk, actor, takeover=True)
         event = append(
             Writer(run.pk, token, actor),
-            Event.Type.ACKNOWLEDGED,
-            payload={"deviation_seq": deviation, "reason": reason, "by": actor},
-            deviated=False,
+            Acknowledged(deviation_seq=deviation, reason=reason, by=actor),
+            move=RunMove(deviated=False),
         )
         leases.release(run.pk, token)
     return event

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from runs.events import ClosedOut
 from runs.ledger import gates as gate_rows
 from runs.ledger import leases
-from runs.ledger.append import Writer, append
+from runs.ledger.append import RunMove, Writer, append
 from runs.models import Effect, Event, Gate, GateStatus, Run
 from runs.planning.replay import UNSETTLED
 
@@ -89,19 +90,17 @@ def close_out(run_pk: int, reason: str, *, actor: str) -> Event:
         # A stopped run holds no lease (an interrupted one's worker is gone): taking it over
         # fences anyone left, as an approval does.
         token = leases.acquire(run.pk, actor, takeover=True)
+        closed = ClosedOut(
+            reason=reason,
+            by=actor,
+            previous_status=run.status,
+            unsettled=unsettled,
+            gates_closed=waiting,
+        )
         event = append(
             Writer(run.pk, token, actor),
-            Event.Type.CLOSED_OUT,
-            payload={
-                "reason": reason,
-                "by": actor,
-                "previous_status": run.status,
-                "unsettled": unsettled,
-                "gates_closed": waiting,
-            },
-            status=Run.Status.CLOSED,
-            ticket="",
-            queued_at=None,
+            closed,
+            move=RunMove(Run.Status.CLOSED, ticket="", queued_at=None),
         )
         gate_rows.close_open(run, event)
         leases.release(run.pk, token)

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models.functions import Now
 
-from runs import enqueue, ids
+from runs import enqueue, events, ids
+from runs.events import Branched, PlanApproved, Resumed, RunCreated
 from runs.ledger import leases
-from runs.ledger.append import Writer, append, create_run
+from runs.ledger.append import RunMove, Writer, append, create_run
 from runs.ledger.effects import record_found
 from runs.models import ApprovalMode, Checkpoint, Effect, Event, Run, StoredPlan
 from runs.pipeline import registry
@@ -107,24 +108,18 @@ def _approve(run: Run, action: str, fingerprint: str, *, actor: str, batch: str)
             )
         token = leases.acquire(run.pk, actor, takeover=True)
         writer = Writer(run.pk, token, actor)
-        append(
-            writer,
-            Event.Type.PLAN_APPROVED,
+        strict = action == ApprovalMode.STRICT
+        approved = PlanApproved(
             stage=plan.next_stage,
-            payload={
-                "action": action,
-                "fingerprint": plan.fingerprint,
-                "checkpoint": plan.checkpoint,
-                "next_stage": plan.next_stage
-                if action == ApprovalMode.STRICT
-                else plan.upgrade.branch_stage,
-                "reexecute": plan.stages_reexecuted
-                if action == ApprovalMode.STRICT
-                else plan.upgrade.stages_rerun,
-                "by": actor,
-                **({"batch": batch} if batch else {}),
-            },
+            action=action,
+            fingerprint=plan.fingerprint,
+            checkpoint=plan.checkpoint,
+            next_stage=plan.next_stage if strict else plan.upgrade.branch_stage,
+            reexecute=plan.stages_reexecuted if strict else plan.upgrade.stages_rerun,
+            by=actor,
+            batch=batch,
         )
+        append(writer, approved)
         # Whichever way it goes on, the approved run's ledger now records what the plan's
         # reconcile queries found (a superseded parent too: its history says what it made).
         _record_reconciliations(writer, plan)
@@ -143,10 +138,7 @@ def _approve(run: Run, action: str, fingerprint: str, *, actor: str, batch: str)
 
 def _approved_before(run: Run, action: str, fingerprint: str) -> bool:
     return Event.objects.filter(
-        run_id=run.pk,
-        type=Event.Type.PLAN_APPROVED,
-        payload__fingerprint=fingerprint,
-        payload__action=action,
+        events.where(PlanApproved, fingerprint=fingerprint, action=action), run_id=run.pk
     ).exists()
 
 
@@ -189,27 +181,29 @@ def _record_reconciliations(writer: Writer, plan: Plan) -> None:
 
 def _strict(writer: Writer, run: Run, plan: Plan) -> Approval:
     ticket = uuid.uuid4().hex
+    resumed = Resumed(
+        stage=plan.next_stage,
+        mode=ApprovalMode.STRICT,
+        checkpoint=plan.checkpoint,
+        next_stage=plan.next_stage,
+        pinned_inputs=run.inputs,
+        # The approved plan's promise: the engine holds every call of the resumed work
+        # against it (runs/contract.py).
+        contract=Contract.from_plan(
+            plan.fingerprint, ApprovalMode.STRICT, plan.effects, plan.cost_resume, plan.gates
+        ).to_payload(),
+    )
     append(
         writer,
-        Event.Type.RESUMED,
-        stage=plan.next_stage,
-        payload={
-            "mode": ApprovalMode.STRICT,
-            "checkpoint": plan.checkpoint,
-            "next_stage": plan.next_stage,
-            "pinned_inputs": run.inputs,
-            # The approved plan's promise: the engine holds every call of the resumed work
-            # against it (runs/contract.py).
-            "contract": Contract.from_plan(
-                plan.fingerprint, ApprovalMode.STRICT, plan.effects, plan.cost_resume, plan.gates
-            ).to_payload(),
-        },
-        status=Run.Status.RESUMING,
-        deviated=False,
-        current_stage=plan.next_stage,
-        ticket=ticket,
-        queued_at=Now(),
-        attempt=run.attempt + 1,
+        resumed,
+        move=RunMove(
+            Run.Status.RESUMING,
+            deviated=False,
+            current_stage=plan.next_stage,
+            ticket=ticket,
+            queued_at=Now(),
+            attempt=run.attempt + 1,
+        ),
     )
     transaction.on_commit(lambda: enqueue.dispatch(run.pk, plan.next_stage, ticket))
     return Approval(run, ApprovalMode.STRICT)
@@ -221,38 +215,35 @@ def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
         Checkpoint.objects.get(pk=upgrade.branch_checkpoint) if upgrade.branch_checkpoint else None
     )
     ticket = uuid.uuid4().hex
+    created = RunCreated(
+        input_versions=upgrade.inputs,
+        branched_from=run.public_id,
+        checkpoint=upgrade.branch_checkpoint,
+        upgraded={d.input: [d.pinned, d.current] for d in plan.drift},
+        warnings=upgrade.warnings,
+        contract=Contract.from_plan(
+            plan.fingerprint,
+            ApprovalMode.UPGRADE,
+            upgrade.effects,
+            upgrade.cost,
+            upgrade.gates,
+        ).to_payload(),
+    )
     branch = create_run(
         run.pipeline,
-        inputs=upgrade.inputs,
+        created,
         actor=actor,
         first_stage=upgrade.branch_stage,
         parent=run,
         branch_checkpoint=point,
-        payload={
-            "branched_from": run.public_id,
-            "checkpoint": upgrade.branch_checkpoint,
-            "upgraded": {d.input: [d.pinned, d.current] for d in plan.drift},
-            "warnings": upgrade.warnings,
-            "contract": Contract.from_plan(
-                plan.fingerprint,
-                ApprovalMode.UPGRADE,
-                upgrade.effects,
-                upgrade.cost,
-                upgrade.gates,
-            ).to_payload(),
-        },
         ticket=ticket,
     )
-    append(
-        writer,
-        Event.Type.BRANCHED,
-        payload={
-            "branch": branch.public_id,
-            "checkpoint": upgrade.branch_checkpoint,
-            "inputs": upgrade.inputs,
-            "warnings": upgrade.warnings,
-        },
-        status=Run.Status.SUPERSEDED,
+    branched = Branched(
+        branch=branch.public_id,
+        checkpoint=upgrade.branch_checkpoint,
+        inputs=upgrade.inputs,
+        warnings=upgrade.warnings,
     )
+    append(writer, branched, move=RunMove(Run.Status.SUPERSEDED))
     transaction.on_commit(lambda: enqueue.dispatch(branch.pk, upgrade.branch_stage, ticket))
     return Approval(run, ApprovalMode.UPGRADE, branch)

@@ -11,6 +11,8 @@ from typing import Any
 
 from django.db import transaction
 
+from runs import events
+from runs.events import TargetAsked, read
 from runs.ledger import leases
 from runs.ledger.append import LedgerError, Writer, append
 from runs.ledger.edits import acquire_briefly, edit_effect
@@ -51,32 +53,28 @@ def ask_target(effect_pk: int, *, actor: str) -> Event:
     token = acquire_briefly(run.pk, actor)
     if token is None:
         raise LookupRefused(f"{run.public_id} is leased by a worker right now")
-    said = {
-        "found": bool(answer and answer.found),
-        "matches": bool(answer and answer.found and answer.matches),
-        "external_id": (answer.external_id if answer else "") or "",
-        "detail": (answer.detail if answer else "") or "",
-        "error": error[:2000],
-    }
     try:
         with transaction.atomic():
-            return append(
-                Writer(run.pk, token, actor),
-                Event.Type.TARGET_ASKED,
+            asked = TargetAsked(
                 stage=effect.stage,
                 idempotency_key=effect.delivery_key,
-                payload={
-                    "effect": effect.pk,
-                    "call": effect.call_id,
-                    "tool": effect.tool,
-                    "target": effect.target,
-                    "by": actor,
-                    **said,
-                    "exchanges": exchanges_payload(
-                        seen, name=f"lookup/{run.public_id}/{effect.call_id}", run=run
-                    ),
-                },
+                effect=effect.pk,
+                call=effect.call_id,
+                tool=effect.tool,
+                target=effect.target,
+                by=actor,
+                found=bool(answer and answer.found),
+                matches=bool(answer and answer.found and answer.matches),
+                external_id=(answer.external_id if answer else "") or "",
+                detail=(answer.detail if answer else "") or "",
+                error=error[:2000],
+                # Inside the transaction: large bodies become artifact rows that commit
+                # with the event or not at all.
+                exchanges=exchanges_payload(
+                    seen, name=f"lookup/{run.public_id}/{effect.call_id}", run=run
+                ),
             )
+            return append(Writer(run.pk, token, actor), asked)
     finally:
         leases.release(run.pk, token)
 
@@ -88,25 +86,24 @@ def record_answer(effect_pk: int, asked_seq: int, *, actor: str) -> Event:
     effect = Effect.objects.filter(pk=effect_pk).first()
     asked = (
         Event.objects.filter(
+            events.where(TargetAsked, effect=effect_pk),
             run_id=effect.run_id if effect else None,
             seq=asked_seq,
-            type=Event.Type.TARGET_ASKED,
-            payload__effect=effect_pk,
         ).first()
         if effect
         else None
     )
     if asked is None:
         raise LookupRefused("no recorded answer of this effect's target to record")
-    said = asked.payload
-    where = f"{effect.target} (asked by {said['by']}, event #{asked.seq})"
-    if said["error"]:
-        raise LookupRefused(f"the target did not answer: {said['error']}")
-    if said["found"] and not said["matches"]:
-        raise LookupRefused(f"{where} holds a different request under this key: {said['detail']}")
-    if said["found"]:
-        changes = {"status": Effect.Status.CONFIRMED, "external_id": said["external_id"]}
-        reason = f"{where} holds {said['external_id']}"
+    said = read(asked)
+    where = f"{effect.target} (asked by {said.by}, event #{asked.seq})"
+    if said.error:
+        raise LookupRefused(f"the target did not answer: {said.error}")
+    if said.found and not said.matches:
+        raise LookupRefused(f"{where} holds a different request under this key: {said.detail}")
+    if said.found:
+        changes = {"status": Effect.Status.CONFIRMED, "external_id": said.external_id}
+        reason = f"{where} holds {said.external_id}"
     else:
         changes = {"status": Effect.Status.FAILED, "error": f"not found on {effect.target}"}
         reason = f"{where} holds nothing under this key: it never happened there"

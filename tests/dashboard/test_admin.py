@@ -24,6 +24,7 @@ from runs.ledger.effects import record_intent
 from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run
 from runs.planning import stored_plans
 from runs.planning.planner import Action, compute_plan
+from tests.support.events import called
 from tests.support.plans import charge_unknown
 
 pytestmark = pytest.mark.django_db
@@ -279,7 +280,9 @@ def test_ledger_edit_of_an_active_run_is_refused(supervisor, facts):
             "request_hash": "r" * 64,
             "request": {},
         },
-        event_payload={"call": "upload-cover"},
+        event=called(
+            stage="visual", call="upload-cover", tool="upload_asset", idempotency_key="d" * 64
+        ),
     )
     response = supervisor.post(
         change_url(effect),

@@ -28,6 +28,7 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_play
 from demo import faults
 from demo.management.commands.seed_demo import run_inline
 from runs.dashboard import roles
+from runs.events import ToolResult
 from runs.ledger import leases
 from runs.ledger.append import Writer, append
 from runs.models import Event, Run
@@ -203,9 +204,7 @@ def test_viewer_reads_the_plan_but_has_no_approve_control(page, live_server, use
     token = leases.acquire(run.pk, "test", takeover=True)
     append(
         Writer(run.pk, token, "test"),
-        Event.Type.TOOL_RESULT,
-        stage="visual",
-        payload={"call": "render-cover", "tool": "render_image", "error": EVIL},
+        ToolResult(stage="visual", call="render-cover", tool="render_image", error=EVIL),
     )
     leases.release(run.pk, token)
     problems = Problems()

@@ -27,6 +27,7 @@ from runs.ledger import leases
 from runs.ledger.append import Writer, append
 from runs.models import Effect, Event, Run
 from runs.pipeline import registry
+from tests.support import events
 from tests.support.plans import resumed_inline
 
 pytestmark = pytest.mark.django_db
@@ -174,7 +175,7 @@ def test_failures_and_interruptions_are_counted_per_stage(facts):
     # A worker that vanished mid-stage, and a queued first stage that never started.
     mid = started()
     token = leases.acquire(mid.pk, "test", takeover=True)
-    append(Writer(mid.pk, token, "test"), Event.Type.STARTED, stage="research")
+    append(Writer(mid.pk, token, "test"), events.started("research"))
     leases.release(mid.pk, token)
     for run in (mid, started()):
         sweeper.interrupt(sweeper.Finding(run.pk, "test: worker gone", {}), takeover=True)

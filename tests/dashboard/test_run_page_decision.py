@@ -21,8 +21,9 @@ from runs import engine
 from runs.dashboard import roles
 from runs.dashboard.queries import decision as decision_q
 from runs.dashboard.queries.run_page import PlanVerdict, money
+from runs.events import PlanDeviated
 from runs.ledger import leases
-from runs.ledger.append import Writer, append
+from runs.ledger.append import RunMove, Writer, append
 from runs.models import Effect, Event, Gate, Lease, Run
 from runs.planning import stored_plans
 from runs.planning.contract import Usage
@@ -58,9 +59,8 @@ def deviated(run: Run) -> Run:
     token = leases.acquire(run.pk, "test", takeover=True)
     append(
         Writer(run.pk, token, "test"),
-        Event.Type.PLAN_DEVIATED,
-        payload={"reason": "upload_asset: 2 calls, the plan said 1"},
-        deviated=True,
+        PlanDeviated(reason="upload_asset: 2 calls, the plan said 1"),
+        move=RunMove(deviated=True),
     )
     leases.release(run.pk, token)
     return Run.objects.get(pk=run.pk)

@@ -21,6 +21,7 @@ from demo.management.commands.seed_demo import run_inline
 from demo_service.process import ServiceClient
 from runs.dashboard import roles
 from runs.dashboard.queries import artifacts, inbox
+from runs.events import ToolResult
 from runs.execution import sweeper
 from runs.ledger import edits, leases
 from runs.ledger.append import Writer, append
@@ -655,10 +656,15 @@ def test_agent_output_is_rendered_as_text(viewer, facts):
     writer = Writer(run.pk, token, "test")
     append(
         writer,
-        Event.Type.TOOL_RESULT,
-        stage="visual",
-        payload={"call": EVIL, "tool": EVIL, "result": EVIL, "error": EVIL, "status": EVIL},
-        idempotency_key="k" * 10,
+        ToolResult(
+            stage="visual",
+            idempotency_key="k" * 10,
+            call=EVIL,
+            tool=EVIL,
+            result=EVIL,
+            error=EVIL,
+            status=EVIL,
+        ),
     )
     leases.release(run.pk, token)
     for path in (url(run), url(run, "plan/"), url(run, "timeline/")):

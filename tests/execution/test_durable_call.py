@@ -21,6 +21,7 @@ from runs.ledger.maintenance import maintenance
 from runs.ledger.verify import verify_chain
 from runs.models import Effect, Event, ReplayPolicy, Run
 from runs.pipeline import Input, KeyParts, Pipeline, Stage, StageOutput, Tool
+from tests.support.events import called
 from tests.support.pipelines import registered
 
 # --- a pipeline of one stage that makes `n` calls of one IDEMPOTENT tool ---------------------
@@ -173,7 +174,9 @@ def test_claiming_a_taken_key_writes_nothing(pipeline):
             "request_hash": taken.request_hash,
             "request": taken.request,
         },
-        event_payload={"call": "stamp-0"},
+        event=called(
+            stage="calls", call="stamp-0", tool="stamp", idempotency_key=taken.delivery_key
+        ),
     )
     assert claimed is None
     assert Run.objects.get(pk=run.pk).last_seq == before

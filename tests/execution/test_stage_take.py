@@ -10,9 +10,10 @@ import pytest
 from django.db import connection, connections, transaction
 
 from runs import engine
+from runs.events import Interrupted
 from runs.execution.engine import Outcome
 from runs.ledger import leases
-from runs.ledger.append import Writer, append
+from runs.ledger.append import RunMove, Writer, append
 from runs.models import Checkpoint, Event, Lease, Run
 from runs.pipeline import Pipeline, Stage, StageOutput
 from tests.support.pipelines import registered
@@ -129,10 +130,8 @@ def test_a_take_that_waited_for_an_interruption_starts_nothing(pipeline):
         token = leases.acquire(run.pk, "operator", takeover=True)
         append(
             Writer(run.pk, token, "operator"),
-            Event.Type.INTERRUPTED,
-            payload={"reason": "stopped by an operator"},
-            status=Run.Status.INTERRUPTED,
-            ticket="",
+            Interrupted(reason="stopped by an operator", last_seq=run.last_seq),
+            move=RunMove(Run.Status.INTERRUPTED, ticket=""),
         )
         leases.release(run.pk, token)
         job.start()

@@ -12,10 +12,12 @@ from rq.job import Job
 from rq.utils import utcformat
 
 from runs import engine, enqueue
+from runs.events import ToolCalled
 from runs.execution import starting, sweeper
 from runs.ledger import leases
 from runs.ledger.append import LeaseLost, Writer, append
 from runs.models import Event, Lease, Run
+from tests.support.events import called
 from tests.support.processes import wait_for
 from tests.support.state import run_status
 
@@ -85,10 +87,7 @@ def test_an_interruption_names_the_call_the_worker_was_making(transactional_db, 
     run = start_content()
     writer = begin_stage(run, ttl=0.3)
     append(
-        writer,
-        Event.Type.TOOL_CALLED,
-        stage="research",
-        payload={"call": "search", "tool": "search", "policy": "SAFE", "args": {}},
+        writer, ToolCalled(stage="research", call="search", tool="search", policy="SAFE", args={})
     )
     wait_for(lambda: not leases.holds(run.pk, writer.token), timeout=30, what="lease expiry")
 
@@ -114,7 +113,7 @@ def test_a_worker_the_sweeper_fenced_out_cannot_append_when_it_wakes(transaction
     sweeper.sweep()
     before = Event.objects.filter(run=run).count()
     with pytest.raises(LeaseLost):
-        append(writer, Event.Type.TOOL_CALLED, stage="research")
+        append(writer, called(1, "research"))
     assert Event.objects.filter(run=run).count() == before
 
 

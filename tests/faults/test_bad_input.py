@@ -24,6 +24,7 @@ from demo.models import RunFaults
 from demo.simulators import publish_facts
 from runs import engine, enqueue
 from runs.dashboard import roles
+from runs.events import ToolResult
 from runs.ledger import artifacts, leases
 from runs.ledger.append import LedgerError, Writer, append
 from runs.ledger.edits import edit_effect
@@ -471,7 +472,7 @@ def test_an_oversized_event_payload_is_refused_and_writes_nothing(failed_run, se
     before = snapshot()
     huge = {"blob": "x" * (settings.RESUMER_MAX_PAYLOAD_BYTES + 1)}
     with pytest.raises(LedgerError, match="exceeds the limit"):
-        append(writer, Event.Type.TOOL_RESULT, stage="visual", payload=huge)
+        append(writer, ToolResult(stage="visual", call="c", tool="t", result=huge))
     assert snapshot() == before
     leases.release(failed_run.pk, token)
 

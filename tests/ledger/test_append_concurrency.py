@@ -13,10 +13,12 @@ from collections import Counter
 import pytest
 from django.db import connection
 
+from runs.events import RunCreated, read
 from runs.ledger import leases
 from runs.ledger.append import Writer, append, create_run
 from runs.ledger.verify import verify_chain
 from runs.models import Event, Run
+from tests.support.events import called
 
 EVENTS_PER_WRITER = 500
 
@@ -24,7 +26,7 @@ EVENTS_PER_WRITER = 500
 def append_concurrently(writers: int) -> Run:
     run = create_run(
         "content",
-        inputs={"topic": "resumable-agents", "facts": "v3"},
+        RunCreated(input_versions={"topic": "resumable-agents", "facts": "v3"}),
         actor="test",
         first_stage="research",
     )
@@ -37,12 +39,7 @@ def append_concurrently(writers: int) -> Run:
         try:
             start.wait(timeout=60)
             for n in range(EVENTS_PER_WRITER):
-                append(
-                    writer,
-                    Event.Type.TOOL_CALLED,
-                    stage="research",
-                    payload={"writer": index, "n": n},
-                )
+                append(writer, called(n, args={"writer": index, "n": n}))
         except BaseException as exc:  # reported by the test, not lost in the thread
             errors.append(exc)
         finally:
@@ -63,9 +60,9 @@ def assert_gap_free(run: Run, writers: int) -> None:
     seqs = list(Event.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, total + 1))
     written = Counter(
-        (p["writer"], p["n"])
-        for p in Event.objects.filter(run=run, type=Event.Type.TOOL_CALLED).values_list(
-            "payload", flat=True
+        (args["writer"], args["n"])
+        for args in (
+            read(event).args for event in Event.objects.filter(run=run, type=Event.Type.TOOL_CALLED)
         )
     )
     assert len(written) == writers * EVENTS_PER_WRITER

@@ -24,6 +24,7 @@ from runs.ledger.verify import verify_chain
 from runs.models import Artifact, Event, ReplayPolicy, Run
 from runs.pipeline import Input, KeyParts, Pipeline, Stage, StageOutput, Tool
 from runs.tools.http import http_tool
+from tests.support.events import result
 from tests.support.pipelines import registered
 
 on_postgresql = pytest.mark.postgres(reason="SQLite's commits never wait for the disk")
@@ -221,10 +222,10 @@ def test_with_deferred_flush_off_an_http_tools_outcome_waits_for_the_disk(http_p
 def synchronous_commit_around(writer: Writer, **append_kwargs) -> tuple[str, str]:
     """synchronous_commit inside the transaction an append ran in, and after it. The
     transaction is one Django does not know of, so append() still writes as in autocommit."""
-    append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 1})  # knows the head
+    append(writer, result(1, "calls"))  # knows the head
     with connection.cursor() as cursor:
         cursor.execute("BEGIN")
-        append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 2}, **append_kwargs)
+        append(writer, result(2, "calls"), **append_kwargs)
         cursor.execute("SELECT current_setting('synchronous_commit')")
         inside = cursor.fetchone()[0]
         cursor.execute("COMMIT")
@@ -248,7 +249,7 @@ def test_a_flushed_append_leaves_synchronous_commit_on(pipeline):
 def synchronous_commit_in_deferred_commit(writer: Writer) -> tuple[str, str]:
     """synchronous_commit inside a deferred_commit() an append ran in, and after it."""
     with deferred_commit(), connection.cursor() as cursor:
-        append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 2}, flush=False)
+        append(writer, result(2, "calls"), flush=False)
         cursor.execute("SELECT current_setting('synchronous_commit')")
         inside = cursor.fetchone()[0]
     with connection.cursor() as cursor:
@@ -259,7 +260,7 @@ def synchronous_commit_in_deferred_commit(writer: Writer) -> tuple[str, str]:
 @on_postgresql
 def test_a_deferred_commit_turns_off_synchronous_commit_for_its_whole_transaction(pipeline):
     run, writer = held_writer()
-    append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 1})  # knows the head
+    append(writer, result(1, "calls"))  # knows the head
     assert synchronous_commit_in_deferred_commit(writer) == ("off", "on")
 
 
@@ -272,7 +273,7 @@ def test_a_deferred_commit_whose_append_takes_the_locked_path_turns_it_off_too(p
 @on_postgresql
 def test_a_deferred_commit_inside_a_transaction_leaves_its_commit_to_wait(pipeline, settings):
     run, writer = held_writer()
-    append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 1})
+    append(writer, result(1, "calls"))
     with transaction.atomic():
         assert synchronous_commit_in_deferred_commit(writer)[0] == "on"
     settings.RESUMER_DEFER_FLUSH = False
@@ -281,16 +282,18 @@ def test_a_deferred_commit_inside_a_transaction_leaves_its_commit_to_wait(pipeli
 
 def test_a_write_that_must_wait_has_no_place_in_a_deferred_commit(pipeline):
     run, writer = held_writer()
-    append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 1})
+    append(writer, result(1, "calls"))
     with pytest.raises(LedgerError, match="must wait for the disk"), deferred_commit():
-        append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 2})
-    assert list(Event.objects.filter(run=run).values_list("payload", flat=True))[-1] == {"n": 1}
+        append(writer, result(2, "calls"))
+    assert list(Event.objects.filter(run=run).values_list("payload", flat=True))[-1] == (
+        result(1, "calls").to_payload()
+    )
 
 
 def test_a_deferred_append_is_committed_for_every_other_connection(pipeline):
     run, writer = held_writer()
-    append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 1})
-    event = append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 2}, flush=False)
+    append(writer, result(1, "calls"))
+    event = append(writer, result(2, "calls"), flush=False)
     other = connections.create_connection("default")
     try:
         with other.cursor() as cursor:
@@ -315,22 +318,24 @@ def lose_last_event(run: Run) -> None:
 
 def test_a_writer_whose_committed_write_was_lost_writes_nothing_more(pipeline):
     run, writer = held_writer()
-    append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 1})
-    append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 2}, flush=False)
+    append(writer, result(1, "calls"))
+    append(writer, result(2, "calls"), flush=False)
     lose_last_event(run)
     with pytest.raises(HeadLost, match="its last writes were lost"):
-        append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 3})
-    assert list(Event.objects.filter(run=run).values_list("payload", flat=True))[-1] == {"n": 1}
+        append(writer, result(3, "calls"))
+    assert list(Event.objects.filter(run=run).values_list("payload", flat=True))[-1] == (
+        result(1, "calls").to_payload()
+    )
     assert Run.objects.get(pk=run.pk).last_seq == Event.objects.filter(run=run).count()
 
 
 def test_a_write_rolled_back_with_its_callers_transaction_is_not_taken_for_a_lost_one(pipeline):
     run, writer = held_writer()
-    append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 1})
+    append(writer, result(1, "calls"))
     with contextlib.suppress(RuntimeError), transaction.atomic():
-        append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 2})
+        append(writer, result(2, "calls"))
         raise RuntimeError("the caller's transaction fails after the append")
-    event = append(writer, Event.Type.TOOL_RESULT, stage="calls", payload={"n": 3})
-    assert event.payload == {"n": 3}
+    event = append(writer, result(3, "calls"))
+    assert event.payload == result(3, "calls").to_payload()
     assert Run.objects.get(pk=run.pk).last_seq == event.seq
     assert verify_chain(run.pk).ok

@@ -15,6 +15,7 @@ from runs.ledger.sql import for_connection
 from runs.ledger.sql.driver import KeptCursor
 from runs.models import Event
 from tests.ledger.test_ledger import new_run, writer_for
+from tests.support.events import called, started
 
 pytestmark = pytest.mark.postgres(reason="the kept cursor is PostgreSQL's")
 
@@ -26,9 +27,9 @@ def _ledger_cursor():
 def test_unobserved_appends_run_on_one_kept_cursor(db):
     run = new_run()
     writer = writer_for(run)
-    first = append(writer, Event.Type.STARTED, stage="research")
+    first = append(writer, started("research"))
     kept = _ledger_cursor()
-    second = append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": 1})
+    second = append(writer, called(1, "research"))
     assert isinstance(kept, KeptCursor)
     assert _ledger_cursor() is kept
     assert kept.raw is connection.connection
@@ -39,10 +40,10 @@ def test_unobserved_appends_run_on_one_kept_cursor(db):
 def test_a_reopened_connection_gets_a_new_kept_cursor(transactional_db):
     run = new_run()
     writer = writer_for(run)
-    append(writer, Event.Type.STARTED, stage="research")
+    append(writer, started("research"))
     before = _ledger_cursor()
     connection.close()
-    event = append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": 1})
+    event = append(writer, called(1, "research"))
     after = _ledger_cursor()
     assert after is not before
     assert after.raw is connection.connection
@@ -51,7 +52,7 @@ def test_a_reopened_connection_gets_a_new_kept_cursor(transactional_db):
 
 def test_an_appended_event_reads_as_a_query_reads_it(db):
     run = new_run()
-    event = append(writer_for(run), Event.Type.STARTED, stage="research", payload={"k": "v"})
+    event = append(writer_for(run), started("research", trace={"k": "v"}))
     stored = Event.objects.get(pk=event.pk)
     assert event.created_at == stored.created_at
     assert event.created_at.tzinfo is UTC
@@ -84,7 +85,7 @@ def test_an_observed_connection_runs_the_ledger_on_djangos_cursor(db):
 
     with connection.execute_wrapper(record):
         assert not isinstance(_ledger_cursor(), KeptCursor)
-        event = append(writer, Event.Type.STARTED, stage="research")
+        event = append(writer, started("research"))
     # The writer's first append reads the head it chains to, then writes guarded.
     assert seen == ["SELECT", "WITH"]
     assert Event.objects.get(pk=event.pk).type == Event.Type.STARTED

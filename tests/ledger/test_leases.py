@@ -7,9 +7,11 @@ import threading
 import pytest
 from django.db import connection, connections, transaction
 
+from runs.events import RunCreated
 from runs.ledger import leases
 from runs.ledger.append import LeaseLost, Writer, append, create_run
 from runs.models import Event, Lease, Run
+from tests.support.events import called, started
 from tests.support.processes import wait_for
 from tests.support.state import another_session_waits_on_a_lock
 
@@ -17,7 +19,7 @@ from tests.support.state import another_session_waits_on_a_lock
 def new_run() -> Run:
     return create_run(
         "content",
-        inputs={"topic": "resumable-agents", "facts": "v3"},
+        RunCreated(input_versions={"topic": "resumable-agents", "facts": "v3"}),
         actor="test",
         first_stage="research",
     )
@@ -37,7 +39,7 @@ def test_a_writer_whose_lease_was_taken_over_cannot_append(run):
     leases.acquire(run.pk, "worker-b", takeover=True)
     before = event_count(run)
     with pytest.raises(LeaseLost):
-        append(old, Event.Type.STARTED, stage="research")
+        append(old, started("research"))
     assert event_count(run) == before
     assert not Event.objects.filter(run=run, token=old.token).exists()
 
@@ -45,7 +47,7 @@ def test_a_writer_whose_lease_was_taken_over_cannot_append(run):
 def test_the_new_holder_can_append_after_a_takeover(run):
     leases.acquire(run.pk, "worker-a")
     new = Writer(run.pk, leases.acquire(run.pk, "worker-b", takeover=True), "worker-b")
-    event = append(new, Event.Type.STARTED, stage="research")
+    event = append(new, started("research"))
     assert Event.objects.get(pk=event.pk).token == new.token
 
 
@@ -54,7 +56,7 @@ def test_a_released_lease_cannot_append(run):
     leases.release(run.pk, writer.token)
     before = event_count(run)
     with pytest.raises(LeaseLost):
-        append(writer, Event.Type.STARTED, stage="research")
+        append(writer, started("research"))
     assert event_count(run) == before
 
 
@@ -66,7 +68,7 @@ def test_an_expired_lease_cannot_append(transactional_db):
     wait_for(lambda: not leases.holds(run.pk, writer.token), timeout=30, what="lease expiry")
     before = event_count(run)
     with pytest.raises(LeaseLost):
-        append(writer, Event.Type.STARTED, stage="research")
+        append(writer, started("research"))
     assert event_count(run) == before
 
 
@@ -154,13 +156,13 @@ def test_a_write_queued_behind_a_takeover_on_postgresql_is_refused(transactional
     run = new_run()
     writer = Writer(run.pk, leases.acquire(run.pk, "worker-a"), "worker-a")
     if has_appended:
-        append(writer, Event.Type.STARTED, stage="research")
+        append(writer, started("research"))
     before = event_count(run)
     outcome: list[BaseException | str] = []
 
     def stale_append() -> None:
         try:
-            append(writer, Event.Type.TOOL_CALLED, stage="research")
+            append(writer, called(1, "research"))
             outcome.append("appended")
         except BaseException as exc:
             outcome.append(exc)

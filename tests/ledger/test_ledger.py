@@ -16,21 +16,23 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.test import override_settings
 
+from runs.events import Resumed, RunCreated, Succeeded, ToolResult, Verified
 from runs.ledger import artifacts, leases
-from runs.ledger.append import LeaseLost, LedgerError, Writer, append, create_run
+from runs.ledger.append import LeaseLost, LedgerError, RunMove, Writer, append, create_run
 from runs.ledger.chain import canonical_json, event_hash, hashed_content
 from runs.ledger.checkpoints import write_checkpoint
 from runs.ledger.maintenance import maintenance
 from runs.ledger.sql import EffectClaim
 from runs.ledger.verify import verify_chain
 from runs.models import Artifact, Checkpoint, Effect, Event, Run
+from tests.support.events import called, result, started
 from tests.support.plans import change_manifest
 
 
 def new_run() -> Run:
     return create_run(
         "content",
-        inputs={"topic": "resumable-agents", "facts": "v3"},
+        RunCreated(input_versions={"topic": "resumable-agents", "facts": "v3"}),
         actor="test",
         first_stage="research",
     )
@@ -68,7 +70,7 @@ def test_create_run_writes_run_created_as_seq_one(run):
 
 def test_append_assigns_the_next_seq_and_links_the_hash(run, writer):
     first = Event.objects.get(run=run, seq=1)
-    appended = append(writer, Event.Type.STARTED, stage="research", payload={"n": 1})
+    appended = append(writer, started("research"))
     stored = Event.objects.get(pk=appended.pk)
     assert stored.seq == 2
     assert stored.prev_hash == first.hash
@@ -78,28 +80,34 @@ def test_append_assigns_the_next_seq_and_links_the_hash(run, writer):
 
 
 def test_the_event_append_returns_is_the_row_a_query_returns(run, writer):
-    appended = append(
-        writer,
-        Event.Type.TOOL_RESULT,
-        stage="research",
-        payload={"call": "c1", "result": {"title": "Grüße ✓", "n": [1, 2.5, None]}},
-        artifacts=["artifact://facts/v3"],
-        idempotency_key="k" * 64,
-        inputs={"facts": "v3"},
-    )
-    stored = Event.objects.get(pk=appended.pk)
-    names = [field.attname for field in Event._meta.concrete_fields]
-    assert [getattr(appended, name) for name in names] == [getattr(stored, name) for name in names]
-    assert not appended._state.adding
+    # Every column filled: a call's result under its key, a stage's input versions and
+    # artifacts.
+    for event in (
+        result(1, idempotency_key="k" * 64, result={"title": "Grüße ✓", "n": [1, 2.5, None]}),
+        Verified(
+            stage="research",
+            input_versions={"facts": "v3"},
+            artifact_refs=["artifact://facts/v3"],
+            rules=[],
+            next_stage="draft",
+            manifest_sha256="0" * 64,
+            usage={},
+        ),
+    ):
+        appended = append(writer, event)
+        stored = Event.objects.get(pk=appended.pk)
+        names = [field.attname for field in Event._meta.concrete_fields]
+        assert [getattr(appended, n) for n in names] == [getattr(stored, n) for n in names]
+        assert not appended._state.adding
 
 
 def test_the_append_hash_is_the_hash_verify_chain_recomputes(run, writer):
     # The append path hashes the canonical text it inserts (chain.encoded_event_hash);
     # verify_chain re-encodes the stored row (hashed_content). Unicode, nesting, numbers,
     # a null token and a stored payload must all come out the same.
-    append(writer, Event.Type.STARTED, stage="research", payload={"z": 1, "a": {"y": [1, "ö"]}})
-    append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"big": "x" * 70_000})
-    append(writer, Event.Type.TOOL_RESULT, stage="research", payload={"f": 0.1, "t": True})
+    append(writer, result(1, result={"z": 1, "a": {"y": [1, "ö"]}}))
+    append(writer, called(2, args={"big": "x" * 70_000}))
+    append(writer, result(3, result={"f": 0.1, "t": True}))
     for event in Event.objects.filter(run=run):
         assert event.hash == event_hash(event.prev_hash, hashed_content(event)), event.seq
     assert verify_chain(run.pk).ok
@@ -108,12 +116,12 @@ def test_the_append_hash_is_the_hash_verify_chain_recomputes(run, writer):
 def test_an_append_that_moves_only_the_head_leaves_updated_at(run, writer):
     # updated_at orders the inbox by when a run's state changed; a tool call's event does
     # not change it (and does not rewrite the inbox indexes).
-    append(writer, Event.Type.STARTED, stage="research", status=Run.Status.RUNNING)
-    started = Run.objects.get(pk=run.pk)
-    append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": 1})
+    append(writer, started("research"), move=RunMove(Run.Status.RUNNING))
+    running = Run.objects.get(pk=run.pk)
+    append(writer, called(1, "research"))
     after_call = Run.objects.get(pk=run.pk)
-    assert after_call.updated_at == started.updated_at
-    assert (after_call.version, after_call.last_seq) == (started.version + 1, started.last_seq + 1)
+    assert after_call.updated_at == running.updated_at
+    assert (after_call.version, after_call.last_seq) == (running.version + 1, running.last_seq + 1)
 
 
 def test_an_append_that_moves_the_run_stamps_updated_at(run, writer):
@@ -123,13 +131,13 @@ def test_an_append_that_moves_the_run_stamps_updated_at(run, writer):
         cursor.execute(
             "UPDATE runs_run SET updated_at = %s WHERE id = %s", [before.replace(year=2000), run.pk]
         )
-    append(writer, Event.Type.STARTED, stage="research", status=Run.Status.RUNNING)
+    append(writer, started("research"), move=RunMove(Run.Status.RUNNING))
     assert Run.objects.get(pk=run.pk).updated_at > before.replace(year=2000)
 
 
 def test_append_moves_the_run_status_and_bumps_its_version(run, writer):
     before = Run.objects.get(pk=run.pk).version
-    append(writer, Event.Type.STARTED, stage="research", status=Run.Status.RUNNING)
+    append(writer, started("research"), move=RunMove(Run.Status.RUNNING))
     after = Run.objects.get(pk=run.pk)
     assert after.status == Run.Status.RUNNING
     assert after.attention == Run.attention_for(Run.Status.RUNNING)
@@ -137,11 +145,11 @@ def test_append_moves_the_run_status_and_bumps_its_version(run, writer):
 
 
 def test_an_append_rolled_back_with_its_transaction_leaves_no_gap(run, writer):
-    append(writer, Event.Type.STARTED, stage="research")
+    append(writer, started("research"))
     with contextlib.suppress(RuntimeError), transaction.atomic():
-        append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": 1})
+        append(writer, called(1, "research"))
         raise RuntimeError("the caller's transaction fails after the append")
-    event = append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": 2})
+    event = append(writer, called(2, "research"))
     assert event.seq == 3
     assert list(Event.objects.filter(run=run).values_list("seq", flat=True)) == [1, 2, 3]
     assert verify_chain(run.pk).ok
@@ -150,15 +158,15 @@ def test_an_append_rolled_back_with_its_transaction_leaves_no_gap(run, writer):
 def test_a_refused_append_leaves_the_callers_transaction_usable(run, writer):
     with transaction.atomic():
         with pytest.raises(LedgerError):
-            append(writer, Event.Type.STARTED, stage="dream")
-        event = append(writer, Event.Type.STARTED, stage="research")
+            append(writer, started("dream"))
+        event = append(writer, started("research"))
     assert Event.objects.get(pk=event.pk).seq == 2
 
 
-def test_unknown_event_type_is_refused_and_writes_nothing(run, writer):
+def test_what_is_not_an_event_of_the_vocabulary_is_refused_and_writes_nothing(run, writer):
     before = event_count(run)
-    with pytest.raises(LedgerError, match="unknown event type"):
-        append(writer, "TELEPORTED", stage="research")
+    with pytest.raises(LedgerError, match="is not an event"):
+        append(writer, "TELEPORTED")
     assert event_count(run) == before
     assert Run.objects.get(pk=run.pk).last_seq == before
 
@@ -166,7 +174,7 @@ def test_unknown_event_type_is_refused_and_writes_nothing(run, writer):
 def test_unknown_stage_is_refused_and_writes_nothing(run, writer):
     before = event_count(run)
     with pytest.raises(LedgerError, match="unknown stage"):
-        append(writer, Event.Type.STARTED, stage="dream")
+        append(writer, started("dream"))
     assert event_count(run) == before
     assert Run.objects.get(pk=run.pk).last_seq == before
 
@@ -174,23 +182,24 @@ def test_unknown_stage_is_refused_and_writes_nothing(run, writer):
 def test_unknown_run_status_is_refused_and_writes_nothing(run, writer):
     before = event_count(run)
     with pytest.raises(LedgerError, match="unknown run status"):
-        append(writer, Event.Type.STARTED, stage="research", status="sleeping")
+        append(writer, started("research"), move=RunMove("sleeping"))
     assert event_count(run) == before
 
 
 def test_run_fields_outside_the_movable_set_are_refused(run, writer):
     before = event_count(run)
     with pytest.raises(LedgerError, match="not set through events"):
-        append(writer, Event.Type.STARTED, stage="research", pipeline="other")
+        append(writer, started("research"), move=RunMove(pipeline="other"))
     assert event_count(run) == before
     assert Run.objects.get(pk=run.pk).pipeline == "content"
 
 
 def test_a_terminal_run_status_no_longer_moves(run, writer):
-    append(writer, Event.Type.SUCCEEDED, status=Run.Status.SUCCEEDED)
+    append(writer, Succeeded(), move=RunMove(Run.Status.SUCCEEDED))
     before = event_count(run)
+    resumed = Resumed(mode="strict", checkpoint=None, next_stage="research", pinned_inputs={})
     with pytest.raises(LedgerError, match="no longer moves"):
-        append(writer, Event.Type.RESUMED, status=Run.Status.RESUMING)
+        append(writer, resumed, move=RunMove(Run.Status.RESUMING))
     assert event_count(run) == before
     assert Run.objects.get(pk=run.pk).status == Run.Status.SUCCEEDED
 
@@ -199,32 +208,31 @@ def test_oversized_payload_is_refused_and_writes_nothing(run, writer):
     before = event_count(run)
     huge = {"blob": "x" * (settings.RESUMER_MAX_PAYLOAD_BYTES + 1)}
     with pytest.raises(LedgerError, match="exceeds the limit"):
-        append(writer, Event.Type.TOOL_RESULT, stage="research", payload=huge)
+        append(writer, result(1, result=huge))
     assert event_count(run) == before
 
 
 def test_payload_above_the_inline_limit_is_stored_as_an_artifact_and_referenced(run, writer):
-    payload = {"facts": ["f" * 100] * (settings.RESUMER_INLINE_PAYLOAD_BYTES // 100 + 1)}
-    event = Event.objects.get(
-        pk=append(writer, Event.Type.TOOL_RESULT, stage="research", payload=payload).pk
+    big = result(
+        1, result={"facts": ["f" * 100] * (settings.RESUMER_INLINE_PAYLOAD_BYTES // 100 + 1)}
     )
+    event = Event.objects.get(pk=append(writer, big).pk)
     assert event.payload_ref.startswith("artifact://payload/")
     assert event.payload["stored_as"] == event.payload_ref
-    assert json.loads(artifacts.read(event.payload_ref)) == payload
+    assert json.loads(artifacts.read(event.payload_ref)) == big.to_payload()
     assert verify_chain(run.pk).ok
 
 
 def test_a_stored_payload_keeps_what_its_timeline_row_shows_inline(run, writer):
-    payload = {
-        "call": "search",
-        "tool": "web_search",
-        "status": "confirmed",
-        "reason": "r" * 500,
-        "result": ["f" * 100] * (settings.RESUMER_INLINE_PAYLOAD_BYTES // 100 + 1),
-    }
-    event = Event.objects.get(
-        pk=append(writer, Event.Type.TOOL_RESULT, stage="research", payload=payload).pk
+    big = ToolResult(
+        stage="research",
+        call="search",
+        tool="web_search",
+        status="confirmed",
+        reason="r" * 500,
+        result=["f" * 100] * (settings.RESUMER_INLINE_PAYLOAD_BYTES // 100 + 1),
     )
+    event = Event.objects.get(pk=append(writer, big).pk)
     assert event.payload["summary"] == {
         "call": "search",
         "tool": "web_search",
@@ -235,8 +243,8 @@ def test_a_stored_payload_keeps_what_its_timeline_row_shows_inline(run, writer):
 
 
 def test_the_inline_summary_of_a_stored_payload_is_under_the_chain(run, writer):
-    payload = {"status": "confirmed", "blob": "b" * settings.RESUMER_INLINE_PAYLOAD_BYTES}
-    event = append(writer, Event.Type.TOOL_RESULT, stage="research", payload=payload)
+    big = result(1, status="confirmed", result="b" * settings.RESUMER_INLINE_PAYLOAD_BYTES)
+    event = append(writer, big)
     forged = {**event.payload, "summary": {"status": "failed"}}
     column = Event._meta.get_field("payload").get_db_prep_save(forged, connection)
     with maintenance(), connection.cursor() as cursor:
@@ -247,24 +255,26 @@ def test_the_inline_summary_of_a_stored_payload_is_under_the_chain(run, writer):
 
 
 def test_payload_at_the_inline_limit_stays_inline(run, writer):
-    # canonical_json of {"p": "..."} is 8 bytes of framing plus the string.
-    payload = {"p": "y" * (settings.RESUMER_INLINE_PAYLOAD_BYTES - 8)}
+    # The payload's framing (its keys, the call and tool) plus a result string filling it.
+    framing = len(canonical_json(result(1, result="").to_payload()).encode())
+    full = result(1, result="y" * (settings.RESUMER_INLINE_PAYLOAD_BYTES - framing))
+    payload = full.to_payload()
     assert len(canonical_json(payload).encode()) == settings.RESUMER_INLINE_PAYLOAD_BYTES
-    event = append(writer, Event.Type.TOOL_RESULT, stage="research", payload=payload)
+    event = append(writer, full)
     stored = Event.objects.get(pk=event.pk)
     assert (stored.payload_ref, stored.payload) == ("", payload)
 
 
 def test_verify_chain_accepts_an_untouched_log(run, writer):
     for n in range(5):
-        append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": n})
+        append(writer, called(n, "research"))
     report = verify_chain(run.pk)
     assert (report.ok, report.checked, report.first_bad_seq) == (True, 6, None)
 
 
 def test_verify_chain_reports_the_seq_of_an_event_altered_with_raw_sql(run, writer):
     for n in range(5):
-        append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": n})
+        append(writer, called(n, "research"))
     with maintenance(), connection.cursor() as cursor:
         cursor.execute(
             "UPDATE runs_event SET stage = 'draft' WHERE run_id = %s AND seq = %s", [run.pk, 4]
@@ -277,7 +287,7 @@ def test_verify_chain_reports_the_seq_of_an_event_altered_with_raw_sql(run, writ
 
 def test_verify_chain_reports_a_deleted_event_as_a_gap(run, writer):
     for n in range(3):
-        append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": n})
+        append(writer, called(n, "research"))
     with maintenance(), connection.cursor() as cursor:
         cursor.execute("DELETE FROM runs_event WHERE run_id = %s AND seq = %s", [run.pk, 2])
     report = verify_chain(run.pk)
@@ -288,7 +298,7 @@ def test_verify_chain_reports_a_deleted_event_as_a_gap(run, writer):
 
 def test_verify_chain_reports_a_truncated_tail_against_the_run_head(run, writer):
     for n in range(3):
-        append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": n})
+        append(writer, called(n, "research"))
     with maintenance(), connection.cursor() as cursor:
         cursor.execute("DELETE FROM runs_event WHERE run_id = %s AND seq = %s", [run.pk, 4])
     report = verify_chain(run.pk)
@@ -329,7 +339,7 @@ def test_every_append_anchors_the_run_head_under_the_chain_key(run, writer):
     assert anchors[0] == expected_anchor(run.pk)  # create_run's RUN_CREATED
     # On PostgreSQL the second append is the one-statement guarded path (the head is known).
     for n in range(2):
-        append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": n})
+        append(writer, called(n, "research"))
         anchors.append(Run.objects.get(pk=run.pk).head_anchor)
         assert anchors[-1] == expected_anchor(run.pk)
     assert len(set(anchors)) == 3
@@ -337,7 +347,7 @@ def test_every_append_anchors_the_run_head_under_the_chain_key(run, writer):
 
 def test_a_history_rewritten_with_every_hash_recomputed_fails_on_its_head_anchor(run, writer):
     for n in range(4):
-        append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": n})
+        append(writer, called(n, "research"))
     rewrite_history(run, 3, "mallory")
     report = verify_chain(run.pk)
     assert (report.ok, report.anchors_checked) == (False, True)
@@ -350,7 +360,7 @@ def test_a_history_rewritten_with_every_hash_recomputed_fails_on_its_head_anchor
 
 def test_without_a_key_verify_chain_says_the_anchors_were_not_checked(run, writer):
     for n in range(4):
-        append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": n})
+        append(writer, called(n, "research"))
     rewrite_history(run, 3, "mallory")
     with override_settings(RESUMER_CHAIN_KEY=""):
         report = verify_chain(run.pk)
@@ -360,7 +370,7 @@ def test_without_a_key_verify_chain_says_the_anchors_were_not_checked(run, write
 
 def test_a_head_written_without_a_key_fails_once_a_key_is_set(run, writer):
     with override_settings(RESUMER_CHAIN_KEY=""):
-        append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": 1})
+        append(writer, called(1, "research"))
     assert Run.objects.get(pk=run.pk).head_anchor == ""
     report = verify_chain(run.pk)
     assert report.ok is False
@@ -369,7 +379,7 @@ def test_a_head_written_without_a_key_fails_once_a_key_is_set(run, writer):
 
 def test_a_head_anchored_under_another_key_fails(run, writer):
     with override_settings(RESUMER_CHAIN_KEY="some-other-key"):
-        append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": 1})
+        append(writer, called(1, "research"))
     assert verify_chain(run.pk).ok is False
 
 
@@ -383,7 +393,7 @@ def write_research_checkpoint(run, writer, **outputs):
         stage="research",
         next_stage="draft",
         manifest={"inputs": {"facts": "v3"}, "artifacts": [], "rules": [], "outputs": outputs},
-        status=Run.Status.RUNNING,
+        move=RunMove(Run.Status.RUNNING),
     )
 
 
@@ -416,7 +426,7 @@ def test_a_changed_manifest_is_caught_when_the_verified_payload_went_to_an_artif
         stage="research",
         next_stage="draft",
         manifest={"artifacts": [], "rules": rules, "outputs": {"summary": "three facts"}},
-        status=Run.Status.RUNNING,
+        move=RunMove(Run.Status.RUNNING),
     )
     assert Event.objects.get(run=run, seq=checkpoint.last_seq).payload_ref
     assert verify_chain(run.pk).ok
@@ -431,8 +441,7 @@ def test_checkpoint_is_sealed_on_its_verified_event(run, writer):
         stage="research",
         next_stage="draft",
         manifest={"inputs": {"facts": "v3"}, "artifacts": [], "rules": [], "outputs": {}},
-        status=Run.Status.RUNNING,
-        current_stage="draft",
+        move=RunMove(Run.Status.RUNNING, current_stage="draft"),
     )
     verified = Event.objects.get(run=run, seq=checkpoint.last_seq)
     assert verified.type == Event.Type.VERIFIED
@@ -451,7 +460,7 @@ def test_checkpoint_of_a_writer_without_the_lease_writes_neither_event_nor_check
             stage="research",
             next_stage="draft",
             manifest={"artifacts": [], "rules": [], "outputs": {}},
-            status=Run.Status.RUNNING,
+            move=RunMove(Run.Status.RUNNING),
         )
     assert event_count(run) == before
     assert not run.checkpoints.exists()
@@ -466,7 +475,7 @@ def committed_writer(transactional_db) -> Writer:
     run = new_run()
     writer = writer_for(run)
     # The engine's STARTED: from here this process knows the head, as a stage's writer does.
-    append(writer, Event.Type.STARTED, stage="research", status=Run.Status.RUNNING)
+    append(writer, started("research"), move=RunMove(Run.Status.RUNNING))
     return writer
 
 
@@ -477,9 +486,8 @@ def _end_research(writer: Writer, run: Run | None = None) -> Checkpoint:
         stage="research",
         next_stage="draft",
         manifest={"inputs": {"facts": "v3"}, "artifacts": [], "rules": [], "outputs": {"n": 3}},
-        status=Run.Status.RUNNING,
+        move=RunMove(Run.Status.RUNNING, current_stage="draft"),
         release=True,
-        current_stage="draft",
     )
 
 
@@ -534,10 +542,9 @@ def _end_with_artifact(writer: Writer, run: Run, artifact) -> Checkpoint:
         stage="research",
         next_stage="draft",
         manifest={"inputs": {}, "artifacts": [entry], "rules": [], "outputs": {}},
-        status=Run.Status.RUNNING,
+        move=RunMove(Run.Status.RUNNING, current_stage="draft"),
         release=True,
         artifacts=[artifact],
-        current_stage="draft",
     )
 
 
@@ -585,13 +592,7 @@ def test_a_stage_end_whose_artifact_version_is_taken_writes_nothing(
 
 def test_an_effect_cannot_ride_with_a_release(committed_writer):
     with pytest.raises(LedgerError):
-        append(
-            committed_writer,
-            Event.Type.TOOL_CALLED,
-            stage="research",
-            effect=EffectClaim({}),
-            release=True,
-        )
+        append(committed_writer, called(1), effect=EffectClaim({}), release=True)
 
 
 # --- the statements an append runs on the driver -----------------------------------------------
@@ -606,7 +607,7 @@ def _driver_statements(writer: Writer, *, observed: bool) -> list[str]:
     watching = connection.execute_wrapper(lambda execute, *args: execute(*args))
     try:
         with watching if observed else contextlib.nullcontext():
-            append(writer, Event.Type.TOOL_CALLED, stage="research", payload={"n": 1})
+            append(writer, called(1, "research"))
     finally:
         raw.set_trace_callback(None)
     return [" ".join(statement.split()[:3]) for statement in seen]
@@ -620,7 +621,7 @@ def test_an_unobserved_append_runs_the_statements_an_observed_one_runs(transacti
     # observes the connection (sql.sqlite.SQLiteAppend.execute): both ways must be the same writes.
     run = new_run()
     writer = writer_for(run)
-    append(writer, Event.Type.STARTED, stage="research")
+    append(writer, started("research"))
     unobserved = _driver_statements(writer, observed=False)
     observed = _driver_statements(writer, observed=True)
     assert unobserved == observed
@@ -633,7 +634,7 @@ def test_a_write_the_database_refuses_raises_djangos_error_and_writes_nothing(tr
     # tool call's path): Django's IntegrityError, as any query would raise, and no half write.
     run = new_run()
     writer = writer_for(run)
-    append(writer, Event.Type.STARTED, stage="research")
+    append(writer, started("research"))
     head = Run.objects.values_list("last_seq", "head_hash").get(pk=run.pk)
     key = "k" * 64
     claim = EffectClaim(
@@ -656,8 +657,8 @@ def test_a_write_the_database_refuses_raises_djangos_error_and_writes_nothing(tr
         }
     )
     with pytest.raises(IntegrityError):
-        append(writer, Event.Type.TOOL_CALLED, stage="research", idempotency_key=key, effect=claim)
+        append(writer, called(1, idempotency_key=key), effect=claim)
     assert Run.objects.values_list("last_seq", "head_hash").get(pk=run.pk) == head
     assert not Effect.objects.filter(delivery_key=key).exists()
-    assert append(writer, Event.Type.TOOL_CALLED, stage="research").seq == head[0] + 1
+    assert append(writer, called(1, "research")).seq == head[0] + 1
     assert verify_chain(run.pk).ok

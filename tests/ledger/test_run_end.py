@@ -7,19 +7,21 @@ from __future__ import annotations
 import pytest
 from django.db import DEFAULT_DB_ALIAS, connection, transaction
 
+from runs.events import Succeeded
 from runs.ledger import heads, leases
-from runs.ledger.append import LeaseLost, LedgerError, Writer, append
+from runs.ledger.append import LeaseLost, LedgerError, RunMove, Writer, append
 from runs.ledger.checkpoints import write_checkpoint
 from runs.ledger.verify import verify_chain
 from runs.models import Checkpoint, Event, Run
 from tests.ledger.test_ledger import new_run, writer_for
+from tests.support.events import started as started_event
 
 
 @pytest.fixture
 def started(transactional_db) -> Writer:
     writer = writer_for(new_run())
     # The engine's STARTED: from here this process knows the head, as a stage's writer does.
-    append(writer, Event.Type.STARTED, stage="research", status=Run.Status.RUNNING)
+    append(writer, started_event("research"), move=RunMove(Run.Status.RUNNING))
     return writer
 
 
@@ -32,10 +34,9 @@ def _end_run(
         stage="research",
         next_stage="",
         manifest={"inputs": {}, "artifacts": [], "rules": [], "outputs": {"n": 3}},
-        status=Run.Status.RUNNING,
+        move=RunMove(Run.Status.RUNNING, current_stage="research"),
         release=True,
         then=then,
-        current_stage="research",
     )
 
 
@@ -111,11 +112,6 @@ def test_only_a_terminal_status_with_its_own_event_follows_another(started):
     with pytest.raises(LedgerError, match="no event follows"):
         _end_run(started, then=Run.Status.FAILED)
     with pytest.raises(LedgerError, match="ends with no event after it"):
-        append(
-            started,
-            Event.Type.SUCCEEDED,
-            status=Run.Status.SUCCEEDED,
-            then=Run.Status.SUCCEEDED,
-        )
+        append(started, Succeeded(), move=RunMove(Run.Status.SUCCEEDED), then=Run.Status.SUCCEEDED)
     assert Event.objects.filter(run_id=started.run_id).count() == before
     assert Run.objects.get(pk=started.run_id).status == Run.Status.RUNNING

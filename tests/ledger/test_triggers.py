@@ -10,8 +10,9 @@ import threading
 import pytest
 from django.db import DatabaseError, connection, transaction
 
+from runs.events import RunCreated
 from runs.ledger import leases
-from runs.ledger.append import Writer, create_run
+from runs.ledger.append import RunMove, Writer, create_run
 from runs.ledger.checkpoints import write_checkpoint
 from runs.ledger.maintenance import maintenance
 from runs.models import Checkpoint, Event, ImmutableRowError, Run
@@ -22,7 +23,7 @@ TABLES = ("runs_event", "runs_checkpoint")
 def run_with_checkpoint() -> tuple[Run, Checkpoint]:
     run = create_run(
         "content",
-        inputs={"topic": "resumable-agents", "facts": "v3"},
+        RunCreated(input_versions={"topic": "resumable-agents", "facts": "v3"}),
         actor="test",
         first_stage="research",
     )
@@ -33,7 +34,7 @@ def run_with_checkpoint() -> tuple[Run, Checkpoint]:
         stage="research",
         next_stage="draft",
         manifest={"artifacts": [], "rules": [], "outputs": {}},
-        status=Run.Status.RUNNING,
+        move=RunMove(Run.Status.RUNNING),
     )
     return run, checkpoint
 

@@ -97,16 +97,16 @@ def finished_deviated() -> Run:
     """A content run that succeeded and was then marked as departed from its plan, as the
     contract check marks resumed work that did more than promised."""
     from demo.management.commands.seed_demo import run_inline
+    from runs.events import PlanDeviated
     from runs.ledger import leases
-    from runs.ledger.append import Writer, append
+    from runs.ledger.append import RunMove, Writer, append
 
     run = run_inline(engine.start_run("content", {}, actor="test", enqueue=False).pk)
     token = leases.acquire(run.pk, "test", takeover=True)
     append(
         Writer(run.pk, token, "test"),
-        Event.Type.PLAN_DEVIATED,
-        payload={"reason": "render_image: 2 calls, the plan said 1"},
-        deviated=True,
+        PlanDeviated(reason="render_image: 2 calls, the plan said 1"),
+        move=RunMove(deviated=True),
     )
     leases.release(run.pk, token)
     return Run.objects.get(pk=run.pk)
