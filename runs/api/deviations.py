@@ -16,6 +16,7 @@ from runs.api.common import actor, find_run, require
 from runs.api.problems import Problem
 from runs.api.schemas import ProblemOut
 from runs.dashboard import roles
+from runs.events import read
 from runs.planning.acknowledge import MAX_REASON_CHARS, AcknowledgeRefused, acknowledge
 
 router = Router(tags=["deviations"])
@@ -52,7 +53,7 @@ def acknowledge_deviation(request: HttpRequest, run_id: str, body: AcknowledgeIn
             "run": run.public_id,
             "seq": event.seq,
             "by": who,
-            "reason": event.payload["reason"],
+            "reason": read(event).reason,
         }
 
     return idempotency.run(request, body.model_dump(mode="json"), act)

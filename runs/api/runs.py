@@ -29,6 +29,7 @@ from runs.dashboard import roles
 from runs.dashboard.forms import InboxFilterForm
 from runs.dashboard.queries import run_page
 from runs.dashboard.queries.inbox import inbox_page
+from runs.events import PlanApproved, read, shown, where
 from runs.execution.engine import start_run
 from runs.ledger import leases
 from runs.models import ApprovalMode, Effect, Event, Run, StoredPlan
@@ -155,7 +156,7 @@ def events(
                 "stage": e.stage,
                 "actor": e.actor,
                 "created_at": e.created_at,
-                "payload": e.shown,
+                "payload": shown(e),
                 "payload_ref": e.payload_ref,
             }
             for e in page.events
@@ -224,13 +225,10 @@ def approval_out(run: Run, mode: str, fingerprint: str) -> dict[str, Any]:
     for the approval and for the same approval sent again."""
     event = (
         Event.objects.filter(
-            run_id=run.pk,
-            type=Event.Type.PLAN_APPROVED,
-            payload__fingerprint=fingerprint,
-            payload__action=mode,
+            where(PlanApproved, fingerprint=fingerprint, action=mode), run_id=run.pk
         )
         .order_by("-seq")
-        .values("payload", "actor", "created_at")
+        .only("type", "payload", "actor", "created_at")
         .first()
     )
     branch = None
@@ -243,9 +241,9 @@ def approval_out(run: Run, mode: str, fingerprint: str) -> dict[str, Any]:
             "fingerprint": fingerprint,
             "resumed": ids.run_id(branch or run.pk),
             "branch": ids.run_id(branch) if branch else None,
-            "next_stage": event["payload"].get("next_stage", "") if event else "",
-            "approved_by": event["actor"] if event else "",
-            "approved_at": event["created_at"] if event else None,
+            "next_stage": read(event).next_stage if event else "",
+            "approved_by": event.actor if event else "",
+            "approved_at": event.created_at if event else None,
         }
     ).model_dump(mode="json")
 

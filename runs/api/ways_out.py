@@ -18,6 +18,7 @@ from runs.api.gates import gate_out
 from runs.api.problems import Problem
 from runs.api.schemas import GateOut, ProblemOut
 from runs.dashboard import roles
+from runs.events import read
 from runs.gates.reopen import AskAgainRefused, ask_again
 from runs.models import Gate
 from runs.planning.close_out import MAX_REASON_CHARS, CloseRefused, InvalidReason, close_out
@@ -61,15 +62,15 @@ def close_run(request: HttpRequest, run_id: str, body: CloseIn) -> JsonResponse:
             raise Problem(422, str(exc), kind="invalid-reason") from None
         except CloseRefused as exc:
             raise Problem(409, str(exc), kind="not-closed") from None
-        payload = event.payload
+        closed = read(event)
         return 200, {
             "run": run.public_id,
             "status": "closed",
             "seq": event.seq,
             "by": who,
-            "reason": payload["reason"],
-            "unsettled": payload["unsettled"],
-            "gates_closed": payload["gates_closed"],
+            "reason": closed.reason,
+            "unsettled": closed.unsettled,
+            "gates_closed": closed.gates_closed,
         }
 
     return idempotency.run(request, body.model_dump(mode="json"), act)

@@ -17,6 +17,7 @@ from runs.dashboard.forms import AskAgainForm, CloseOutForm
 from runs.dashboard.queries.effect_page import effect_page, get_effect
 from runs.dashboard.queries.run_page import run_page
 from runs.dashboard.views import _found, _run, operator_required, role_required, viewer_required
+from runs.events import read
 from runs.gates.reopen import AskAgainRefused, ask_again
 from runs.ledger.append import LedgerError
 from runs.models import Effect, Run
@@ -92,7 +93,7 @@ def close_run(request: HttpRequest, pk: int) -> HttpResponse:
         return _refused_page(request, run, 400, close_form=form)
     except CloseRefused as exc:
         return _refused_page(request, run, 409, close_error=f"Not closed: {exc}.")
-    unsettled = len(event.payload["unsettled"])
+    unsettled = len(read(event).unsettled)
     messages.success(
         request,
         f"{run.public_id} is closed out (event #{event.seq}) and has left the inbox."

@@ -25,6 +25,7 @@ from enum import StrEnum
 
 from django.db import connection
 
+from runs.events import ToolResult, sql_text, sql_true
 from runs.models import Effect, Event, ReplayPolicy, Run
 from runs.pipeline import Pipeline, UnknownPipeline, registry
 
@@ -135,8 +136,6 @@ class PipelineStats:
 @dataclass(frozen=True)
 class _Dialect:
     ms_between: str  # "{a}" to "{b}" in whole milliseconds
-    json_text: str  # payload key "{key}" of column "{col}" as text
-    json_true: str  # payload key "{key}" is JSON true (NULL when absent)
     money: str  # a text expression "{x}" as a number, 0 when it is not one
 
 
@@ -144,15 +143,11 @@ def _dialect() -> _Dialect:
     if connection.vendor == "postgresql":
         return _Dialect(
             ms_between="CAST(ROUND(EXTRACT(EPOCH FROM ({b} - {a})) * 1000) AS BIGINT)",
-            json_text="({col} ->> '{key}')",
-            json_true="(({col} -> '{key}') = 'true'::jsonb)",
             money="(CASE WHEN {x} ~ '^[0-9]+(\\.[0-9]+)?$' THEN CAST({x} AS NUMERIC) ELSE 0 END)",
         )
-    # SQLite keeps timestamps as ISO text (julianday reads them) and JSON true as 1.
+    # SQLite keeps timestamps as ISO text (julianday reads them).
     return _Dialect(
         ms_between="CAST(ROUND((julianday({b}) - julianday({a})) * 86400000.0) AS INTEGER)",
-        json_text="json_extract({col}, '$.{key}')",
-        json_true="(json_extract({col}, '$.{key}') = 1)",
         money="CAST(COALESCE({x}, 0) AS NUMERIC)",
     )
 
@@ -269,13 +264,13 @@ def _sql(template: str, **extra: str) -> str:
 
 
 def _payload_exprs() -> dict[str, str]:
-    d = _dialect()
-    col = "e.payload"
+    """A TOOL_RESULT's fields in the SQL above (runs/events.py's JSON expressions)."""
+    vendor, col = connection.vendor, "e.payload"
     return {
-        "reused": d.json_true.format(col=col, key="reused"),
-        "skipped": d.json_true.format(col=col, key="skipped"),
-        "cost": d.money.format(x=d.json_text.format(col=col, key="cost")),
-        "call": d.json_text.format(col=col, key="call"),
+        "reused": sql_true(vendor, col, ToolResult, "reused"),
+        "skipped": sql_true(vendor, col, ToolResult, "skipped"),
+        "cost": _dialect().money.format(x=sql_text(vendor, col, ToolResult, "cost")),
+        "call": sql_text(vendor, col, ToolResult, "call"),
     }
 
 

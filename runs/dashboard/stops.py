@@ -21,6 +21,7 @@ from typing import Any
 
 from django.db import models
 
+from runs.events import Failed, Interrupted, read_payload
 from runs.models import EventType, GateKind, GateRole, ReplayPolicy
 from runs.planning.replay import Action
 
@@ -138,34 +139,33 @@ def sentence(
     """One plain sentence for the event that stopped a run. `policy` and `verb` are those of
     the tool the payload names (runs.pipeline.Tool), `planned` the stored plan's action for
     its call (or RESOLVED); both may be empty."""
-    payload = payload if isinstance(payload, dict) else {}
-    # A payload stored as an artifact keeps the fields a row reads in its inline summary.
-    payload = payload.get("summary", payload) if "stored_as" in payload else payload
-    call = str(payload.get("call") or "")
-    error = str(payload.get("error") or "")
-    reason = str(payload.get("reason") or "")
+    # A payload stored as an artifact reads as its inline summary (runs/events.py).
+    said = read_payload(event_type, payload, stage=stage)
+    call = str(getattr(said, "call", "") or "")
+    error = str(getattr(said, "error", "") or "")
+    reason = str(getattr(said, "reason", "") or "")
     in_stage = f"the {stage} stage" if stage else "its stage"
 
-    if event_type == EventType.INTERRUPTED:
+    if isinstance(said, Interrupted):
         if call:
             text = f"worker lost during {call}" + at_stake(planned, policy, verb)
-        elif "job_state" in payload:
-            state = str(payload["job_state"])
+        elif said.job_state:
+            state = said.job_state
             text = (
                 f"the queued {stage or 'stage'} job was lost from Redis"
                 if state == "missing"
                 else f"the queued {stage or 'stage'} job never started (RQ: {state})"
             )
-        elif "holder" in payload or "lease_expired_at" in payload:
+        elif said.holder or said.lease_expired_at:
             text = f"worker lost during {in_stage}"
         else:
             text = f"interrupted: {_first_sentence(reason)}" if reason else "interrupted"
-    elif event_type == EventType.FAILED:
-        if payload.get("status") == "unknown" and call:
+    elif isinstance(said, Failed):
+        if said.status == "unknown" and call:
             head = f"{call} timed out" if TIMED_OUT.search(error) else f"{call} outcome unknown"
             text = head + at_stake(planned, policy, verb)
         elif error == "verification failed":
-            rules = payload.get("rules") if isinstance(payload.get("rules"), list) else []
+            rules = said.rules if isinstance(said.rules, list) else []
             failed = [
                 str(r.get("name")) for r in rules if isinstance(r, dict) and not r.get("passed")
             ]

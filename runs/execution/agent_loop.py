@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from runs.events import read
 from runs.ledger import artifacts
 from runs.models import Event, Run
 
@@ -154,11 +155,13 @@ def conversations_of(run_pk: int, stage: str, loop_id: str = "") -> Iterator[dic
     rows = (
         Event.objects.filter(run_id=run_pk, stage=stage, type=Event.Type.TOOL_RESULT)
         .order_by("-seq")
-        .values_list("payload", flat=True)
+        .only("type", "payload")
     )
-    for payload in rows:
-        ref = (payload.get("result") or {}).get("conversation") if payload else None
-        if not ref or not str(payload.get("call", "")).startswith(prefix):
+    for row in rows:
+        said = read(row)
+        result = said.result if isinstance(said.result, dict) else {}
+        ref = result.get("conversation")
+        if not ref or not said.call.startswith(prefix):
             continue
         try:
             yield json.loads(artifacts.read_verified(ref["uri"], ref["sha256"]))

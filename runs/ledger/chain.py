@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from typing import Any
 
 from django.conf import settings
 
-from runs.ledger import artifacts
+from runs.events import Unreadable, read
 from runs.ledger.canonical import CANONICAL, canonical_json
 from runs.models import Checkpoint, Event
 
@@ -113,13 +112,10 @@ def manifest_ok(checkpoint: Checkpoint, verified: Event | None) -> str:
     is. `verified` is the run's event at the checkpoint's seq (None when there is none)."""
     if verified is None or verified.type != Event.Type.VERIFIED:
         return f"its VERIFIED event (seq {checkpoint.last_seq}) is missing"
-    payload = verified.payload
-    if verified.payload_ref:
-        try:
-            payload = json.loads(artifacts.read(verified.payload_ref))
-        except (artifacts.ArtifactMissing, ValueError) as exc:
-            return f"its VERIFIED event's payload cannot be read ({exc})"
-    recorded = payload.get("manifest_sha256") if isinstance(payload, dict) else None
+    try:
+        recorded = read(verified, whole=True).manifest_sha256
+    except Unreadable as exc:
+        return f"its VERIFIED event's payload cannot be read ({exc})"
     if not recorded:
         return f"its VERIFIED event (seq {checkpoint.last_seq}) records no manifest hash"
     if recorded != manifest_hash(checkpoint.manifest):

@@ -9,7 +9,7 @@ a checkpoint whose next stage skips four stages) no longer agrees with its event
 comparison), never trusting the row.
 
     TOOL_CALLED ........................... intent; the request hash of its tool and args
-    TOOL_RESULT / FAILED with a "status" .. that status, with its external id
+    TOOL_RESULT / FAILED with a status .... that status, with its external id
     RECONCILED ............................ confirmed, with what the target holds
     LEDGER_EDITED ......................... the edit's "after"
     anything else with the key ............ no change (a re-use, a skip, a stop, a question)
@@ -17,14 +17,25 @@ comparison), never trusting the row.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from runs.ledger import artifacts
+from runs.events import (
+    LedgerEdited,
+    Reconciled,
+    RunEvent,
+    ToolCalled,
+    ToolResult,
+    Unreadable,
+    Verified,
+    read,
+)
 from runs.ledger.chain import digest
 from runs.models import Checkpoint, Effect, Event
+
+# Read whole when stored as an artifact: the request's arguments, the edit's whole "after"
+# (a summary keeps neither).
+WHOLE = frozenset({Event.Type.TOOL_CALLED, Event.Type.LEDGER_EDITED})
 
 
 @dataclass
@@ -42,30 +53,33 @@ class Derived:
     edited_by: str = ""
 
 
-def full_payload(event: Event) -> dict[str, Any]:
-    """The event's whole payload: inline, or read back from its artifact."""
-    if not event.payload_ref:
-        return event.payload
-    try:
-        return json.loads(artifacts.read(event.payload_ref))
-    except (artifacts.ArtifactMissing, ValueError):
-        return event.payload.get("summary", {})
+def _said(event: Event) -> RunEvent:
+    """The event as its class, read whole where the fold needs what a summary leaves out
+    (the summary when the artifact is gone)."""
+    if event.type in WHOLE:
+        try:
+            return read(event, whole=True)
+        except Unreadable:
+            pass
+    return read(event)
 
 
-def _changes(event: Event, payload: dict[str, Any]) -> dict[str, str] | None:
-    if event.type == Event.Type.TOOL_CALLED:
+def _changes(said: RunEvent) -> dict[str, str] | None:
+    if isinstance(said, ToolCalled):
         changes = {"status": Effect.Status.INTENT}
-        if "args" in payload and "tool" in payload:
-            changes["request_hash"] = digest({"tool": payload["tool"], "args": payload["args"]})
+        if said.tool and said.args is not None:
+            changes["request_hash"] = digest({"tool": said.tool, "args": said.args})
         return changes
-    if event.type in (Event.Type.TOOL_RESULT, Event.Type.FAILED) and "status" in payload:
-        if payload.get("reused") or payload.get("skipped"):
-            return None
-        return {"status": payload["status"], "external_id": payload.get("external_id", "")}
-    if event.type == Event.Type.RECONCILED and payload.get("found"):
-        return {"status": Effect.Status.CONFIRMED, "external_id": payload["external_id"]}
-    if event.type == Event.Type.LEDGER_EDITED and isinstance(payload.get("after"), dict):
-        after = payload["after"]
+    if said.type in (Event.Type.TOOL_RESULT, Event.Type.FAILED) and said.status:
+        if isinstance(said, ToolResult):
+            if said.reused or said.skipped:
+                return None
+            return {"status": said.status, "external_id": said.external_id or ""}
+        return {"status": said.status, "external_id": ""}
+    if isinstance(said, Reconciled) and said.found:
+        return {"status": Effect.Status.CONFIRMED, "external_id": said.external_id}
+    if isinstance(said, LedgerEdited) and isinstance(said.after, dict):
+        after = said.after
         return {"status": after["status"], "external_id": after.get("external_id", "")}
     return None
 
@@ -77,10 +91,8 @@ def fold(events: Iterable[Event]) -> dict[str, Derived]:
     for event in events:
         if not event.idempotency_key:
             continue
-        payload = event.payload
-        if event.payload_ref and event.type in (Event.Type.TOOL_CALLED, Event.Type.LEDGER_EDITED):
-            payload = full_payload(event)
-        changes = _changes(event, payload)
+        said = _said(event)
+        changes = _changes(said)
         if changes is None:
             continue
         state = derived.setdefault(event.idempotency_key, Derived())
@@ -89,9 +101,7 @@ def fold(events: Iterable[Event]) -> dict[str, Derived]:
         for name, value in changes.items():
             setattr(state, name, value)
         state.run_id, state.seq = event.run_id, event.seq
-        state.edited_by = (
-            str(payload.get("by") or event.actor) if event.type == Event.Type.LEDGER_EDITED else ""
-        )
+        state.edited_by = str(said.by or event.actor) if isinstance(said, LedgerEdited) else ""
     return derived
 
 
@@ -133,14 +143,16 @@ def checkpoint_disagreement(checkpoint: Checkpoint, verified: Event | None) -> s
     does): its stage, its next stage and the seq it seals drive the plan."""
     if verified is None or verified.type != Event.Type.VERIFIED:
         return ""  # manifest_ok says that the VERIFIED event is missing
-    payload = full_payload(verified)
+    try:
+        said: Verified | None = read(verified, whole=True)
+    except Unreadable:
+        said = None  # manifest_ok says that its payload cannot be read
     differs = []
     if checkpoint.stage != verified.stage:
         differs.append(f"stage {checkpoint.stage!r} where its VERIFIED says {verified.stage!r}")
-    if "next_stage" in payload and checkpoint.next_stage != payload["next_stage"]:
+    if said is not None and checkpoint.next_stage != said.next_stage:
         differs.append(
-            f"next stage {checkpoint.next_stage!r} where its VERIFIED says "
-            f"{payload['next_stage']!r}"
+            f"next stage {checkpoint.next_stage!r} where its VERIFIED says {said.next_stage!r}"
         )
     if not differs:
         return ""

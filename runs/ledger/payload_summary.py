@@ -1,68 +1,10 @@
-"""What an event keeps inline when its payload is stored as an artifact: the few fields its
-timeline row shows, cut short.
-
-A payload above RESUMER_INLINE_PAYLOAD_BYTES goes to an artifact and the event holds
-{"stored_as": ..., "bytes": ..., "summary": ...}. The summary is part of the event's hashed
-content, so what a row says (which call, which outcome, a ledger edit's before → after and the
-start of its reason) stays on the page and under the chain however large the rest was.
-"""
+"""What a call's TOOL_RESULT keeps of its result inline: long strings cut short (the effect row
+keeps the whole). What an event keeps inline when its whole payload goes to an artifact is
+runs/events.py's (`stored_body`)."""
 
 from __future__ import annotations
 
-from itertools import islice
 from typing import Any
-
-# The payload keys a timeline row reads (templates/runs/_timeline.html).
-ROW_FIELDS = (
-    "effect",
-    "call",
-    "tool",
-    "status",
-    "external_id",
-    "reused",
-    "skipped",
-    "error",
-    "reason",
-    "action",
-    "by",
-    "branch",
-    "duration_ms",
-    "cost",
-)
-# A ledger edit's values before and after (three fields today); a few scalar entries each.
-CHANGE_FIELDS = ("before", "after")
-CHANGE_ENTRIES = 4
-NAME_CHARS = 40
-TEXT_CHARS = 200
-
-
-def _short(value: Any) -> Any:
-    """A scalar as the row shows it; None for what the row does not show (lists, dicts)."""
-    if isinstance(value, str):
-        return value if len(value) <= TEXT_CHARS else value[:TEXT_CHARS] + "…"
-    if isinstance(value, bool | int | float):
-        return value
-    return None
-
-
-def summarize(payload: dict[str, Any]) -> dict[str, Any]:
-    """The row's fields of `payload`. Bounded whatever the payload holds: at most
-    len(ROW_FIELDS) + 2 * CHANGE_ENTRIES values of TEXT_CHARS characters."""
-    summary = {}
-    for key in ROW_FIELDS:
-        value = _short(payload.get(key))
-        if value is not None:
-            summary[key] = value
-    for key in CHANGE_FIELDS:
-        values = payload.get(key)
-        if isinstance(values, dict):
-            entries = (
-                (str(name)[:NAME_CHARS], _short(value))
-                for name, value in values.items()
-                if _short(value) is not None
-            )
-            summary[key] = dict(islice(entries, CHANGE_ENTRIES))
-    return summary
 
 
 def cut_strings(result: Any) -> Any:

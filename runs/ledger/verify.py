@@ -25,6 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from runs.events import read
 from runs.ledger import derived
 from runs.ledger.chain import canonical_json, event_hash, hashed_content, head_anchor, manifest_ok
 from runs.models import Artifact, Checkpoint, Effect, Event, Run
@@ -74,13 +75,7 @@ class _Walk:
 
 def _named_artifacts(event: Event) -> Iterator[str]:
     yield from event.artifacts or ()
-    payload = event.payload if isinstance(event.payload, dict) else {}
-    for value in payload.values():
-        for record in value if isinstance(value, list) else ():
-            for side in ("request", "response"):
-                part = record.get(side) if isinstance(record, dict) else None
-                if isinstance(part, dict) and isinstance(part.get("body_ref"), str):
-                    yield part["body_ref"]
+    yield from read(event).body_refs()
 
 
 def _events(run_id: int, batch: int) -> Iterator[Event]:

@@ -12,9 +12,9 @@ Six queries per scrape whatever the number of runs, each a GROUP BY that returns
 one row per label set: runs, open gates, the counted events, stage durations, detection
 latencies, notification deliveries. The event queries scan the event table (it has no index
 on type, on purpose: the hot path pays for every index), which stays in the milliseconds for
-thousands of runs; docs/monitoring.md says what to do past that. Payload fields are read through JSON key lookups that Django
-compiles for SQLite and PostgreSQL alike; a payload stored as an artifact keeps the same
-fields in its inline "summary" (runs/ledger/payload_summary.py), read as a fallback.
+thousands of runs; docs/monitoring.md says what to do past that. Payload fields are read
+through runs/events.py's query helpers (JSON key lookups that Django compiles for SQLite and
+PostgreSQL alike; a payload stored as an artifact is read from its inline summary).
 """
 
 from __future__ import annotations
@@ -40,8 +40,7 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.fields.json import KT
-from django.db.models.functions import Cast, Coalesce
+from django.db.models.functions import Cast
 from django.utils import timezone
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -51,6 +50,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from runs import events
+from runs.events import Failed, Interrupted, PlanApproved, ToolResult
 from runs.models import Delivery, Event, Gate, Run
 from runs.pipeline import registry
 
@@ -64,25 +65,15 @@ Type = Event.Type
 COUNTED = (Type.TOOL_RESULT, Type.FAILED, Type.PLAN_APPROVED, Type.PLAN_KEPT, Type.PLAN_DEVIATED)
 
 
-def _field(name: str) -> Coalesce:
-    """A payload field as text, inline or in the summary of a payload stored as an artifact."""
-    return Coalesce(KT(f"payload__{name}"), KT(f"payload__summary__{name}"))
-
-
-def _flag(name: str) -> Q:
-    return Q(**{f"payload__{name}": True}) | Q(**{f"payload__summary__{name}": True})
-
-
-def _has(name: str) -> Q:
-    return Q(payload__has_key=name) | Q(payload__summary__has_key=name)
-
-
 def _outcome() -> Case:
     """A tool call's outcome from its TOOL_RESULT or FAILED event."""
     return Case(
-        When(_flag("reused"), then=Value("reused")),
-        When(_flag("skipped"), then=Value("skipped")),
-        When(_has("status"), then=_field("status")),
+        When(events.flag("reused", ToolResult), then=Value("reused")),
+        When(events.flag("skipped", ToolResult), then=Value("skipped")),
+        When(
+            events.present("status", ToolResult, Failed),
+            then=events.text("status", ToolResult, Failed),
+        ),
         default=Value("ok"),
         output_field=CharField(),
     )
@@ -186,12 +177,13 @@ class ResumerCollector(Collector):
         """The counters: one GROUP BY over the counted event types."""
         rows = (
             Event.objects.filter(Q(type__in=COUNTED) | Q(type=Type.INTERRUPTED))
-            .exclude(Q(type=Type.FAILED) & ~_has("call"))  # a stage's failure, not a call's
+            # A stage's failure, not a call's.
+            .exclude(Q(type=Type.FAILED) & ~events.present("call", Failed))
             .values("type", "stage", pipeline=F("run__pipeline"))
             .annotate(
-                tool=_field("tool"),
+                tool=events.text("tool", ToolResult, Failed),
                 outcome=_outcome(),
-                action=_field("action"),
+                action=events.text("action", PlanApproved),
                 n=Count("pk"),
             )
             .order_by()
@@ -271,9 +263,11 @@ class ResumerCollector(Collector):
     def detection_latency(self) -> Metric:
         """INTERRUPTED minus the lease expiry the sweeper found (its payload's
         lease_expired_at): how long a dead worker's run went unnoticed."""
-        expired = Cast(KT("payload__lease_expired_at"), DateTimeField())
+        expired = Cast(events.text("lease_expired_at", Interrupted), DateTimeField())
         rows = (
-            Event.objects.filter(type=Type.INTERRUPTED, payload__has_key="lease_expired_at")
+            Event.objects.filter(
+                events.present("lease_expired_at", Interrupted), type=Type.INTERRUPTED
+            )
             .annotate(
                 late=ExpressionWrapper(F("created_at") - expired, output_field=DurationField())
             )

@@ -11,12 +11,11 @@ exactly what was approved ends with PLAN_KEPT.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from runs.ledger import artifacts
+from runs.events import read
 from runs.models import ApprovalMode, Event, Run
 from runs.planning.replay import CALLING, GUARDED_POLICIES, STOPPING, Action
 
@@ -255,18 +254,18 @@ def active(run: Run) -> tuple[Contract | None, bool]:
     carrier = (
         Event.objects.filter(run=run, type__in=CARRIERS)
         .order_by("-seq")
-        .values_list("seq", "payload", "payload_ref")
+        .only("seq", "type", "payload")
         .first()
     )
     if carrier is None:
         return None, False
-    seq, payload, payload_ref = carrier
-    if payload_ref:  # a long plan's promise went to an artifact with the payload
-        payload = json.loads(artifacts.read(payload_ref))
-    if "contract" not in payload:
+    # A long plan's promise went to an artifact with the payload: read whole.
+    promise = read(carrier, whole=True).contract
+    if promise is None:
         return None, False
+    seq = carrier.seq
     deviated = Event.objects.filter(run=run, seq__gt=seq, type=Event.Type.PLAN_DEVIATED).exists()
-    return Contract.from_payload(payload["contract"], seq), deviated
+    return Contract.from_payload(promise, seq), deviated
 
 
 # Events that record what a stage attempt used: VERIFIED for the attempt that verified, and
@@ -284,13 +283,11 @@ def gates_asked_since(run: Run, contract: Contract) -> int:
 def used_since(run: Run, contract: Contract) -> Usage:
     """What the resumed work's stage attempts used, summed from the events that record it."""
     total = Usage()
-    rows = Event.objects.filter(run=run, seq__gt=contract.seq, type__in=USAGE_CARRIERS).values_list(
-        "payload", "payload_ref"
+    carriers = Event.objects.filter(run=run, seq__gt=contract.seq, type__in=USAGE_CARRIERS).only(
+        "type", "payload"
     )
-    for payload, payload_ref in rows:
-        if payload_ref:
-            payload = json.loads(artifacts.read(payload_ref))
-        total.add(Usage.from_dict(payload.get("usage")))
+    for carrier in carriers:
+        total.add(Usage.from_dict(read(carrier, whole=True).usage))
     return total
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from decimal import Decimal
 
+from runs.events import read
 from runs.gates import reopen
 from runs.ledger import artifacts, derived
 from runs.ledger.chain import digest
@@ -255,12 +256,12 @@ def _tail(run: Run, after_seq: int) -> tuple[int, list[str]]:
     last = list(
         Event.objects.filter(run=run, seq__gt=after_seq)
         .order_by("-seq")
-        .values_list("seq", "type", "stage", "payload")[:12]
+        .only("seq", "type", "stage", "payload")[:12]
     )
-    summary = []
-    for seq, type_, stage, payload in reversed(last):
-        what = payload.get("call") or payload.get("reason") or payload.get("error") or ""
-        summary.append(f"#{seq} {type_} {stage} {what}".strip())
+    summary = [
+        f"#{event.seq} {event.type} {event.stage} {read(event).about()}".strip()
+        for event in reversed(last)
+    ]
     return run.last_seq - after_seq, summary
 
 

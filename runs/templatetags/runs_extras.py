@@ -17,6 +17,7 @@ from django.utils.timesince import timesince
 
 from runs.dashboard import roles
 from runs.dashboard.queries import run_page
+from runs.events import LedgerEdited
 from runs.planning.planner import Action
 from runs.planning.replay import StopKind
 
@@ -158,10 +159,11 @@ def can_manage_queues(user) -> bool:
 
 
 @register.filter
-def ledger_changes(payload: Any) -> list[tuple[str, Any, Any]]:
-    """A ledger edit's changed fields as (field, before, after)."""
-    before = payload.get("before") if isinstance(payload, dict) else None
-    after = payload.get("after") if isinstance(payload, dict) else None
+def ledger_changes(edit: Any) -> list[tuple[str, Any, Any]]:
+    """A ledger edit's (LedgerEdited) changed fields as (field, before, after)."""
+    if not isinstance(edit, LedgerEdited):
+        return []
+    before, after = edit.before, edit.after
     if not isinstance(before, dict) or not isinstance(after, dict):
         return []
     return [

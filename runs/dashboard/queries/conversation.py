@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from runs.events import ToolResult, holding, read
 from runs.ledger import artifacts
 from runs.models import Event, Run
 
@@ -17,18 +18,17 @@ def conversations(run: Run) -> list[dict[str, Any]]:
     """Per stage that talked to a model, its latest conversation: {stage, call, messages,
     problem}. One query for the events, one read per stage shown."""
     rows = (
-        Event.objects.filter(
-            run=run, type=Event.Type.TOOL_RESULT, payload__result__has_key="conversation"
-        )
+        Event.objects.filter(holding(ToolResult, "result", "conversation"), run=run)
         .order_by("-seq")
-        .values_list("stage", "payload")
+        .only("type", "stage", "payload")
     )
     latest: dict[str, dict[str, Any]] = {}
-    for stage, payload in rows:
+    for row in rows:
+        stage, said = row.stage, read(row)
         if stage in latest:
             continue
-        ref = payload["result"]["conversation"]
-        entry = {"stage": stage, "call": payload.get("call", ""), "messages": [], "problem": ""}
+        ref = said.result["conversation"]
+        entry = {"stage": stage, "call": said.call, "messages": [], "problem": ""}
         try:
             data = json.loads(artifacts.read_verified(ref["uri"], ref["sha256"]))
             entry["messages"] = [_shown(m) for m in data.get("messages", [])]

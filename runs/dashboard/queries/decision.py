@@ -14,6 +14,7 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
+from runs.events import read
 from runs.gates.reopen import Refusal, refusals
 from runs.models import Effect, Event, Run, StoredPlan
 from runs.pipeline import UnknownPipeline, registry
@@ -209,17 +210,17 @@ def closed_out(run: Run) -> dict | None:
         return None
     row = (
         Event.objects.filter(run=run, type=Event.Type.CLOSED_OUT)
-        .values("actor", "payload", "created_at")
+        .only("type", "actor", "payload", "created_at")
         .first()
     )
     if row is None:
         return None
-    payload = row["payload"] if isinstance(row["payload"], dict) else {}
+    closed = read(row)
     return {
-        "by": row["actor"],
-        "at": row["created_at"],
-        "reason": payload.get("reason", ""),
-        "unsettled": payload.get("unsettled", []),
+        "by": row.actor,
+        "at": row.created_at,
+        "reason": closed.reason,
+        "unsettled": closed.unsettled,
     }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from runs.events import LedgerEdited, TargetAsked, read, where
 from runs.models import Effect, Event, Run, StoredPlan
 from runs.pipeline import UnknownPipeline, registry
 from runs.planning import gate_lines
@@ -73,26 +74,23 @@ def _last_asked(effect: Effect) -> Asked | None:
     was asked before the last correction, and asking again is the way to a fresh answer)."""
     row = (
         Event.objects.filter(
-            run_id=effect.run_id,
-            type__in=(Event.Type.TARGET_ASKED, Event.Type.LEDGER_EDITED),
-            payload__effect=effect.pk,
+            where(TargetAsked, LedgerEdited, effect=effect.pk), run_id=effect.run_id
         )
         .order_by("-seq")
-        .values_list("seq", "type", "payload")
+        .only("seq", "type", "payload")
         .first()
     )
-    if row is None or row[1] != Event.Type.TARGET_ASKED:
+    if row is None or row.type != Event.Type.TARGET_ASKED:
         return None
-    seq, _, said = row
-    said: dict[str, Any] = said if isinstance(said, dict) else {}
+    said = read(row)
     return Asked(
-        seq=seq,
-        by=str(said.get("by", "")),
-        found=bool(said.get("found")),
-        matches=bool(said.get("matches")),
-        external_id=str(said.get("external_id", "")),
-        detail=str(said.get("detail", "")),
-        error=str(said.get("error", "")),
+        seq=row.seq,
+        by=str(said.by),
+        found=bool(said.found),
+        matches=bool(said.matches),
+        external_id=str(said.external_id),
+        detail=str(said.detail),
+        error=str(said.error),
     )
 
 

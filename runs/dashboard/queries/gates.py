@@ -18,6 +18,7 @@ from django.db.models import Count
 from runs.dashboard.queries.artifacts import ArtifactRow, artifact_rows
 from runs.dashboard.queries.inbox import InboxFilters
 from runs.dashboard.stops import ReasonKind
+from runs.events import HumanAnswered, read
 from runs.gates.acts import act_of
 from runs.gates.decision import gate_digest
 from runs.ledger import artifacts as artifact_store
@@ -256,29 +257,37 @@ def history(gate: Gate) -> list[HistoryLine]:
 
 
 def _answered(gate: Gate, event: Event, vote: int) -> HistoryLine:
-    payload = event.payload if isinstance(event.payload, dict) else {}
-    if event.payload_ref:
-        stored = gate.votes[vote] if vote < len(gate.votes) else {}
-        final = event.seq == gate.answer_seq
-        timed_out = final and vote >= len(gate.votes)
-        payload = {
-            "by": stored.get("by", event.actor),
-            "answer": gate.answer if timed_out else stored.get("answer"),
-            "diff": gate.diff if final else {},
-            "final": final,
-            "votes": len(gate.votes) if timed_out else vote + 1,
-            "timed_out": timed_out,
-        }
+    said = _from_row(gate, event, vote) if event.payload_ref else read(event)
     return HistoryLine(
         seq=event.seq,
         kind="answered",
-        by=str(payload.get("by") or event.actor),
+        by=str(said.by or event.actor),
         at=event.created_at,
-        answer=payload.get("answer") if isinstance(payload.get("answer"), dict) else None,
-        diff=payload.get("diff") if isinstance(payload.get("diff"), dict) else {},
-        final=bool(payload.get("final")),
-        votes=int(payload.get("votes") or 0),
-        timed_out=bool(payload.get("timed_out")),
+        answer=said.answer if isinstance(said.answer, dict) else None,
+        diff=said.diff if isinstance(said.diff, dict) else {},
+        final=bool(said.final),
+        votes=int(said.votes or 0),
+        timed_out=bool(said.timed_out),
+    )
+
+
+def _from_row(gate: Gate, event: Event, vote: int) -> HumanAnswered:
+    """An answer too large to keep inline, as the gate's row holds it (its votes, its
+    answer), without reading the artifact."""
+    stored = gate.votes[vote] if vote < len(gate.votes) else {}
+    final = event.seq == gate.answer_seq
+    timed_out = final and vote >= len(gate.votes)
+    return HumanAnswered(
+        gate=gate.gate_id,
+        kind=gate.kind,
+        subject=gate.subject,
+        by=stored.get("by", event.actor),
+        answer=gate.answer if timed_out else stored.get("answer"),
+        diff=gate.diff if final else {},
+        final=final,
+        votes=len(gate.votes) if timed_out else vote + 1,
+        quorum=gate.quorum,
+        timed_out=timed_out,
     )
 
 

@@ -11,6 +11,7 @@ from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
 from runs.dashboard import stops
 from runs.dashboard.stops import ReasonKind
+from runs.events import read
 from runs.models import Event, Gate, GateStatus, Run, StoredPlan
 from runs.pipeline import UnknownPipeline, registry
 from runs.planning import grouping
@@ -252,15 +253,14 @@ def _tool_of(pipeline: str, name: str) -> tuple[str, str]:
 
 
 def _sentence(run: Run, event: Event, plan: StoredPlan | None) -> str:
-    payload = event.payload if isinstance(event.payload, dict) else {}
-    shown = payload.get("summary", payload) if "stored_as" in payload else payload
-    call, tool = str(shown.get("call") or ""), str(shown.get("tool") or "")
+    said = read(event)
+    call, tool = str(getattr(said, "call", "") or ""), str(getattr(said, "tool", "") or "")
     policy, verb = _tool_of(run.pipeline, tool) if tool else ("", "call")
     planned = ""
     if plan is not None and call:
         planned = plan.unsettled.get(f"{event.stage}/{call}", stops.RESOLVED)
     return stops.sentence(
-        event.type, event.stage, payload, policy=policy, verb=verb, planned=planned
+        event.type, event.stage, event.payload, policy=policy, verb=verb, planned=planned
     )
 
 

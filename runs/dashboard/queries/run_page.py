@@ -3,7 +3,6 @@ did outside, its stored plan, and the verdict on the plan it was resumed with.""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -11,8 +10,7 @@ from typing import Any
 from runs.dashboard.queries.artifacts import ArtifactRow, artifact_rows
 from runs.dashboard.queries.decision import Decision, decision
 from runs.dashboard.queries.gates import open_gate_of
-from runs.ledger import artifacts as artifact_store
-from runs.ledger.payload_summary import summarize
+from runs.events import PlanKept, read
 from runs.models import Checkpoint, Effect, Event, Gate, Run, StageLog, StoredPlan
 from runs.pipeline import UnknownPipeline, registry
 from runs.planning import gate_lines, stored_plans
@@ -131,7 +129,8 @@ def timeline(run: Run, after: int | None, size: int = TIMELINE_PAGE_SIZE) -> Tim
     )
     newer = rows[size - 1].seq if len(rows) > size else None
     for event in rows:
-        event.shown = shown_payload(event)
+        # What the row shows: the payload, or a stored one's summary (runs/events.py).
+        event.shown = read(event)
     return TimelinePage(
         run=run,
         events=rows[:size],
@@ -151,25 +150,6 @@ def timeline_poll(run: Run, plan_pending: bool = False) -> str:
     if run.is_resumable or run.is_waiting:
         return "5s"
     return ""
-
-
-def shown_payload(event: Event) -> dict[str, Any]:
-    """What the event's timeline row reads of its payload, however the payload is stored:
-    inline, or as an artifact with a summary beside the reference."""
-    payload = event.payload if isinstance(event.payload, dict) else {}
-    if not event.payload_ref:
-        return payload
-    if "summary" in payload:
-        return payload["summary"]
-    if event.type == Event.Type.LEDGER_EDITED:
-        # Stored before events kept a summary: who changed what, and why, must still show,
-        # so it is read from the artifact. Edits are rare; a page holds few of them.
-        try:
-            stored = json.loads(artifact_store.read(event.payload_ref))
-        except (artifact_store.ArtifactMissing, ValueError):
-            return {}
-        return summarize(stored) if isinstance(stored, dict) else {}
-    return {}
 
 
 @dataclass
@@ -340,20 +320,21 @@ def verdict(run: Run) -> PlanVerdict | None:
     row = (
         Event.objects.filter(run=run, type__in=(Event.Type.PLAN_KEPT, Event.Type.PLAN_DEVIATED))
         .order_by("-seq")
-        .values_list("seq", "type", "payload")
+        .only("seq", "type", "payload")
         .first()
     )
     if row is None:
         return None
-    seq, type_, payload = row
+    said = read(row)
+    kept = isinstance(said, PlanKept)
     return PlanVerdict(
-        kept=type_ == Event.Type.PLAN_KEPT,
-        seq=seq,
-        fingerprint=payload.get("fingerprint", ""),
-        mode=payload.get("mode", ""),
-        promised=Usage.from_dict(payload.get("promised")),
-        used=Usage.from_dict(payload.get("used")),
-        reason=payload.get("reason", ""),
+        kept=kept,
+        seq=row.seq,
+        fingerprint=said.fingerprint,
+        mode=said.mode,
+        promised=Usage.from_dict(said.promised),
+        used=Usage.from_dict(said.used),
+        reason="" if kept else said.reason,
     )
 
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs.events import read
 from runs.planning.close_out import CloseRefused, close_out
 from runs.planning.resume import ResumeRefused, load_run
 
@@ -24,7 +25,7 @@ class Command(BaseCommand):
             event = close_out(run.pk, opts["reason"], actor=f"user:{opts['actor']}")
         except (ResumeRefused, CloseRefused) as exc:
             raise CommandError(f"{exc}; nothing was closed") from exc
-        unsettled = event.payload["unsettled"]
+        unsettled = read(event).unsettled
         self.stdout.write(f"{run.public_id} closed out (event #{event.seq})")
         for effect in unsettled:
             self.stdout.write(
