@@ -76,7 +76,10 @@ def form_for(gate: Gate, data: Any = None, prefix: str = "") -> django_forms.For
     form = forms.build(gate.form, gate.initial, data=data, prefix=prefix)
     act = acts.act_of(gate.call)
     if act is not None and act.needs_tick:
-        acts.add_tick(form, act.text)
+        # The act names the call as asked; an editable one may be approved as edited, which
+        # the preview prices: the tick must not name only the asked amount.
+        edits = " as asked, or as your edits make it" if gate.call.get("editable") else ""
+        acts.add_tick(form, act.text + edits)
     return form
 
 
