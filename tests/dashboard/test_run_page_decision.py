@@ -23,7 +23,7 @@ from runs.dashboard.queries import decision as decision_q
 from runs.dashboard.queries.run_page import PlanVerdict, money
 from runs.ledger import leases
 from runs.ledger.append import Writer, append
-from runs.models import Effect, Event, Gate, Lease, Run
+from runs.models import Effect, Event, Gate, Lease, Run, StoredPlan
 from runs.planning import stored_plans
 from runs.planning.contract import Usage
 from tests.support.plans import (
@@ -165,6 +165,31 @@ def test_upgrade_shows_its_cost_and_irreversible_acts_at_its_own_confirmation(fa
     assert html.count('name="confirm"') == 2
     assert html.count(f'<form method="post" action="/runs/{run.public_id}/approve/"') == 2
     assert 'name="action" value="upgrade">Upgrade</button>' in upgrade
+
+
+def test_a_plan_stored_with_its_warnings_as_sentences_still_shows_them(facts):
+    run = stopped_with_plan({"timeout": "publish/promote-charge/after"})
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+    from runs.ledger.edits import edit_effect
+
+    edit_effect(charge.pk, {"status": "confirmed", "external_id": "ch-x"}, reason="r", actor="t")
+    publish_facts(TOPIC)
+    plan = stored_plans.refresh(Run.objects.get(pk=run.pk))
+    said = [str(w) for w in plan.upgrade.warnings]
+    assert len(said) == 2 and all("already made" in s for s in said)
+    # As the planner stored it before its warnings were records.
+    stored = StoredPlan.objects.get(run=run)
+    stored.data["upgrade"]["warnings"] = said
+    StoredPlan.objects.filter(pk=stored.pk).update(data=stored.data)
+
+    shown = stored_plans.shown(run)[0]
+    html = decision_of(page_of(client_as("operator"), run))
+    plan_page = client_as("operator").get(f"/runs/{run.public_id}/plan/").content.decode()
+
+    assert shown.upgrade.warnings == said
+    label = re.search(r"I accept that it ([^<]*)</label>", html[html.index("option-upgrade") :])
+    assert label[1].strip() == "; ".join(said)
+    assert all(f"<li>{s}</li>" in plan_page for s in said)
 
 
 def test_the_upgrade_without_its_own_tick_is_refused_with_its_own_message(facts):
