@@ -42,6 +42,10 @@ class EffectLine:
     # A call made with a reviewer's edits: what changed, by whom, the price asked
     # (gate_lines.edited); "" otherwise.
     edited: str = ""
+    # Why a stopping line stops, for people: the plan's blocker it puts in `blockers`, so a
+    # page knows which blocker is whose without reading its words; "" otherwise, and in plans
+    # stored before it.
+    reason: str = ""
 
 
 @dataclass
@@ -196,10 +200,12 @@ class Plan:
             del data["gates"]
         if not data["upgrade"]["gates"]:
             del data["upgrade"]["gates"]
-        # Likewise a plan without an edited call: its lines keep the basis they had.
+        # Likewise a plan without an edited call, or a line that does not stop: its lines keep
+        # the basis they had.
         for line in [*data["effects"], *data["upgrade"]["effects"]]:
-            if not line["edited"]:
-                del line["edited"]
+            for name in ("edited", "reason"):
+                if not line[name]:
+                    del line[name]
         # Model tokens and what they cost are estimates from the pipeline's latest answers
         # (model_lines.py), not facts of this run: another run's answer must not move the
         # fingerprint. A plan without model calls keeps the fingerprint it always had.

@@ -216,6 +216,21 @@ def test_a_blocked_plan_names_what_blocks_it_and_links_the_effect_not_a_price(fa
     assert "admin/runs/effect/?run=" not in page_of(client_as("supervisor"), run)
 
 
+def test_a_blocked_call_is_listed_with_its_effect_and_its_reason_in_full(facts):
+    run = charge_unknown()
+    stored_plans.refresh(run)
+    plan, stored = stored_plans.shown(run)
+
+    found = decision_q.decision(run, plan, stored)
+
+    [line] = [e for e in plan.effects if e.call_id == "promote-charge"]
+    assert [(b.text, b.label, b.effect_pk is not None) for b in found.blockers] == [
+        (line.answer, "charge_card (publish/promote-charge)", True),
+        (line.reason, "", False),
+    ]
+    assert line.reason == plan.blockers[0] and "is NEVER" in line.reason
+
+
 def test_finished_runs_offer_no_approval_on_the_run_page_or_the_plan_page(facts):
     run = interrupted_with_plan()
     run = run_inline(run.pk) if False else run

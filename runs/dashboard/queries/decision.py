@@ -154,9 +154,10 @@ def _blockers(plan: Plan) -> list[Blocker]:
                 refused=line.kind == StopKind.REFUSED_CONFIRMED,
             )
         )
-    # What blocks the plan without being one call (a ledger row its events do not explain);
-    # a call's own reason said again ("tool (call): what it answered") is not listed twice.
-    said = {b.text for b in found} | {f"{e.tool} ({e.call_id}): {e.answer}" for e in lines}
+    # Each call's reason in full, beside its line; but a refused confirmed call's reason says
+    # no more than its line (what the target answered): it is not listed twice. (A plan
+    # stored before lines kept their reason lists it twice.)
+    said = {e.reason for e in lines if e.kind == StopKind.REFUSED_CONFIRMED}
     found += [Blocker(text=text) for text in plan.blockers if text not in said]
     return found
 
