@@ -241,7 +241,7 @@ class FaultHooks(CallHooks):
         if faults is None or ctx.run.attempt != 0:
             return
         if faults.timeout == f"{ctx.stage}/{call_id}/after":
-            raise OutcomeUnknown(f"{call_id} did not answer in time")
+            raise OutcomeUnknown(f"{call_id} did not answer in time", timed_out=True)
         if faults.crash == f"{ctx.stage}/{call_id}/after":
             _die(ctx, call_id, "after")
 

@@ -102,7 +102,26 @@ class CallRejected(ToolRejected):
 
 class OutcomeUnknown(Exception):
     """An external call neither confirmed nor refused (a time-out, a dropped connection): the
-    engine records the effect's outcome as unknown and never guesses."""
+    engine records the effect's outcome as unknown and never guesses. `timed_out=True` says
+    the answer did not come in the time allowed; the run's FAILED records it (timed_out())."""
+
+    def __init__(self, *args: object, timed_out: bool = False) -> None:
+        super().__init__(*args)
+        self.timed_out = timed_out
+
+
+def timed_out(exc: BaseException) -> bool:
+    """Whether a call's failure was a time-out: an error that says so (OutcomeUnknown and the
+    HTTP tool's TargetUnavailable carry `timed_out`), or a TimeoutError (a socket's, which
+    libraries such as requests keep as the cause of their own)."""
+    seen: BaseException | None = exc
+    for _ in range(10):  # a cause chain is short; a cycle must not hang the engine
+        if seen is None:
+            return False
+        if isinstance(seen, TimeoutError) or getattr(seen, "timed_out", False) is True:
+            return True
+        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
+    return False
 
 
 class Context(Protocol):

@@ -2,7 +2,8 @@
 
 The sentence is read off the event that stopped the run (INTERRUPTED, FAILED,
 NEEDS_APPROVAL) or, for resumed work that departed from its approved plan, its PLAN_DEVIATED
-event: its type, stage and payload (call, tool, error, reason). Where the event names a call,
+event: its type, stage and payload (call, tool, error, reason, and the fields `timed_out` and
+`failed_rules`: nothing is read off the words of an error). Where the event names a call,
 the sentence says what is at stake for it: the run's stored plan's action for that call when
 one was computed after the stop, or else what the tool's replay policy alone says.
 
@@ -16,7 +17,6 @@ plans.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.db import models
@@ -74,9 +74,6 @@ STOPPING = (EventType.INTERRUPTED, EventType.FAILED, EventType.NEEDS_APPROVAL)
 RESOLVED = "resolved"
 
 MAX_CHARS = 160
-# An error message that says the answer never came (the demo's "did not answer in time",
-# requests' "timed out", TimeoutError).
-TIMED_OUT = re.compile(r"timed? ?out|timeout|in time\b", re.IGNORECASE)
 
 
 def _cut(text: str, limit: int = MAX_CHARS) -> str:
@@ -89,6 +86,18 @@ def _first_sentence(text: str) -> str:
     page gives in full."""
     head, _, _ = str(text).partition(". ")
     return head.rstrip(".")
+
+
+def failed_rules(payload: dict[str, Any]) -> list[str] | None:
+    """The names of the rules a stage's output failed, or None when the FAILED is not a
+    verification's. A FAILED written before `failed_rules` was recorded has them in its
+    `rules` (each rule's name and whether it passed), which only a verification writes."""
+    if isinstance(payload.get("failed_rules"), list):
+        return [str(name) for name in payload["failed_rules"]]
+    if isinstance(payload.get("rules"), list):
+        rules = payload["rules"]
+        return [str(r.get("name")) for r in rules if isinstance(r, dict) and not r.get("passed")]
+    return None
 
 
 def at_stake(planned: str, policy: str, verb: str = "call") -> str:
@@ -161,14 +170,13 @@ def sentence(
         else:
             text = f"interrupted: {_first_sentence(reason)}" if reason else "interrupted"
     elif event_type == EventType.FAILED:
+        failed = failed_rules(payload)
         if payload.get("status") == "unknown" and call:
-            head = f"{call} timed out" if TIMED_OUT.search(error) else f"{call} outcome unknown"
+            # A FAILED written before `timed_out` was recorded reads as not timed out: "outcome
+            # unknown" is as true, and the error's words are never parsed for it.
+            head = f"{call} timed out" if payload.get("timed_out") else f"{call} outcome unknown"
             text = head + at_stake(planned, policy, verb)
-        elif error == "verification failed":
-            rules = payload.get("rules") if isinstance(payload.get("rules"), list) else []
-            failed = [
-                str(r.get("name")) for r in rules if isinstance(r, dict) and not r.get("passed")
-            ]
+        elif failed is not None:
             text = f"{stage or 'the stage'} output failed its checks" + (
                 f": {', '.join(failed)}" if failed else ""
             )

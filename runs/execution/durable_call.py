@@ -37,7 +37,7 @@ from runs.ledger.effects import (
 )
 from runs.ledger.exchanges import exchanges_payload, recording
 from runs.models import Effect, Event, ReplayPolicy, Run
-from runs.pipeline import KeyConflict, KeyParts, Pipeline, Stage, Tool, ToolRejected
+from runs.pipeline import KeyConflict, KeyParts, Pipeline, Stage, Tool, ToolRejected, timed_out
 from runs.planning import contract
 from runs.planning.contract import Contract, Usage
 from runs.planning.replay import Action, Decision, decide_on, first_action
@@ -349,18 +349,20 @@ class DurableCalls:
             return  # the caller raises it on: the stage fails
         if isinstance(exc, KeyConflict):
             status, error = Effect.Status.CONFLICT, str(exc)[:2000]
-            said = error
+            said, late = error, False
         else:
             status, error = Effect.Status.UNKNOWN, f"{type(exc).__name__}: {exc}"[:2000]
             said = f"outcome unknown: {type(exc).__name__}: {exc}"[:2000]
+            late = timed_out(exc)  # a field: the inbox never reads "timed out" off the words
         tracing.note(outcome=status)
+        failed = {"call": call_id, "tool": tool.name, "status": status, "error": said}
         record_outcome(
             self.writer,
             effect,
             status=status,
             error=error,
             event_type=Event.Type.FAILED,
-            event_payload={"call": call_id, "tool": tool.name, "status": status, "error": said},
+            event_payload={**failed, "timed_out": late},
             run_status=Run.Status.FAILED,
             more_payload=more,
         )

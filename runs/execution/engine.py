@@ -279,8 +279,11 @@ def _run_stage(
         return Outcome.FAILED
 
     results = [rule.evaluate(output) for rule in stage.rules]
-    if any(not r["passed"] for r in results):
-        _fail(writer, stage_name, {"error": "verification failed", "rules": results})
+    failed = [r["name"] for r in results if not r["passed"]]
+    if failed:
+        # The failed rules by name, for machines; the error's words are for people only.
+        payload = {"error": "verification failed", "rules": results, "failed_rules": failed}
+        _fail(writer, stage_name, payload)
         return Outcome.VERIFICATION_FAILED
     _checkpoint(ctx, pipeline, stage, output, results)
     return Outcome.VERIFIED

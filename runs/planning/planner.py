@@ -106,11 +106,11 @@ def _effect_line(
     gate: Gate | None,
     edited_by: str,
     confirmed_by: str,
-) -> tuple[EffectLine, str]:
+) -> EffectLine:
     """The resume action for one expected call (replay.decide_on, asking the target where the
     decision needs it; who recorded a failed effect, read from its events), priced by the
-    arguments it is made with (a reviewer's edits, if its confirmation was answered so);
-    returns the line and a blocker (or "")."""
+    arguments it is made with (a reviewer's edits, if its confirmation was answered so); a
+    line that stops says why in `reason`, the plan's blocker."""
     decision, answer = decide_on(
         tool, call_id, effect, edited_by=edited_by, confirmed_by=confirmed_by
     )
@@ -130,8 +130,9 @@ def _effect_line(
         queries=1 if answer is not None and decision.calls else 0,
         kind=str(decision.kind or ""),
         edited=gate_lines.edited(gate, effect),
+        reason=decision.reason,
     )
-    return line, decision.reason
+    return line
 
 
 def _cost(pipeline: Pipeline, lines: list[EffectLine]) -> Cost:
@@ -190,11 +191,11 @@ def _disagreeing(
     return found
 
 
-def _blocked_line(stage: str, call_id: str, effect: Effect) -> EffectLine:
+def _blocked_line(stage: str, call_id: str, effect: Effect, reason: str) -> EffectLine:
     return EffectLine(
         stage, call_id, effect.tool, effect.policy, effect.status, effect.delivery_key, "",
         "the ledger row disagrees with its events", str(Action.BLOCKED), "0",
-        kind=str(StopKind.LEDGER_DISAGREES),
+        kind=str(StopKind.LEDGER_DISAGREES), reason=reason,
     )  # fmt: skip
 
 
@@ -224,12 +225,12 @@ def _expected_lines(
             reason = disagreeing.get((stage_name, call.call_id))
             if reason:
                 effect = effects[(stage_name, call.call_id)]
-                lines.append(_blocked_line(stage_name, call.call_id, effect))
+                lines.append(_blocked_line(stage_name, call.call_id, effect, reason))
                 blockers.append(reason)
                 continue
             effect = effects.get((stage_name, call.call_id))
             key = effect.delivery_key if effect else ""
-            line, blocker = _effect_line(
+            line = _effect_line(
                 stage_name,
                 call.call_id,
                 pipeline.tool(call.tool),
@@ -239,8 +240,8 @@ def _expected_lines(
                 refused[key].by if key in refused else "",
             )
             lines.append(line)
-            if blocker:
-                blockers.append(blocker)
+            if line.reason:
+                blockers.append(line.reason)
     return lines, blockers, {(r.gate.stage, r.gate.gate_id): r.error for r in refused.values()}
 
 

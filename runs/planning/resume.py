@@ -232,7 +232,7 @@ def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
             "branched_from": run.public_id,
             "checkpoint": upgrade.branch_checkpoint,
             "upgraded": {d.input: [d.pinned, d.current] for d in plan.drift},
-            "warnings": upgrade.warnings,
+            "warnings": upgrade.warnings_data(),
             "contract": Contract.from_plan(
                 plan.fingerprint,
                 ApprovalMode.UPGRADE,
@@ -250,7 +250,7 @@ def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
             "branch": branch.public_id,
             "checkpoint": upgrade.branch_checkpoint,
             "inputs": upgrade.inputs,
-            "warnings": upgrade.warnings,
+            "warnings": upgrade.warnings_data(),
         },
         status=Run.Status.SUPERSEDED,
     )

@@ -18,7 +18,7 @@ from django.utils.timesince import timesince
 from runs.dashboard import roles
 from runs.dashboard.queries import run_page
 from runs.planning.planner import Action
-from runs.planning.replay import StopKind
+from runs.planning.replay import StopKind, stop_label
 
 register = template.Library()
 
@@ -135,6 +135,9 @@ def line_action(line: Any) -> str:
     if line.kind == StopKind.REFUSED_CONFIRMED:
         return "Blocked: ask the confirmation again, or close the run out"
     return action_label(line.action)
+
+
+register.filter("stop_label", stop_label)
 
 
 @register.filter

@@ -218,7 +218,9 @@ class ModelTool:
 
     def _error(self, exc: openai.APIError) -> Exception:
         if isinstance(exc, openai.APITimeoutError):
-            return ModelUnavailable(f"{self.target} did not answer within {self.read_timeout:g} s")
+            return ModelUnavailable(
+                f"{self.target} did not answer within {self.read_timeout:g} s", timed_out=True
+            )
         if isinstance(exc, openai.APIStatusError) and exc.status_code < 500:
             return ModelRejected(f"{self.target} answered {exc.status_code}: {exc.message}"[:500])
         if isinstance(exc, openai.APIStatusError):

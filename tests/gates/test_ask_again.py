@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from demo.management.commands.seed_demo import run_inline
+from runs.dashboard.queries.decision import decision
 from runs.gates import answers
 from runs.gates.acts import TICK
 from runs.gates.decision import GateAction, decide
@@ -16,6 +17,7 @@ from runs.gates.reopen import AskAgainRefused, ask_again, refusals
 from runs.ledger.edits import edit_effect
 from runs.ledger.verify import verify_chain
 from runs.models import Effect, Event, Gate, GateStatus, Run
+from runs.planning import stored_plans
 from runs.planning.planner import compute_plan
 from runs.planning.replay import Action, StopKind
 from tests.gates import pipelines as gp
@@ -67,6 +69,19 @@ def test_the_plan_says_the_target_refused_and_offers_no_resume_that_sends_it_aga
     assert "the target refused the call made with it" in gate_line.said
     said = " ".join([line.answer, gate_line.said, *plan.blockers])
     assert "supervisor" not in said
+
+
+def test_the_run_page_lists_a_refused_calls_blocker_once_as_a_refusal():
+    run = refused_charge()
+    stored_plans.refresh(run)
+    plan, stored = stored_plans.shown(run)
+
+    found = decision(run, plan, stored)
+
+    [line] = [e for e in plan.effects if e.call_id == "fee"]
+    assert [(b.text, b.label, b.refused) for b in found.blockers] == [
+        (line.answer, "charge_card (pay/fee)", True)
+    ]
 
 
 def test_ask_again_reopens_the_gate_with_the_refused_attempt_and_the_run_waits():
