@@ -89,7 +89,7 @@ if USES_DEMO:
     INSTALLED_APPS.append("demo")
 
 MIDDLEWARE = [
-    "runs.middleware.RequestIdMiddleware",
+    "runs.request_ids.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "runs.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -338,7 +338,7 @@ if PRODUCTION:
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "runs.middleware.RequestIdFilter"}},
+    "filters": {"request_id": {"()": "runs.request_ids.RequestIdFilter"}},
     "formatters": {
         "plain": {"format": "%(levelname)s %(name)s [request %(request_id)s] %(message)s"}
     },
