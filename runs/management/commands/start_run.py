@@ -4,12 +4,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs.checks import COMMAND_CHECKS
 from runs.execution import engine
 from runs.models import Run
 from runs.pipeline import InvalidInput, UnknownPipeline
 
 
 class Command(BaseCommand):
+    requires_system_checks = COMMAND_CHECKS
     help = "Start a run of a registered pipeline and queue its first stage."
 
     def add_arguments(self, parser: CommandParser) -> None:
