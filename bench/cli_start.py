@@ -26,6 +26,7 @@ the baseline's median.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
 import subprocess
@@ -37,8 +38,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common
 
-# What `--imports` looks for: libraries the command line should not need to load.
-HEAVY = ("openai", "opentelemetry", "ninja", "pydantic", "prometheus_client", "httpx", "redis")
+# What `--imports` looks for: libraries a command line should not need to load (the model
+# SDK, the API's library and its pydantic, the OTLP exporter, the HTTP client, PostgreSQL's
+# driver on SQLite). redis (with the OpenTelemetry metrics SDK it imports) and
+# prometheus_client are not among them: django_rq, an installed app, imports them at start.
+HEAVY = ("openai", "ninja", "pydantic", "opentelemetry.exporter", "httpx", "psycopg")
+# A command as `python ARGS` runs it, writing sys.modules to a file as it exits.
+PROBE = """
+import atexit, json, runpy, sys
+written = sys.argv.pop(1)
+atexit.register(lambda: open(written, "w").write(json.dumps(sorted(sys.modules))))
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
 
 BASELINE = "django-admin --version"
 COMMANDS = {
@@ -70,20 +82,19 @@ def run_once(name: str, env: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
-def heavy_imports(name: str, env: dict[str, str]) -> list[str]:
-    """The HEAVY libraries the command imported, from `python -X importtime`."""
-    args = argv(name)
-    found = subprocess.run(
-        [args[0], "-X", "importtime", *args[1:]],
+def heavy_imports(name: str, env: dict[str, str], var_dir: Path) -> list[str]:
+    """The HEAVY libraries the command imported."""
+    written = var_dir / "modules.json"
+    python, *args = argv(name)
+    subprocess.run(
+        [python, "-c", PROBE, str(written), *args],
         cwd=_common.ROOT,
         env=env,
         check=True,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    ).stderr
-    loaded = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in found.splitlines()}
-    return [lib for lib in HEAVY if lib in loaded]
+    )
+    loaded = json.loads(written.read_text())
+    return [lib for lib in HEAVY if any(m == lib or m.startswith(lib + ".") for m in loaded)]
 
 
 def main() -> None:
@@ -117,7 +128,7 @@ def main() -> None:
     if options.imports:
         print(f"\nof {', '.join(HEAVY)}, what each command imports:")
         for name in COMMANDS:
-            print(f"{name:44} {', '.join(heavy_imports(name, envs[name])) or '-'}")
+            print(f"{name:44} {', '.join(heavy_imports(name, envs[name], var_dir)) or '-'}")
     shutil.rmtree(var_dir, ignore_errors=True)
 
 
