@@ -3,6 +3,8 @@
     .venv/bin/python bench/cli_start.py               # 7 rounds
     .venv/bin/python bench/cli_start.py --rounds 15
     .venv/bin/python bench/cli_start.py --imports     # also: the heavy libraries each loads
+    git worktree add /tmp/resumer-before <commit>
+    .venv/bin/python bench/cli_start.py --against /tmp/resumer-before   # before and after
 
 Each command is a new interpreter, as a shell script starting runs would start it:
 
@@ -18,9 +20,9 @@ Each command is a new interpreter, as a shell script starting runs would start i
 
 Settings are a deployment's (DEBUG off, the bench helpers' child environment) with a scratch
 SQLite database and var folder. One unmeasured round first fills the bytecode and file caches;
-then every round runs each command once, in turn, so outside load hits all of them alike.
-It prints the median wall time of each (lowest and highest round beside it) and its ratio to
-the baseline's median.
+then every round runs each command once, in turn (in each checkout, with --against), so
+outside load hits all of them alike. It prints the median wall time of each (lowest and
+highest round beside it) and its ratio to the baseline's median.
 """
 
 from __future__ import annotations
@@ -70,66 +72,81 @@ def argv(name: str) -> list[str]:
     return [sys.executable, "manage.py", *args]
 
 
-def environments(var_dir: Path) -> dict[str, dict[str, str]]:
-    env = _common.child_env(f"sqlite:///{var_dir / 'bench.sqlite3'}", var_dir)
-    bare = {k: v for k, v in env.items() if k != "DJANGO_SETTINGS_MODULE"}
-    return {name: bare if COMMANDS[name] is None else env for name in COMMANDS}
+class Checkout:
+    """A checkout whose commands are measured: its own scratch var folder and database."""
 
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.var_dir = _common.scratch_dir("resumer-clibench-")
+        env = _common.child_env(f"sqlite:///{self.var_dir / 'bench.sqlite3'}", self.var_dir)
+        bare = {k: v for k, v in env.items() if k != "DJANGO_SETTINGS_MODULE"}
+        self.envs = {name: bare if COMMANDS[name] is None else env for name in COMMANDS}
+        self.samples: dict[str, list[float]] = {name: [] for name in COMMANDS}
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--verbosity", "0"],
+            cwd=root,
+            env=env,
+            check=True,
+        )
 
-def run_once(name: str, env: dict[str, str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(argv(name), cwd=_common.ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    def run(self, name: str) -> float:
+        start = time.perf_counter()
+        subprocess.run(
+            argv(name), cwd=self.root, env=self.envs[name], check=True, stdout=subprocess.DEVNULL
+        )
+        return time.perf_counter() - start
 
+    def heavy_imports(self, name: str) -> list[str]:
+        """The HEAVY libraries the command imported."""
+        written = self.var_dir / "modules.json"
+        python, *args = argv(name)
+        subprocess.run(
+            [python, "-c", PROBE, str(written), *args],
+            cwd=self.root,
+            env=self.envs[name],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        loaded = json.loads(written.read_text())
+        return [lib for lib in HEAVY if any(m == lib or m.startswith(lib + ".") for m in loaded)]
 
-def heavy_imports(name: str, env: dict[str, str], var_dir: Path) -> list[str]:
-    """The HEAVY libraries the command imported."""
-    written = var_dir / "modules.json"
-    python, *args = argv(name)
-    subprocess.run(
-        [python, "-c", PROBE, str(written), *args],
-        cwd=_common.ROOT,
-        env=env,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    loaded = json.loads(written.read_text())
-    return [lib for lib in HEAVY if any(m == lib or m.startswith(lib + ".") for m in loaded)]
+    def report(self, rounds: int, imports: bool) -> None:
+        base = statistics.median(self.samples[BASELINE])
+        print(f"\n{self.root}: wall time of a new process, median of {rounds} rounds, DEBUG off")
+        print(f"{'command':44} {'median ms':>10} {'(low-high)':>14} {'× baseline':>10}")
+        for name, times in self.samples.items():
+            med = statistics.median(times)
+            spread = f"({min(times) * 1000:.0f}-{max(times) * 1000:.0f})"
+            print(f"{name:44} {med * 1000:10.0f} {spread:>14} {med / base:9.2f}×")
+        if imports:
+            print(f"of {', '.join(HEAVY)}, what each command imports:")
+            for name in COMMANDS:
+                print(f"{name:44} {', '.join(self.heavy_imports(name)) or '-'}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--imports", action="store_true", help="list the heavy libraries too")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="another checkout (e.g. an older commit's, from git worktree add): its commands "
+        "alternate with this one's in every round, and its figures are printed first",
+    )
     options = parser.parse_args()
 
-    var_dir = _common.scratch_dir("resumer-clibench-")
-    envs = environments(var_dir)
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--verbosity", "0"],
-        cwd=_common.ROOT,
-        env=envs["manage.py --help"],
-        check=True,
-    )
-    for name in COMMANDS:  # caches warm, not measured
-        run_once(name, envs[name])
-    samples: dict[str, list[float]] = {name: [] for name in COMMANDS}
+    checkouts = [Checkout(root) for root in (options.against, _common.ROOT) if root]
+    for checkout in checkouts:  # caches warm, not measured
+        for name in COMMANDS:
+            checkout.run(name)
     for _ in range(options.rounds):
         for name in COMMANDS:
-            samples[name].append(run_once(name, envs[name]))
-
-    base = statistics.median(samples[BASELINE])
-    print(f"\nwall time of a new process, median of {options.rounds} rounds, DEBUG off")
-    print(f"{'command':44} {'median ms':>10} {'(low-high)':>14} {'× baseline':>10}")
-    for name, times in samples.items():
-        med = statistics.median(times)
-        spread = f"({min(times) * 1000:.0f}-{max(times) * 1000:.0f})"
-        print(f"{name:44} {med * 1000:10.0f} {spread:>14} {med / base:9.2f}×")
-    if options.imports:
-        print(f"\nof {', '.join(HEAVY)}, what each command imports:")
-        for name in COMMANDS:
-            print(f"{name:44} {', '.join(heavy_imports(name, envs[name], var_dir)) or '-'}")
-    shutil.rmtree(var_dir, ignore_errors=True)
+            for checkout in checkouts:
+                checkout.samples[name].append(checkout.run(name))
+    for checkout in checkouts:
+        checkout.report(options.rounds, options.imports)
+        shutil.rmtree(checkout.var_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
