@@ -25,8 +25,9 @@ from runs.pipeline import Pipeline
 # server's: checking the URLs imports the whole web stack with the API's library (half a
 # second), and the admin's and templates' checks load every template library, for a command
 # that uses none of them; a script starting runs one at a time paid that at each
-# (bench/cli_start.py). `manage.py check`, the web server and the workers check everything.
-COMMAND_CHECKS = [Tags.models, "resumer", Tags.security]
+# (bench/cli_start.py). `manage.py check` (and runserver) and every worker, as `rqworker`
+# starts, check everything.
+COMMAND_CHECKS = (Tags.models, "resumer", Tags.security)
 
 
 def _load(path: str) -> tuple[Any, str]:
