@@ -8,6 +8,7 @@ reported by the system checks (runs/checks.py), not by an exception here.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -78,18 +79,22 @@ INSTALLED_APPS = [
     "django_htmx",
     "django_rq",
     "axes",
-    # The JSON API's library; installed as an app so its docs page is served from its own
-    # static files (no CDN), which the Content-Security-Policy allows.
-    "ninja",
     "runs",
 ]
+# The JSON API's library (django-ninja) is not an installed app: an app is imported at every
+# start, and ninja's package brings pydantic and its whole machinery, which a command line
+# does not need (bench/cli_start.py; the web server imports it with the URLs). Its docs page's
+# template and static files (Swagger UI from our own origin, no CDN, which the
+# Content-Security-Policy allows) are found here instead (TEMPLATES, STATICFILES_DIRS), and
+# runs/api/api.py renders that page. find_spec locates the package without importing it.
+NINJA_DIR = Path(importlib.util.find_spec("ninja").origin).parent
 # The demo app is the demo pipeline's in-process fact source (and its fault injection and
 # seed_demo): its tables, admin pages and commands belong to a deployment only if it runs it.
 if USES_DEMO:
     INSTALLED_APPS.append("demo")
 
 MIDDLEWARE = [
-    "runs.middleware.RequestIdMiddleware",
+    "runs.request_ids.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "runs.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -116,7 +121,7 @@ WSGI_APPLICATION = "resumer.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [BASE_DIR / "templates", NINJA_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -196,7 +201,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [BASE_DIR / "static", NINJA_DIR / "static"]
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles"))
 # A relative MEDIA_ROOT is taken inside VAR_DIR (the tests' is test-media, beside media).
 MEDIA_ROOT = VAR_DIR / os.environ.get("MEDIA_ROOT", "media")
@@ -338,7 +343,7 @@ if PRODUCTION:
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "runs.middleware.RequestIdFilter"}},
+    "filters": {"request_id": {"()": "runs.request_ids.RequestIdFilter"}},
     "formatters": {
         "plain": {"format": "%(levelname)s %(name)s [request %(request_id)s] %(message)s"}
     },

@@ -2,12 +2,14 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs.checks import COMMAND_CHECKS
 from runs.models import ApprovalMode
 from runs.planning import triage
 from runs.planning.resume import AlreadyApproved, ResumeRefused, approve, load_run
 
 
 class Command(BaseCommand):
+    requires_system_checks = COMMAND_CHECKS
     help = (
         "Approve a run's plan: --strict resume, or --upgrade inputs into a new branch. With "
         "--group, approve every run of a group of plans with the same shape (`plan --groups`)."
