@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
 from functools import cached_property
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.conf import settings
 from django.utils.module_loading import import_string
-from pydantic import BaseModel
 
 from runs.models import Checkpoint, Effect, GateRole, ReplayPolicy, Run
 
@@ -28,6 +27,9 @@ from runs.review import Confirm as Confirm
 from runs.review import OnReject as OnReject
 from runs.review import OnTimeout as OnTimeout
 from runs.review import Review
+
+if TYPE_CHECKING:  # pydantic is loaded by a pipeline that declares a model, not at start
+    from pydantic import BaseModel
 
 KEY_SEPARATOR = "\x1f"
 

@@ -26,6 +26,13 @@ HEAVY = ("openai", "ninja", "pydantic", "opentelemetry.exporter", "google.protob
 )
 # Loaded by the pipelines' HTTP tools, which `start_run --help` imports to list the inputs.
 CLIENT = "httpx"
+# What a command that loads the pipelines may import besides: the demo's charge declares its
+# arguments with a pydantic model (a pipeline's choice, not the command line's).
+PIPELINES_NEED = ("pydantic",)
+
+
+def heavy_beside_the_pipelines(imported: set[str]) -> list[str]:
+    return heavy(imported, tuple(n for n in HEAVY if n not in PIPELINES_NEED))
 
 
 # manage.py as `python manage.py ARGS` runs it, writing sys.modules to a file as it exits
@@ -72,7 +79,7 @@ def test_start_run_help_loads_the_pipelines_but_not_the_model_sdk(tmp_path):
 
     assert result.returncode == 0, result.stderr[-2000:]
     assert "demo.pipeline" in imported
-    assert heavy(imported) == []
+    assert heavy_beside_the_pipelines(imported) == []
 
 
 def test_start_run_help_lists_each_pipelines_inputs_with_their_defaults(tmp_path):
@@ -99,7 +106,7 @@ def test_start_run_checks_the_pipelines_without_loading_the_web_stack(tmp_path):
     assert result.returncode == 1
     assert "unknown pipeline 'no-such-pipeline'" in result.stderr
     assert "resumer.urls" not in imported
-    assert heavy(imported) == []
+    assert heavy_beside_the_pipelines(imported) == []
 
 
 def test_a_pipeline_entry_that_does_not_import_stops_start_run_at_its_checks(tmp_path):
