@@ -21,10 +21,10 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from runs import ids, notify
+from runs.access import roles
 
 # API tokens (runs/api/admin.py) register themselves beside the ledger.
 from runs.api import admin as api_admin  # noqa: F401
-from runs.dashboard import roles
 from runs.dashboard.forms import EffectLedgerForm
 from runs.ledger.append import LedgerError
 from runs.ledger.edits import edit_effect

@@ -2,7 +2,7 @@
 API tokens machines call it with.
 
 Every endpoint calls the same domain function as the dashboard's page for it, and checks the
-same role (runs/dashboard/roles.py); nothing here decides a rule of its own.
+same role (runs/access/roles.py); nothing here decides a rule of its own.
 
     api.py          the NinjaAPI: authentication (a bearer token, or the browser's session with
                     CSRF), the routers, the docs page, the URLs

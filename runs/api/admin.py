@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
 
-from runs.dashboard import roles
+from runs.access import roles
 from runs.models import ApiToken, IdempotentRequest
 
 

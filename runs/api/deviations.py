@@ -11,11 +11,11 @@ from ninja import Router, Schema
 from ninja.responses import codes_4xx
 from pydantic import Field
 
+from runs.access import roles
 from runs.api import idempotency
 from runs.api.common import actor, find_run, require
 from runs.api.problems import Problem
 from runs.api.schemas import ProblemOut
-from runs.dashboard import roles
 from runs.planning.acknowledge import MAX_REASON_CHARS, AcknowledgeRefused, acknowledge
 
 router = Router(tags=["deviations"])

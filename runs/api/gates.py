@@ -12,11 +12,11 @@ from ninja import Query, Router
 from ninja.responses import codes_4xx
 
 from runs import ids
+from runs.access import roles
 from runs.api import idempotency
 from runs.api.common import actor, pk_of, require
 from runs.api.problems import Problem
 from runs.api.schemas import AnsweredOut, AnswerIn, GateOut, GatePage, ProblemOut
-from runs.dashboard import roles
 from runs.gates import answers
 from runs.gates.acts import act_of
 from runs.gates.decision import gate_digest

@@ -11,6 +11,7 @@ from ninja import Query, Router
 from ninja.responses import codes_4xx
 
 from runs import ids
+from runs.access import roles
 from runs.api import idempotency
 from runs.api.common import actor, find_run, money, pk_of, require, run_out
 from runs.api.problems import Problem
@@ -25,7 +26,6 @@ from runs.api.schemas import (
     StartIn,
     StoredPlanOut,
 )
-from runs.dashboard import roles
 from runs.dashboard.forms import InboxFilterForm
 from runs.dashboard.queries import run_page
 from runs.dashboard.queries.inbox import inbox_page

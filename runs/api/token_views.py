@@ -11,8 +11,8 @@ from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_http_methods, require_POST
 
+from runs.access.guards import viewer_required
 from runs.api import common, tokens
-from runs.dashboard.views import viewer_required
 from runs.models import ApiToken
 
 # A person's list; more than this many live tokens is a sign to revoke some.

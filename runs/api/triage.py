@@ -12,6 +12,7 @@ from ninja import Router
 from ninja.responses import codes_4xx
 
 from runs import ids
+from runs.access import roles
 from runs.api import idempotency
 from runs.api.common import actor, money, require
 from runs.api.problems import Problem
@@ -23,7 +24,6 @@ from runs.api.schemas import (
     GroupList,
     ProblemOut,
 )
-from runs.dashboard import roles
 from runs.dashboard.queries.inbox import inbox_groups
 from runs.models import ApprovalMode, GroupApproval
 from runs.planning import triage

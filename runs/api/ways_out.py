@@ -12,12 +12,12 @@ from ninja import Router, Schema
 from ninja.responses import codes_4xx
 from pydantic import Field
 
+from runs.access import roles
 from runs.api import idempotency
 from runs.api.common import actor, find_run, require
 from runs.api.gates import gate_out
 from runs.api.problems import Problem
 from runs.api.schemas import GateOut, ProblemOut
-from runs.dashboard import roles
 from runs.gates.reopen import AskAgainRefused, ask_again
 from runs.models import Gate
 from runs.planning.close_out import MAX_REASON_CHARS, CloseRefused, InvalidReason, close_out

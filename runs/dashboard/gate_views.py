@@ -12,10 +12,11 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from runs.dashboard import roles
+from runs.access import roles
+from runs.access.guards import operator_required, viewer_required
 from runs.dashboard.gate_forms import BulkAnswer, BulkScopeForm, bulk_answer, digests
 from runs.dashboard.queries import gates as gate_queries
-from runs.dashboard.views import _found, operator_required, viewer_required
+from runs.dashboard.views import _found
 from runs.gates import answers
 from runs.gates.acts import act_of, total
 from runs.gates.decision import gate_digest

@@ -1,29 +1,27 @@
 """The operator dashboard. Each view: check who asks, parse, call one domain function, render.
 
 Reading needs any role (viewer, operator, supervisor); approving, and reading what a failed
-stage logged (logs may hold sensitive data), needs operator or supervisor. Both are enforced here on the server, whatever the page showed. Actions are
-POST-only forms with Django's CSRF token; htmx only polls the timeline of an active run.
+stage logged (logs may hold sensitive data), needs operator or supervisor. Both are enforced on
+the server by the guards each view wears (runs/access/guards.py), whatever the page showed.
+Actions are POST-only forms with Django's CSRF token; htmx only polls the timeline of an
+active run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
 from typing import TypeVar
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
-from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseClientRedirect
 
-from runs.dashboard import charts, roles, stats
+from runs.access import roles
+from runs.access.guards import operator_required, viewer_required
+from runs.dashboard import charts, stats
 from runs.dashboard.forms import ApproveForm, GroupApproveForm, InboxFilterForm, PipelineWindowForm
 from runs.dashboard.queries import batches, groups
 from runs.dashboard.queries.artifacts import artifact_view, get_artifact
@@ -37,39 +35,9 @@ from runs.planning import grouping, stored_plans, triage
 from runs.planning.planner import Plan
 from runs.planning.resume import AlreadyApproved, ResumeRefused, approve
 
-View = Callable[..., HttpResponse]
 # How often the inbox asks whether runs came to need a human (runs/dashboard/inbox_views.py).
 INBOX_POLL_SECONDS = 15
 T = TypeVar("T")
-
-
-def role_required(check: Callable[..., bool]) -> Callable[[View], View]:
-    """Log in first, then the role: a logged-in user without it gets 403.
-
-    What a role may read (runs, agent output, artifacts) is kept by no cache, shared or the
-    browser's: every dashboard response is `Cache-Control: private, no-store`."""
-
-    def decorator(view: View) -> View:
-        @wraps(view)
-        def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-            if not request.user.is_authenticated:
-                if request.htmx:
-                    # A poll after the session ended: send the whole page to the login form
-                    # (and back to it afterwards), not the form into the timeline.
-                    page = request.htmx.current_url_abs_path or request.get_full_path()
-                    return HttpResponseClientRedirect(redirect_to_login(page).url)
-                return redirect_to_login(request.get_full_path())
-            if not check(request.user):
-                raise PermissionDenied("Your role does not allow this.")
-            return view(request, *args, **kwargs)
-
-        return cache_control(private=True, no_store=True)(wrapped)
-
-    return decorator
-
-
-viewer_required = role_required(roles.can_view)
-operator_required = role_required(roles.can_approve)
 
 
 def _after(request: HttpRequest) -> int | None:

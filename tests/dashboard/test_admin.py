@@ -15,7 +15,7 @@ from rq.job import Job
 from rq.worker import Worker
 
 from runs import engine
-from runs.dashboard import roles
+from runs.access import roles
 from runs.dashboard.forms import EffectLedgerForm
 from runs.ledger import leases
 from runs.ledger.append import LedgerError, Writer

@@ -20,7 +20,7 @@ from demo import faults
 from demo.management.commands.seed_demo import run_inline
 from demo.models import SimCall
 from demo.simulators import publish_facts
-from runs.dashboard import roles
+from runs.access import roles
 from runs.dashboard.queries import inbox
 from runs.dashboard.stops import ReasonKind
 from runs.execution import sweeper

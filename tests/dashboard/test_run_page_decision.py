@@ -18,7 +18,7 @@ from django.utils import timezone
 from demo.management.commands.seed_demo import run_inline
 from demo.simulators import publish_facts
 from runs import engine
-from runs.dashboard import roles
+from runs.access import roles
 from runs.dashboard.queries import decision as decision_q
 from runs.dashboard.queries.run_page import PlanVerdict, money
 from runs.ledger import leases

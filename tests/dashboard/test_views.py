@@ -19,7 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from demo import faults, simulators
 from demo.management.commands.seed_demo import run_inline
 from demo_service.process import ServiceClient
-from runs.dashboard import roles
+from runs.access import roles
 from runs.dashboard.queries import artifacts, inbox
 from runs.execution import sweeper
 from runs.ledger import edits, leases
