@@ -146,7 +146,7 @@ class Run(models.Model):
 
     class Meta:
         indexes = [
-            # Inbox (runs/dashboard/queries/inbox.py inbox_page, and its reason filters and
+            # Inbox (runs/reads/inbox.py inbox_page, and its reason filters and
             # counts on the attention=0 prefix): needs-a-human first, by severity, then most
             # recently changed; keyset paging.
             models.Index(
@@ -520,7 +520,7 @@ class StageLog(models.Model):
     class Meta:
         constraints = [
             # One row per stage job. The run page's "the run's stage logs, newest first"
-            # (queries/run_page.stage_logs) reads it backwards on this index's (run, token).
+            # (runs/reads/run_page.py, stage_logs) reads it backwards on this index's (run, token).
             models.UniqueConstraint(fields=["run", "token"], name="stagelog_run_token_unique"),
         ]
 

@@ -12,9 +12,9 @@ from django.http import HttpRequest
 
 from runs import ids
 from runs.api.problems import Problem
-from runs.dashboard.queries.inbox import StopFacts
-from runs.dashboard.queries.run_page import get_run
 from runs.models import Run
+from runs.reads.inbox import StopFacts
+from runs.reads.run_page import get_run
 
 _PK = re.compile(r"^[0-9]{1,18}$")
 

@@ -26,15 +26,15 @@ from runs.api.schemas import (
     StartIn,
     StoredPlanOut,
 )
-from runs.dashboard.forms import InboxFilterForm
-from runs.dashboard.queries import run_page
-from runs.dashboard.queries.inbox import inbox_page
 from runs.execution.engine import start_run
 from runs.ledger import leases
 from runs.models import ApprovalMode, Effect, Event, Run, StoredPlan
 from runs.pipeline import InvalidInput, UnknownPipeline
 from runs.planning import stored_plans
 from runs.planning.resume import AlreadyApproved, ResumeRefused, StalePlan, approve
+from runs.reads import run_page
+from runs.reads.filters import InboxFilterForm
+from runs.reads.inbox import inbox_page
 
 router = Router(tags=["runs"])
 PROBLEMS = {codes_4xx: ProblemOut}

@@ -24,10 +24,10 @@ from runs.api.schemas import (
     GroupList,
     ProblemOut,
 )
-from runs.dashboard.queries.inbox import inbox_groups
 from runs.models import ApprovalMode, GroupApproval
 from runs.planning import triage
 from runs.planning.grouping import FINGERPRINT_RE, Group
+from runs.reads.inbox import inbox_groups
 
 router = Router(tags=["groups"])
 PROBLEMS = {codes_4xx: ProblemOut}

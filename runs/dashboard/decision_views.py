@@ -15,8 +15,6 @@ from django.views.decorators.http import require_GET, require_POST
 from runs.access import roles
 from runs.access.guards import operator_required, supervisor_required, viewer_required
 from runs.dashboard.forms import AskAgainForm, CloseOutForm
-from runs.dashboard.queries.effect_page import effect_page, get_effect
-from runs.dashboard.queries.run_page import run_page
 from runs.dashboard.views import _found, _run
 from runs.gates.reopen import AskAgainRefused, ask_again
 from runs.ledger.append import LedgerError
@@ -24,6 +22,8 @@ from runs.models import Effect, Run
 from runs.planning.acknowledge import AcknowledgeRefused, acknowledge
 from runs.planning.close_out import CloseRefused, InvalidReason, close_out
 from runs.planning.target_lookup import LookupRefused, ask_target, record_answer
+from runs.reads.effect_page import effect_page, get_effect
+from runs.reads.run_page import run_page
 
 
 def _actor(request: HttpRequest) -> str:

@@ -15,13 +15,13 @@ from django.views.decorators.http import require_GET, require_POST
 from runs.access import roles
 from runs.access.guards import operator_required, viewer_required
 from runs.dashboard.gate_forms import BulkAnswer, BulkScopeForm, bulk_answer, digests
-from runs.dashboard.queries import gates as gate_queries
 from runs.dashboard.views import _found
 from runs.gates import answers
 from runs.gates.acts import act_of, total
 from runs.gates.decision import gate_digest
 from runs.gates.shared import shared
 from runs.models import Gate, GateRole
+from runs.reads import gates as gate_queries
 
 
 def _gate(run_pk: int, pk: int) -> Gate:

@@ -15,8 +15,8 @@ from django.views.decorators.http import require_GET
 
 from runs.access.guards import viewer_required
 from runs.dashboard.forms import InboxNewsForm
-from runs.dashboard.queries.inbox import new_since
 from runs.dashboard.views import INBOX_POLL_SECONDS as POLL_SECONDS
+from runs.reads.inbox import new_since
 
 
 @require_GET

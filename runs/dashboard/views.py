@@ -22,18 +22,19 @@ from django.views.decorators.http import require_GET, require_POST
 from runs.access import roles
 from runs.access.guards import operator_required, viewer_required
 from runs.dashboard import charts, stats
-from runs.dashboard.forms import ApproveForm, GroupApproveForm, InboxFilterForm, PipelineWindowForm
-from runs.dashboard.queries import batches, groups
-from runs.dashboard.queries.artifacts import artifact_view, get_artifact
-from runs.dashboard.queries.decision import decision
-from runs.dashboard.queries.gates import waiting
-from runs.dashboard.queries.inbox import inbox_groups, inbox_page
-from runs.dashboard.queries.run_page import get_run, run_page, timeline_update
+from runs.dashboard.forms import ApproveForm, GroupApproveForm, PipelineWindowForm
 from runs.ledger import artifacts as artifact_store
 from runs.models import GroupApproval, Run, StoredPlan
 from runs.planning import grouping, stored_plans, triage
 from runs.planning.planner import Plan
 from runs.planning.resume import AlreadyApproved, ResumeRefused, approve
+from runs.reads import batches, groups
+from runs.reads.artifacts import artifact_view, get_artifact
+from runs.reads.decision import decision
+from runs.reads.filters import InboxFilterForm
+from runs.reads.gates import waiting
+from runs.reads.inbox import inbox_groups, inbox_page
+from runs.reads.run_page import get_run, run_page, timeline_update
 
 # How often the inbox asks whether runs came to need a human (runs/dashboard/inbox_views.py).
 INBOX_POLL_SECONDS = 15

@@ -8,7 +8,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from runs.access.guards import operator_required
-from runs.dashboard.queries.workers import workers_page
+from runs.reads.workers import workers_page
 
 
 @require_GET

@@ -15,15 +15,15 @@ from typing import Any
 
 from django.db.models import Count
 
-from runs.dashboard.queries.artifacts import ArtifactRow, artifact_rows
-from runs.dashboard.queries.inbox import InboxFilters
-from runs.dashboard.stops import ReasonKind
 from runs.gates.acts import act_of
 from runs.gates.decision import gate_digest
 from runs.ledger import artifacts as artifact_store
 from runs.ledger.checkpoints import latest_checkpoint
 from runs.models import Checkpoint, Event, Gate, GateStatus, Run
 from runs.pipeline import UnknownPipeline, registry
+from runs.reads.artifacts import ArtifactRow, artifact_rows
+from runs.reads.inbox import InboxFilters
+from runs.reads.stops import ReasonKind
 
 WAITING_LIMIT = 50
 GROUP_LIMIT = 200

@@ -9,11 +9,11 @@ from operator import or_
 
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
-from runs.dashboard import stops
-from runs.dashboard.stops import ReasonKind
 from runs.models import Event, Gate, GateStatus, Run, StoredPlan
 from runs.pipeline import UnknownPipeline, registry
 from runs.planning import grouping
+from runs.reads import stops
+from runs.reads.stops import ReasonKind
 
 # Small enough that the pager is in reach on a phone, where every row is a card.
 INBOX_PAGE_SIZE = 20

@@ -8,9 +8,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from runs.dashboard.queries.artifacts import ArtifactRow, artifact_rows
-from runs.dashboard.queries.decision import Decision, decision
-from runs.dashboard.queries.gates import open_gate_of
 from runs.ledger import artifacts as artifact_store
 from runs.ledger.payload_summary import summarize
 from runs.models import Checkpoint, Effect, Event, Gate, Run, StageLog, StoredPlan
@@ -18,6 +15,9 @@ from runs.pipeline import UnknownPipeline, registry
 from runs.planning import gate_lines, stored_plans
 from runs.planning.contract import Usage
 from runs.planning.planner import Plan
+from runs.reads.artifacts import ArtifactRow, artifact_rows
+from runs.reads.decision import Decision, decision
+from runs.reads.gates import open_gate_of
 
 TIMELINE_PAGE_SIZE = 100
 # The newest stage logs the page lists: a run stops and is resumed a few times at most.

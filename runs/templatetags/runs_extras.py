@@ -16,9 +16,9 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 
 from runs.access import roles
-from runs.dashboard.queries import run_page
 from runs.planning.planner import Action
 from runs.planning.replay import StopKind
+from runs.reads import run_page
 
 register = template.Library()
 

@@ -21,14 +21,14 @@ from demo.management.commands.seed_demo import run_inline
 from demo.models import SimCall
 from demo.simulators import publish_facts
 from runs.access import roles
-from runs.dashboard.queries import inbox
-from runs.dashboard.stops import ReasonKind
 from runs.execution import sweeper
 from runs.ledger import edits
 from runs.ledger.maintenance import maintenance
 from runs.models import ApprovalMode, Effect, Run, StoredPlan
 from runs.planning import stored_plans
 from runs.planning.resume import approve
+from runs.reads import inbox
+from runs.reads.stops import ReasonKind
 from tests.support.plans import (
     TOPIC,
     effect,

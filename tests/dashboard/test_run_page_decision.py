@@ -19,13 +19,13 @@ from demo.management.commands.seed_demo import run_inline
 from demo.simulators import publish_facts
 from runs import engine
 from runs.access import roles
-from runs.dashboard.queries import decision as decision_q
-from runs.dashboard.queries.run_page import PlanVerdict, money
 from runs.ledger import leases
 from runs.ledger.append import Writer, append
 from runs.models import Effect, Event, Gate, Lease, Run
 from runs.planning import stored_plans
 from runs.planning.contract import Usage
+from runs.reads import decision as decision_q
+from runs.reads.run_page import PlanVerdict, money
 from tests.support.plans import (
     TOPIC,
     charge_unknown,
@@ -302,7 +302,7 @@ def test_a_silent_worker_shows_before_the_sweeper_s_verdict(facts, settings):
 
 
 def test_the_events_count_never_says_fewer_than_it_shows(facts):
-    from runs.dashboard.queries.run_page import timeline
+    from runs.reads.run_page import timeline
 
     run = interrupted_with_plan()
     stale = Run.objects.get(pk=run.pk)

@@ -20,7 +20,6 @@ from demo import faults, simulators
 from demo.management.commands.seed_demo import run_inline
 from demo_service.process import ServiceClient
 from runs.access import roles
-from runs.dashboard.queries import artifacts, inbox
 from runs.execution import sweeper
 from runs.ledger import edits, leases
 from runs.ledger.append import Writer, append
@@ -29,6 +28,7 @@ from runs.ledger.maintenance import maintenance
 from runs.models import Checkpoint, Effect, Event, Run, StoredPlan
 from runs.planning import stored_plans
 from runs.planning.planner import compute_plan
+from runs.reads import artifacts, inbox
 
 pytestmark = pytest.mark.django_db
 
