@@ -576,7 +576,7 @@ class GateQuerySet(models.QuerySet):
 class Gate(models.Model):
     """A question a stage asked a human, as the run's events say it: GATE_OPENED opened it,
     HUMAN_ANSWERED answered it. Derived state, written in the same transaction as its event
-    (runs/ledger/gates.py); the events are the record. `subject` is what was asked about (the
+    (runs/gates/rows.py); the events are the record. `subject` is what was asked about (the
     question, its form and initial values; for a confirmation the call's request): a stage
     that runs again asks the same subject once, and a branch whose subject changed asks again."""
 

@@ -10,6 +10,8 @@ the recorded answer and never asks twice.
                   page, and the diff of an answer against what was shown
     decision.py   the one decision about a gate (ask, or use the recorded answer), what a gate
                   is about (its subject) and its shape; the engine and the planner both call it
+    rows.py       the gate rows' writes, each with its event through the ledger's one append
+                  path: opened, answered, expired, reopened, closed with its run
     answers.py    answering: who may, what was shown (the digest), compare-and-set (the
                   deadline on the database's clock included), a quorum of different users,
                   the stage queued again; in bulk

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from runs.ledger import gates as gate_rows
+from runs.gates import rows as gate_rows
 from runs.ledger import leases
 from runs.ledger.append import Writer, append
 from runs.models import Effect, Event, Gate, GateStatus, Run
