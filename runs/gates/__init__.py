@@ -17,6 +17,8 @@ the recorded answer and never asks twice.
                   the stage queued again; in bulk
     acts.py       what approving a call does, in the words its tick names, and their total
     shared.py     what identical gates share: the fields one bulk answer may give
+    recorded.py   what a run's gates recorded: the approved confirmations, the arguments their
+                  calls are made with, a reviewer's edit in the words every page says it
     reopen.py     Ask again: a confirmation whose call its target refused opens again
                   (GATE_REOPENED), the next answer's call under a key revision of its own
     timeouts.py   the sweeper's step: a deadline applies on_timeout, whatever the votes;
