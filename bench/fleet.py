@@ -348,7 +348,7 @@ def child_drill(workers: int, runs: int, outage: float, var_dir: Path) -> None:
     from django.db.models import Max
     from django.utils import timezone
 
-    from runs import enqueue
+    from runs import enqueue, ids
     from runs.models import ApprovalMode, Effect, Event, GroupApproval, Run
     from runs.planning import triage
 
@@ -426,7 +426,7 @@ def child_drill(workers: int, runs: int, outage: float, var_dir: Path) -> None:
                     group.fingerprint,
                     [m.run_pk for m in members],
                     action=ApprovalMode.STRICT,
-                    actor="user:bench-operator",
+                    actor=ids.user_actor("bench-operator"),
                 )
                 enqueue.enqueue_batch(row.pk, row.total)
                 _wait(

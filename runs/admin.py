@@ -350,7 +350,7 @@ class EffectAdmin(RunRowAdmin):
             obj.pk,
             form.changes(),
             reason=form.cleaned_data["reason"],
-            actor=f"user:{request.user.get_username()}",
+            actor=ids.user_actor(request.user),
         )
         messages.info(
             request, f"Recorded as event #{event.seq} (LEDGER_EDITED) of run-{obj.run_id}."

@@ -1,13 +1,20 @@
 """A run's public id, "run-<pk>": the one place it is formatted and parsed (pages, forms, the
 admin's search, commands, messages). At most 18 digits, so any id that parses is inside a
-64-bit primary key: a huge number is "no such run", never a database overflow error.
+64-bit primary key: a huge number is "no such run", never a database overflow error. Any
+other primary key a URL, a form or a query string carries is read here too (`DIGITS`,
+`parse_pk`).
 
-Also the name a worker process holds a lease under, "worker:<hostname>:<pid>": the engine
-takes leases with it, and the workers page matches it to RQ's own record of the process."""
+Also the names events and leases record: a person, "user:<username>", whichever face they
+acted through (a page, the API, the admin, a command); a worker process,
+"worker:<hostname>:<pid>", which the engine takes leases with and the workers page matches to
+RQ's own record of the process.
+
+May import: nothing of runs."""
 
 from __future__ import annotations
 
 import re
+from typing import Protocol
 
 PREFIX = "run-"
 DIGITS = r"[0-9]{1,18}"
@@ -38,6 +45,18 @@ def parse_pk(value: str | None) -> int | None:
         return None
     pk = int(value)
     return pk if pk >= 1 else None
+
+
+USER_PREFIX = "user:"
+
+
+class Named(Protocol):
+    def get_username(self) -> str: ...
+
+
+def user_actor(who: str | Named) -> str:
+    """Who an event records for a person: a signed-in user, or the name a command was given."""
+    return f"{USER_PREFIX}{who if isinstance(who, str) else who.get_username()}"
 
 
 WORKER_PREFIX = "worker:"

@@ -1,6 +1,7 @@
-"""What every endpoint does before its one domain call: check the role, name the actor, find
-the run or the gate that the path names (a 404 problem when it names nothing, whatever the
-text: huge numbers, other scripts' digits)."""
+"""What every endpoint does before its one domain call: check the role, find the run or the
+gate that the path names (a 404 problem when it names nothing, whatever the text: huge
+numbers, other scripts' digits). Who acted is `ids.user_actor(request.user)`, as on every
+other face."""
 
 from __future__ import annotations
 
@@ -23,11 +24,6 @@ def require(request: HttpRequest, check: Callable[[Any], bool]) -> None:
     """The role a page asks for this, or 403."""
     if not check(request.user):
         raise Problem(403, "your role does not allow this", kind="forbidden")
-
-
-def actor(request: HttpRequest) -> str:
-    """Who an event records, as the dashboard writes it."""
-    return f"user:{request.user.get_username()}"
 
 
 def pk_of(text: str | None) -> int | None:

@@ -11,9 +11,10 @@ from ninja import Router, Schema
 from ninja.responses import codes_4xx
 from pydantic import Field
 
+from runs import ids
 from runs.access import roles
 from runs.api import idempotency
-from runs.api.common import actor, find_run, require
+from runs.api.common import find_run, require
 from runs.api.problems import Problem
 from runs.api.schemas import ProblemOut
 from runs.planning.acknowledge import MAX_REASON_CHARS, AcknowledgeRefused, acknowledge
@@ -41,7 +42,7 @@ def acknowledge_deviation(request: HttpRequest, run_id: str, body: AcknowledgeIn
     """The run must have finished after a PLAN_DEVIATED; the acknowledgement is an event in
     its chain, and the run leaves the inbox. A run without a deviation is a 409."""
     require(request, roles.can_approve)
-    run, who = find_run(run_id), actor(request)
+    run, who = find_run(run_id), ids.user_actor(request.user)
 
     def act() -> tuple[int, Any]:
         try:

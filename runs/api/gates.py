@@ -14,7 +14,7 @@ from ninja.responses import codes_4xx
 from runs import ids
 from runs.access import roles
 from runs.api import idempotency
-from runs.api.common import actor, pk_of, require
+from runs.api.common import pk_of, require
 from runs.api.problems import Problem
 from runs.api.schemas import AnsweredOut, AnswerIn, GateOut, GatePage, ProblemOut
 from runs.gates import answers
@@ -88,7 +88,7 @@ def answer_gate(request: HttpRequest, gate_id: str, body: AnswerIn) -> JsonRespo
     deadline passed (`deadline-passed`: the time-out decides), when you voted already, or
     when `digest` is not the gate's (`stale-gate`: the problem's `digest` is the fresh one)."""
     require(request, roles.can_approve)
-    gate, who = find_gate(gate_id), actor(request)
+    gate, who = find_gate(gate_id), ids.user_actor(request.user)
     held = roles.roles(request.user)
 
     def act() -> tuple[int, Any]:

@@ -13,7 +13,7 @@ from ninja.responses import codes_4xx
 from runs import ids
 from runs.access import roles
 from runs.api import idempotency
-from runs.api.common import actor, find_run, money, pk_of, require, run_out
+from runs.api.common import find_run, money, pk_of, require, run_out
 from runs.api.problems import Problem
 from runs.api.schemas import (
     ApprovalOut,
@@ -117,7 +117,7 @@ def read_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
 def create_run(request: HttpRequest, body: StartIn) -> JsonResponse:
     """Pins the inputs and queues the first stage, as `manage.py start_run` does."""
     require(request, roles.can_approve)
-    who = actor(request)
+    who = ids.user_actor(request.user)
 
     def act() -> tuple[int, Any]:
         try:
@@ -260,7 +260,7 @@ def approve_plan(request: HttpRequest, run_id: str, body: ApproveIn) -> JsonResp
     problem carries the fresh plan (`plan`, `fingerprint`). The same approval sent again
     answers as the first did."""
     require(request, roles.can_approve)
-    run, who = find_run(run_id), actor(request)
+    run, who = find_run(run_id), ids.user_actor(request.user)
 
     def act() -> tuple[int, Any]:
         try:

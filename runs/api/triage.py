@@ -14,7 +14,7 @@ from ninja.responses import codes_4xx
 from runs import ids
 from runs.access import roles
 from runs.api import idempotency
-from runs.api.common import actor, money, require
+from runs.api.common import money, require
 from runs.api.problems import Problem
 from runs.api.runs import inbox_form
 from runs.api.schemas import (
@@ -118,7 +118,7 @@ def approve_group(request: HttpRequest, fingerprint: str, body: GroupApproveIn) 
     """200 with what was approved and skipped (409 when nothing was); a group larger than
     RESUMER_GROUP_INLINE is approved by a worker: 202, follow /api/v1/batches/{batch}."""
     require(request, roles.can_approve)
-    fingerprint, who = fingerprint_of(fingerprint), actor(request)
+    fingerprint, who = fingerprint_of(fingerprint), ids.user_actor(request.user)
 
     def act() -> tuple[int, Any]:
         try:

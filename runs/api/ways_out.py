@@ -12,9 +12,10 @@ from ninja import Router, Schema
 from ninja.responses import codes_4xx
 from pydantic import Field
 
+from runs import ids
 from runs.access import roles
 from runs.api import idempotency
-from runs.api.common import actor, find_run, require
+from runs.api.common import find_run, require
 from runs.api.gates import gate_out
 from runs.api.problems import Problem
 from runs.api.schemas import GateOut, ProblemOut
@@ -52,7 +53,7 @@ def close_run(request: HttpRequest, run_id: str, body: CloseIn) -> JsonResponse:
     run that is running, finished, superseded or closed already is a 409; a missing or blank
     reason a 422. The run is never resumed and leaves the inbox; its open gates close."""
     require(request, roles.can_approve)
-    run, who = find_run(run_id), actor(request)
+    run, who = find_run(run_id), ids.user_actor(request.user)
 
     def act() -> tuple[int, Any]:
         try:
@@ -90,7 +91,7 @@ def ask_again_gate(request: HttpRequest, run_id: str, body: AskAgainIn) -> JsonR
     reopens (the run waits) and is answered like any other, its call then made under a new
     key. A run with nothing to ask again is a 409."""
     require(request, roles.can_approve)
-    run, who = find_run(run_id), actor(request)
+    run, who = find_run(run_id), ids.user_actor(request.user)
 
     def act() -> tuple[int, Any]:
         try:

@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from runs import ids
 from runs.access import roles
 from runs.access.guards import operator_required, supervisor_required, viewer_required
 from runs.dashboard.forms import AskAgainForm, CloseOutForm
@@ -26,16 +27,14 @@ from runs.reads.effect_page import effect_page, get_effect
 from runs.reads.run_page import run_page
 
 
-def _actor(request: HttpRequest) -> str:
-    return f"user:{request.user.get_username()}"
-
-
 @require_POST
 @operator_required
 def acknowledge_deviation(request: HttpRequest, pk: int) -> HttpResponse:
     run = _run(pk)
     try:
-        event = acknowledge(run.pk, request.POST.get("reason", ""), actor=_actor(request))
+        event = acknowledge(
+            run.pk, request.POST.get("reason", ""), actor=ids.user_actor(request.user)
+        )
     except AcknowledgeRefused as exc:
         page = run_page(run, None)
         context = {"page": page, "run": run, "ack_error": f"Not acknowledged: {exc}."}
@@ -66,7 +65,9 @@ def ask_again_view(request: HttpRequest, pk: int) -> HttpResponse:
     if not form.is_valid():
         return _refused_page(request, run, 400, ask_error="Not asked: no gate was named.")
     try:
-        gate = ask_again(run.pk, actor=_actor(request), gate_pk=form.cleaned_data["gate"])
+        gate = ask_again(
+            run.pk, actor=ids.user_actor(request.user), gate_pk=form.cleaned_data["gate"]
+        )
     except AskAgainRefused as exc:
         return _refused_page(request, run, 409, ask_error=f"Not asked: {exc}.")
     messages.success(
@@ -85,7 +86,7 @@ def close_run(request: HttpRequest, pk: int) -> HttpResponse:
     if not form.is_valid():
         return _refused_page(request, run, 400, close_form=form)
     try:
-        event = close_out(run.pk, form.cleaned_data["reason"], actor=_actor(request))
+        event = close_out(run.pk, form.cleaned_data["reason"], actor=ids.user_actor(request.user))
     except InvalidReason as exc:
         form.add_error("reason", str(exc))
         return _refused_page(request, run, 400, close_form=form)
@@ -122,7 +123,7 @@ def effect_ask(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
     """Ask the effect's target what it holds: on this POST only, recorded."""
     effect = _effect(run_pk, pk)
     try:
-        event = ask_target(effect.pk, actor=_actor(request))
+        event = ask_target(effect.pk, actor=ids.user_actor(request.user))
     except LookupRefused as exc:
         messages.error(request, f"Not asked: {exc}.")
     else:
@@ -139,7 +140,7 @@ def effect_record(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
     try:
         if not (asked.isascii() and asked.isdigit() and len(asked) <= 12):
             raise LookupRefused("the form did not say which answer to record; ask again")
-        event = record_answer(effect.pk, int(asked), actor=_actor(request))
+        event = record_answer(effect.pk, int(asked), actor=ids.user_actor(request.user))
     except (LookupRefused, LedgerError) as exc:
         messages.error(request, f"Not recorded: {exc}.")
         return redirect("runs:effect", run_pk=effect.run_id, pk=effect.pk)

@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
 
+from runs import ids
 from runs.access import roles
 from runs.access.guards import operator_required, viewer_required
 from runs.dashboard import charts, stats
@@ -180,7 +181,7 @@ def approve_plan(request: HttpRequest, pk: int) -> HttpResponse:
         plan, stored = shown if shown is not None else (None, None)
         return _render_plan(request, run, plan, stored=stored, form=form, status=400)
     action, fingerprint = form.cleaned_data["action"], form.cleaned_data["fingerprint"]
-    actor = f"user:{request.user.get_username()}"
+    actor = ids.user_actor(request.user)
     try:
         approval = approve(run, action, fingerprint, actor=actor)
     except AlreadyApproved as exc:
@@ -254,7 +255,7 @@ def approve_group(request: HttpRequest, fingerprint: str) -> HttpResponse:
     if form.cleaned_data["fingerprint"] != fingerprint:
         form.add_error("fingerprint", "The form names another group than this page's.")
         return _render_group(request, fingerprint, form=form, status=400)
-    actor = f"user:{request.user.get_username()}"
+    actor = ids.user_actor(request.user)
     try:
         outcome = triage.approve_or_queue(
             fingerprint, form.run_ids(), mode=form.cleaned_data["action"], actor=actor
