@@ -17,9 +17,10 @@ import re
 from typing import Protocol
 
 PREFIX = "run-"
-DIGITS = r"[0-9]{1,18}"
-# The largest primary key a page or a form takes: 18 digits, inside any 64-bit key column.
-MAX_PK = 10**18 - 1
+# The longest primary key a URL, a form or a query string carries: inside any 64-bit column.
+MAX_DIGITS = 18
+# For URL converters: a primary key as it appears in a path.
+DIGITS = rf"[0-9]{{1,{MAX_DIGITS}}}"
 # For URL converters: the public id as it appears in a path.
 URL_REGEX = rf"{PREFIX}{DIGITS}"
 _PUBLIC = re.compile(rf"^{PREFIX}({DIGITS})$")
@@ -38,10 +39,10 @@ def parse_run_id(value: str | None, *, bare: bool = False) -> int | None:
 
 
 def parse_pk(value: str | None) -> int | None:
-    """A primary key as a person or a link sends it ("42"): ASCII digits, at most 18 of
-    them; None for anything else (another script's digits, a sign, a huge number)."""
+    """A primary key as a person or a link sends it ("42"): ASCII digits, at most MAX_DIGITS
+    of them; None for anything else (another script's digits, a sign, zero, a huge number)."""
     value = (value or "").strip()
-    if not (value.isascii() and value.isdigit() and len(value) <= 18):
+    if not (value.isascii() and value.isdigit() and len(value) <= MAX_DIGITS):
         return None
     pk = int(value)
     return pk if pk >= 1 else None

@@ -5,7 +5,6 @@ other face."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -17,18 +16,11 @@ from runs.models import Run
 from runs.reads.inbox import StopFacts
 from runs.reads.run_page import get_run
 
-_PK = re.compile(r"^[0-9]{1,18}$")
-
 
 def require(request: HttpRequest, check: Callable[[Any], bool]) -> None:
     """The role a page asks for this, or 403."""
     if not check(request.user):
         raise Problem(403, "your role does not allow this", kind="forbidden")
-
-
-def pk_of(text: str | None) -> int | None:
-    """A primary key typed as ASCII digits (at most 18: inside a 64-bit key), else None."""
-    return int(text) if text is not None and _PK.match(text) else None
 
 
 def run_pk(run_id: str) -> int:

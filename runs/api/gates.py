@@ -14,7 +14,7 @@ from ninja.responses import codes_4xx
 from runs import ids
 from runs.access import roles
 from runs.api import idempotency
-from runs.api.common import pk_of, require
+from runs.api.common import require
 from runs.api.problems import Problem
 from runs.api.schemas import AnsweredOut, AnswerIn, GateOut, GatePage, ProblemOut
 from runs.gates import answers
@@ -40,7 +40,7 @@ def gate_out(gate: Gate) -> dict[str, Any]:
 
 
 def find_gate(gate_id: str) -> Gate:
-    pk = pk_of(gate_id)
+    pk = ids.parse_pk(gate_id)
     gate = Gate.objects.filter(pk=pk).first() if pk is not None else None
     if gate is None:
         raise Problem(404, f"there is no gate {gate_id[:40]!r}", kind="not-found")
@@ -57,7 +57,7 @@ def list_gates(
         raise Problem(400, f"limit is from 1 to {MAX_PAGE}")
     gates = Gate.objects.filter(status=GateStatus.OPEN)
     if after is not None:
-        pk = pk_of(after)
+        pk = ids.parse_pk(after)
         if pk is None:
             raise Problem(400, "after is a gate id (digits), the last of the previous page")
         # Keyset on (created_at, id), compared inside the database (gate_open_idx).

@@ -13,7 +13,7 @@ from ninja.responses import codes_4xx
 from runs import ids
 from runs.access import roles
 from runs.api import idempotency
-from runs.api.common import find_run, money, pk_of, require, run_out
+from runs.api.common import find_run, money, require, run_out
 from runs.api.problems import Problem
 from runs.api.schemas import (
     ApprovalOut,
@@ -51,7 +51,7 @@ def inbox_form(request: HttpRequest) -> InboxFilterForm:
         if pk is None:
             raise Problem(400, "after is a run id (e.g. run-123), the last of the previous page")
         data["after"] = str(pk)
-    if data.get("notice") and pk_of(data["notice"]) is None:
+    if data.get("notice") and ids.parse_pk(data["notice"]) is None:
         raise Problem(400, "notice is a notification's id (digits)")
     form = InboxFilterForm(data)
     if not form.is_valid():
@@ -141,7 +141,8 @@ def events(
     """Events by seq, oldest first, from `after` (exclusive; 0 = the start). Pass
     `next_after` as `after` for the next page; it is null once these are the latest."""
     require(request, roles.can_view)
-    seq = pk_of(after)
+    # A seq, not a pk: 0 is the start of the log.
+    seq = 0 if after == "0" else ids.parse_pk(after)
     if seq is None:
         raise Problem(400, "after is a seq: digits, 0 for the start")
     if not 1 <= limit <= MAX_EVENTS:

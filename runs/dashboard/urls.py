@@ -31,7 +31,7 @@ class RunIdConverter:
 
 
 class IdConverter:
-    regex = r"[0-9]{1,18}"
+    regex = ids.DIGITS
 
     def to_python(self, value: str) -> int:
         return int(value)

@@ -20,7 +20,9 @@ class PkField(forms.Field):
     large for the database among them, is a form error, never a database error."""
 
     widget = forms.HiddenInput
-    default_error_messages = {"invalid": "Not an id: expected a number from 1 to 18 digits."}
+    default_error_messages = {
+        "invalid": f"Not an id: expected a number from 1 to {ids.MAX_DIGITS} digits."
+    }
 
     def to_python(self, value: Any) -> int | None:
         if value in self.empty_values:
