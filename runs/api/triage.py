@@ -31,8 +31,6 @@ from runs.reads.inbox import inbox_groups
 
 router = Router(tags=["groups"])
 PROBLEMS = {codes_4xx: ProblemOut}
-# As the dashboard answers a refused group approval that is not a conflict.
-REFUSAL_STATUS = {triage.BadSelection: 400, triage.NotQueued: 503}
 
 
 def group_out(group: Group) -> dict[str, Any]:
@@ -127,9 +125,7 @@ def approve_group(request: HttpRequest, fingerprint: str, body: GroupApproveIn) 
                 fingerprint, run_ids, mode=ApprovalMode(body.mode), actor=who
             )
         except triage.GroupRefused as exc:
-            raise Problem(
-                REFUSAL_STATUS.get(type(exc), 409), str(exc), kind="group-refused"
-            ) from None
+            raise Problem(exc.status, str(exc), kind="group-refused") from None
         if outcome.queued is not None:
             row = outcome.queued
             return 202, batch_out(row.pk, row.group, row.state, [], [])

@@ -241,11 +241,6 @@ def group_detail(request: HttpRequest, fingerprint: str) -> HttpResponse:
     return _render_group(request, fingerprint)
 
 
-# A refused group approval that is not a conflict with what the runs became: a request that
-# is wrong, or a queue that is down (try again later).
-_GROUP_REFUSAL_STATUS = {triage.BadSelection: 400, triage.NotQueued: 503}
-
-
 @require_POST
 @operator_required
 def approve_group(request: HttpRequest, fingerprint: str) -> HttpResponse:
@@ -261,8 +256,7 @@ def approve_group(request: HttpRequest, fingerprint: str) -> HttpResponse:
             fingerprint, form.run_ids(), mode=form.cleaned_data["action"], actor=actor
         )
     except triage.GroupRefused as exc:
-        status = _GROUP_REFUSAL_STATUS.get(type(exc), 409)
-        return _render_group(request, fingerprint, form=form, refusal=str(exc), status=status)
+        return _render_group(request, fingerprint, form=form, refusal=str(exc), status=exc.status)
     if outcome.queued is not None:
         # A worker approves it; the batch page follows the row.
         return redirect("runs:batch", batch_id=outcome.queued.pk)

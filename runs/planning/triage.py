@@ -65,15 +65,24 @@ __all__ = [
 class GroupRefused(Exception):
     """The batch is refused as a whole (an empty or unapprovable group): nothing was changed."""
 
+    # The HTTP status every face answers it with (the dashboard's page, the API's problem):
+    # a conflict with what the runs became, unless a subclass says otherwise.
+    status = 409
+
 
 class BadSelection(GroupRefused):
     """The request itself is wrong (not a fingerprint, an unknown action or run, nothing
     selected): nothing was changed."""
 
+    status = 400
+
 
 class NotQueued(GroupRefused):
     """A large group's approval was recorded but its job could not be queued: nothing was
     approved, and the GroupApproval row says FAILED, with why."""
+
+    # The queue is down: the same request may succeed later.
+    status = 503
 
 
 # --- Approving a group -----------------------------------------------------------------------
