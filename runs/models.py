@@ -243,7 +243,7 @@ class EventType(models.TextChoices):
     BRANCHED = "BRANCHED", "Branched"
     SUCCEEDED = "SUCCEEDED", "Succeeded"
     LEDGER_EDITED = "LEDGER_EDITED", "Ledger edited"
-    # The verdict on resumed work against the approved plan (runs/contract.py).
+    # The verdict on resumed work against the approved plan (runs/planning/contract.py).
     PLAN_KEPT = "PLAN_KEPT", "Plan kept"
     PLAN_DEVIATED = "PLAN_DEVIATED", "Plan deviated"
     # A stage asked a human and the run waits (runs/gates/); the answer, one per person who
@@ -721,7 +721,7 @@ class StoredPlan(models.Model):
     # unknown; the target has it"). A few entries at most.
     unsettled = models.JSONField(default=dict, blank=True)
 
-    # The group fingerprint of the plan's shape (runs/triage.py): what a human decides on,
+    # The group fingerprint of the plan's shape (runs/planning/grouping.py): what a human decides on,
     # without the run. Runs whose plans share it are approved together.
     shape = models.CharField(max_length=64, blank=True, default="")
 

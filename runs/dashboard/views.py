@@ -131,7 +131,7 @@ def run_timeline(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 @viewer_required
 def plan(request: HttpRequest, pk: int) -> HttpResponse:
-    """The stored plan: a GET never asks a target anything (see runs/stored_plans.py)."""
+    """The stored plan: a GET never asks a target anything (see runs/planning/stored_plans.py)."""
     run = _run(pk)
     shown = stored_plans.shown(run)
     if shown is None:
