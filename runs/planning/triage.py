@@ -113,9 +113,9 @@ class Batch:
     skipped: list[Skipped] = field(default_factory=list)
 
     def outcome(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """What was approved and what skipped, as a GroupApproval row records them and
-        templates/runs/_batch_outcome.html shows them, whether a worker or the request
-        approved the group."""
+        """What was approved and what skipped, as a GroupApproval row records them and the
+        batch's page and the API show them, whether a worker or the request approved the
+        group."""
         approved = [
             {
                 "run": a.run.pk,
