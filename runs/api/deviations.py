@@ -17,7 +17,8 @@ from runs.api import idempotency
 from runs.api.common import find_run, require
 from runs.api.problems import Problem
 from runs.api.schemas import ProblemOut
-from runs.planning.acknowledge import MAX_REASON_CHARS, AcknowledgeRefused, acknowledge
+from runs.ledger.reasons import MAX_REASON_CHARS
+from runs.planning.acknowledge import AcknowledgeRefused, acknowledge
 
 router = Router(tags=["deviations"])
 

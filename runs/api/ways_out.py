@@ -20,8 +20,9 @@ from runs.api.gates import gate_out
 from runs.api.problems import Problem
 from runs.api.schemas import GateOut, ProblemOut
 from runs.gates.reopen import AskAgainRefused, ask_again
+from runs.ledger.reasons import MAX_REASON_CHARS
 from runs.models import Gate
-from runs.planning.close_out import MAX_REASON_CHARS, CloseRefused, InvalidReason, close_out
+from runs.planning.close_out import CloseRefused, InvalidReason, close_out
 
 router = Router(tags=["ways out"])
 PROBLEMS = {codes_4xx: ProblemOut}

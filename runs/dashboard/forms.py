@@ -10,9 +10,9 @@ from django import forms
 
 from runs import ids
 from runs.dashboard import stats
-from runs.ledger.edits import EDITABLE_EFFECT_FIELDS, MAX_EDIT_REASON_CHARS
+from runs.ledger.edits import EDITABLE_EFFECT_FIELDS
+from runs.ledger.reasons import MAX_REASON_CHARS
 from runs.models import ApprovalMode, Effect
-from runs.planning.close_out import MAX_REASON_CHARS as MAX_CLOSE_REASON_CHARS
 from runs.reads.filters import InboxFilterForm, PkField
 
 
@@ -79,7 +79,7 @@ class CloseOutForm(forms.Form):
     again, for every face)."""
 
     reason = forms.CharField(
-        max_length=MAX_CLOSE_REASON_CHARS,
+        max_length=MAX_REASON_CHARS,
         error_messages={"required": "Say why the run is closed out: the reason is recorded."},
     )
 
@@ -170,7 +170,7 @@ class EffectLedgerForm(forms.ModelForm):
 
     reason = forms.CharField(
         label="Reason",
-        max_length=MAX_EDIT_REASON_CHARS,
+        max_length=MAX_REASON_CHARS,
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text="Why this correction is right (e.g. “checked with the card processor: "
         "no charge was made”). Recorded in the run's event log with your user name.",
