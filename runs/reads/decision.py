@@ -13,6 +13,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from runs.gates.acts import third_person
 from runs.gates.reopen import Refusal, refusals
 from runs.ledger import leases
 from runs.models import Effect, Event, Run, StoredPlan
@@ -78,12 +79,6 @@ class Decision:
         return [o for o in (self.strict, self.upgrade) if o is not None]
 
 
-def _third_person(verb: str) -> str:
-    if verb.endswith(("s", "sh", "ch", "x", "z")):
-        return verb + "es"
-    return verb + "s"
-
-
 def _made_again(plan: Plan) -> list[str]:
     """The upgrade's irreversible acts, from the planner's warnings: "publishes a second
     article (the first, art-1, stays)"."""
@@ -103,7 +98,7 @@ def _made_again(plan: Plan) -> list[str]:
             with contextlib.suppress(KeyError):  # a tool the pipeline no longer declares
                 verb = pipeline.tool(name).verb or verb
         noun = name.removeprefix(f"{verb}_").replace("_", " ")
-        acts.append(f"{_third_person(verb)} a second {noun} (the first, {made}, stays)")
+        acts.append(f"{third_person(verb)} a second {noun} (the first, {made}, stays)")
     return acts
 
 
