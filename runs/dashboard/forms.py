@@ -13,6 +13,7 @@ from runs.dashboard import stats
 from runs.ledger.edits import EDITABLE_EFFECT_FIELDS
 from runs.ledger.reasons import MAX_REASON_CHARS
 from runs.models import ApprovalMode, Effect
+from runs.planning.grouping import FINGERPRINT_RE
 from runs.reads.filters import InboxFilterForm, PkField
 
 
@@ -45,12 +46,18 @@ class PipelineWindowForm(forms.Form):
         super().__init__(data, **kwargs)
 
 
+class FingerprintField(forms.RegexField):
+    """A plan's or a group's fingerprint as the page sends it back: 64 hexadecimal characters
+    (runs/planning/grouping.py)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(regex=FINGERPRINT_RE, max_length=64, **kwargs)
+
+
 class ApproveForm(forms.Form):
     # Posted as "action", the name PLAN_APPROVED records the mode under.
     action = forms.TypedChoiceField(choices=ApprovalMode.choices, coerce=ApprovalMode)
-    fingerprint = forms.RegexField(
-        regex=r"^[0-9a-f]{64}$",
-        max_length=64,
+    fingerprint = FingerprintField(
         error_messages={
             "invalid": "This is not a plan's fingerprint: reload the plan and approve it again."
         },
@@ -130,9 +137,7 @@ class GroupApproveForm(forms.Form):
     joined the group since is not approved: nobody saw it."""
 
     action = forms.TypedChoiceField(choices=ApprovalMode.choices, coerce=ApprovalMode)
-    fingerprint = forms.RegexField(
-        regex=r"^[0-9a-f]{64}$",
-        max_length=64,
+    fingerprint = FingerprintField(
         error_messages={
             "invalid": "This is not a group's fingerprint (64 hexadecimal characters): "
             "reload the group and approve it again.",
