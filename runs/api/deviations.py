@@ -8,7 +8,6 @@ from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 from ninja import Router, Schema
-from ninja.responses import codes_4xx
 from pydantic import Field
 
 from runs import ids
@@ -16,7 +15,7 @@ from runs.access import roles
 from runs.api import idempotency
 from runs.api.common import find_run, require
 from runs.api.problems import Problem
-from runs.api.schemas import ProblemOut
+from runs.api.schemas import PROBLEMS
 from runs.ledger.reasons import MAX_REASON_CHARS
 from runs.planning.acknowledge import AcknowledgeRefused, acknowledge
 
@@ -36,7 +35,7 @@ class AcknowledgedOut(Schema):
 
 @router.post(
     "/{run_id}/acknowledge",
-    response={200: AcknowledgedOut, codes_4xx: ProblemOut},
+    response={200: AcknowledgedOut, **PROBLEMS},
     summary="Acknowledge how a finished run departed from its plan (Idempotency-Key)",
 )
 def acknowledge_deviation(request: HttpRequest, run_id: str, body: AcknowledgeIn) -> JsonResponse:

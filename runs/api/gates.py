@@ -9,21 +9,19 @@ from typing import Any
 from django.db.models import Q, Subquery
 from django.http import HttpRequest, JsonResponse
 from ninja import Query, Router
-from ninja.responses import codes_4xx
 
 from runs import ids
 from runs.access import roles
 from runs.api import idempotency
 from runs.api.common import require
 from runs.api.problems import Problem
-from runs.api.schemas import AnsweredOut, AnswerIn, GateOut, GatePage, ProblemOut
+from runs.api.schemas import PROBLEMS, AnsweredOut, AnswerIn, GateOut, GatePage
 from runs.gates import answers
 from runs.gates.acts import act_of
 from runs.gates.decision import gate_digest
 from runs.models import Gate, GateStatus
 
 router = Router(tags=["gates"])
-PROBLEMS = {codes_4xx: ProblemOut}
 MAX_PAGE = 100
 GATE_FIELDS = [name for name in GateOut.model_fields if name not in ("id", "run", "act", "digest")]
 

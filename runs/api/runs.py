@@ -8,7 +8,6 @@ from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 from ninja import Query, Router
-from ninja.responses import codes_4xx
 
 from runs import ids
 from runs.access import roles
@@ -16,11 +15,11 @@ from runs.api import idempotency
 from runs.api.common import find_run, money, require, run_out
 from runs.api.problems import Problem
 from runs.api.schemas import (
+    PROBLEMS,
     ApprovalOut,
     ApproveIn,
     EffectOut,
     EventPage,
-    ProblemOut,
     RunDetailOut,
     RunPage,
     StartIn,
@@ -37,7 +36,6 @@ from runs.reads.filters import InboxFilterForm
 from runs.reads.inbox import inbox_page
 
 router = Router(tags=["runs"])
-PROBLEMS = {codes_4xx: ProblemOut}
 MAX_PAGE = 100
 MAX_EVENTS = 500
 

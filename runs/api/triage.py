@@ -9,7 +9,6 @@ from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 from ninja import Router
-from ninja.responses import codes_4xx
 
 from runs import ids
 from runs.access import roles
@@ -18,11 +17,11 @@ from runs.api.common import money, require
 from runs.api.problems import Problem
 from runs.api.runs import inbox_form
 from runs.api.schemas import (
+    PROBLEMS,
     BatchOut,
     GroupApproveIn,
     GroupDetailOut,
     GroupList,
-    ProblemOut,
 )
 from runs.models import ApprovalMode, GroupApproval
 from runs.planning import triage
@@ -30,7 +29,6 @@ from runs.planning.grouping import FINGERPRINT_RE, Group
 from runs.reads.inbox import inbox_groups
 
 router = Router(tags=["groups"])
-PROBLEMS = {codes_4xx: ProblemOut}
 
 
 def group_out(group: Group) -> dict[str, Any]:

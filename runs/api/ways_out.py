@@ -9,7 +9,6 @@ from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 from ninja import Router, Schema
-from ninja.responses import codes_4xx
 from pydantic import Field
 
 from runs import ids
@@ -18,14 +17,13 @@ from runs.api import idempotency
 from runs.api.common import find_run, require
 from runs.api.gates import gate_out
 from runs.api.problems import Problem
-from runs.api.schemas import GateOut, ProblemOut
+from runs.api.schemas import PROBLEMS, GateOut
 from runs.gates.reopen import AskAgainRefused, ask_again
 from runs.ledger.reasons import MAX_REASON_CHARS
 from runs.models import Gate
 from runs.planning.close_out import CloseRefused, InvalidReason, close_out
 
 router = Router(tags=["ways out"])
-PROBLEMS = {codes_4xx: ProblemOut}
 
 
 class CloseIn(Schema):
