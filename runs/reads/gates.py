@@ -61,16 +61,8 @@ class Waiting:
 
 
 def _open_gates(filters: InboxFilters):
-    gates = Gate.objects.filter(status=GateStatus.OPEN)
-    if filters.pipeline:
-        gates = gates.filter(run__pipeline=filters.pipeline)
-    if filters.run_pk is not None:
-        gates = gates.filter(run_id=filters.run_pk)
-    if filters.stage:
-        gates = gates.filter(stage=filters.stage)
-    if filters.notice is not None:
-        gates = gates.filter(run__notices__notification_id=filters.notice)
-    return gates
+    gates = Gate.objects.filter(filters.of_runs(through="run__"), status=GateStatus.OPEN)
+    return gates.filter(stage=filters.stage) if filters.stage else gates
 
 
 def waiting(filters: InboxFilters, limit: int = WAITING_LIMIT) -> Waiting | None:
