@@ -22,6 +22,8 @@ EDITABLE_EFFECT_FIELDS = ("status", "external_id", "error")
 # back into doubt would only make the next plan ask again what a human already checked.
 RESOLVED_BY_EDIT = (Effect.Status.CONFIRMED, Effect.Status.FAILED, Effect.Status.ABANDONED)
 ENGINE_ONLY_STATUSES = frozenset(Effect.Status.values) - set(RESOLVED_BY_EDIT)
+# An edit's reason refused, in the ledger's words (runs/ledger/reasons.py checks it).
+NO_REASON, WHOSE_REASON = "a ledger edit needs a reason", "a ledger edit's reason"
 
 
 # A run that waits for a human is leased only for a moment (the sweeper that just interrupted
@@ -45,12 +47,7 @@ def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: 
 
     Never silent: it needs a reason, takes the run's lease (so no worker writes beside it),
     and appends LEDGER_EDITED with the user and the before/after values."""
-    reason = checked_reason(
-        reason,
-        missing="a ledger edit needs a reason",
-        refused=LedgerError,
-        what="a ledger edit's reason",
-    )
+    reason = checked_reason(reason, missing=NO_REASON, refused=LedgerError, what=WHOSE_REASON)
     effect, before, after = _checked_changes(effect_pk, changes)
     run = Run.objects.get(pk=effect.run_id)
     if run.is_active:
