@@ -1,6 +1,8 @@
-"""The house rules of runs/ (issue 22), checked on the code itself: a module a reader can
-hold in their head, functions that fit a screen, and imports at the top of the module, where
-they show which way the packages depend on each other."""
+"""The house rules of runs/ (issues 22 and 43), checked on the code itself: a module a reader
+can hold in their head, functions that fit a screen, imports at the top of the module, where
+they show which way the packages depend on each other, and only where each package's
+docstring says they may go; a fact kept in its one place; no comment sending a reader to a
+module that moved."""
 
 from __future__ import annotations
 
