@@ -4,7 +4,7 @@ its worker, lose a call's answer, stall a call or slow every call down.
     start_run("content", {}, actor="cli", faults={"crash": "visual/upload-cover/before"})
 
 The faults are kept in the demo's own table (RunFaults, keyed by the run) and acted on by
-FaultHooks, the call hooks settings.RESUMER_CALL_HOOKS installs (see runs/hooks.py):
+FaultHooks, the call hooks settings.RESUMER_CALL_HOOKS installs (see runs/execution/hooks.py):
 
     crash    "stage/call/before|after"  the worker dies by SIGKILL there, the way an OOM kill
                                         or a lost machine ends it: no cleanup, no last write

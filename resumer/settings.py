@@ -61,7 +61,7 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 # start-up (runs/checks.py). A module of your own only has to be importable (PYTHONPATH).
 RESUMER_PIPELINES = env_list("RESUMER_PIPELINES", "demo.pipeline.content_pipeline")
 USES_DEMO = any(path.split(".")[0] == "demo" for path in RESUMER_PIPELINES)
-# Called around every tool call a worker makes (runs/hooks.py); with the demo, its fault
+# Called around every tool call a worker makes (runs/execution/hooks.py); with the demo, its fault
 # injection, which acts only on runs started with faults (manage.py start_run_with_faults).
 RESUMER_CALL_HOOKS = os.environ.get(
     "RESUMER_CALL_HOOKS", "demo.faults.FaultHooks" if USES_DEMO else ""
@@ -183,7 +183,7 @@ RQ_QUEUES = {
     },
 }
 # django-rq would also mount its pages at /admin/django_rq/ for any staff user; they are
-# mounted once, at /admin/rq/, behind the supervisor role (runs/queue_admin.py).
+# mounted once, at /admin/rq/, behind the supervisor role (runs/dashboard/queue_admin.py).
 RQ_SHOW_ADMIN_LINK = False
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -264,14 +264,14 @@ RESUMER_IDEMPOTENCY_RETENTION_HOURS = float(
 # progress); up to this many are approved within the web request.
 RESUMER_GROUP_INLINE = int(os.environ.get("RESUMER_GROUP_INLINE", "20"))
 # On PostgreSQL, a write whose loss in a database crash the protocol recovers from (a SAFE
-# call's events, a confirmed outcome, a re-use: runs/append.py) commits without waiting for
+# call's events, a confirmed outcome, a re-use: runs/ledger/append.py) commits without waiting for
 # the disk; an intent, a checkpoint, a stop or an approval always waits. Off (0), every commit
 # waits. On SQLite, RESUMER_SQLITE_SYNCHRONOUS decides for every commit, whatever this says.
 RESUMER_DEFER_FLUSH = env_bool("RESUMER_DEFER_FLUSH", True)
 # Payloads above this size are stored as an artifact and referenced from the event.
 RESUMER_INLINE_PAYLOAD_BYTES = 8 * 1024
 RESUMER_MAX_PAYLOAD_BYTES = 5 * 1024 * 1024
-# Key of the HMAC that anchors each run's head (runs/chain.py). It lives in the environment,
+# Key of the HMAC that anchors each run's head (runs/ledger/chain.py). It lives in the environment,
 # never in the database: a database writer without it cannot forge a rewritten history. Unset,
 # heads are not anchored and verify_chain says so; production refuses to start
 # (runs/checks.py, runs.E009) unless RESUMER_ALLOW_UNANCHORED=1 opts out knowingly.

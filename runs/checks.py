@@ -96,7 +96,7 @@ def check_call_hooks(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
         why = problem or f"it is {hooks!r}"
         return [
             Error(
-                f"RESUMER_CALL_HOOKS {path!r} is not a runs.hooks.CallHooks subclass ({why}).",
+                f"RESUMER_CALL_HOOKS {path!r} is not a runs.execution.hooks.CallHooks subclass ({why}).",
                 hint="Give module.Class of a CallHooks subclass, or leave it empty.",
                 obj=path,
                 id="runs.E004",

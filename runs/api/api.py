@@ -4,7 +4,7 @@ A request is authenticated by `Authorization: Bearer <token>` (runs/api/tokens.p
 browser's session; a session's POST needs Django's CSRF token (the `X-CSRFToken` header), as
 the pages' forms do. A bearer token that is not valid (unknown, revoked, its user inactive) is
 refused with 401 and never falls back to a session. Either way the request then acts as that
-user, with their role (runs/dashboard/roles.py)."""
+user, with their role (runs/access/roles.py)."""
 
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ from ninja.errors import AuthenticationError
 from ninja.openapi.docs import Swagger
 from ninja.security import HttpBearer, SessionAuth
 
+from runs.access import roles
 from runs.api import deviations, gates, problems, tokens, triage, ways_out
 from runs.api import runs as run_endpoints
 from runs.api.problems import Problem, problem_response
 from runs.api.schemas import UserOut
-from runs.dashboard import roles
 
 
 class TokenAuth(HttpBearer):

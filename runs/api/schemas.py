@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from ninja import Field, Schema
+from ninja.responses import codes_4xx
 from pydantic import ConfigDict, StringConstraints
 
 Mode = Literal["strict", "upgrade"]
@@ -24,6 +25,10 @@ class ProblemOut(Schema):
     title: str
     status: int
     detail: str
+
+
+# What every endpoint may answer besides its success: a problem, for any 4xx.
+PROBLEMS = {codes_4xx: ProblemOut}
 
 
 class UserOut(Schema):

@@ -9,21 +9,21 @@ from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 from ninja import Router, Schema
-from ninja.responses import codes_4xx
 from pydantic import Field
 
+from runs import ids
+from runs.access import roles
 from runs.api import idempotency
-from runs.api.common import actor, find_run, require
+from runs.api.common import find_run, require
 from runs.api.gates import gate_out
 from runs.api.problems import Problem
-from runs.api.schemas import GateOut, ProblemOut
-from runs.dashboard import roles
+from runs.api.schemas import PROBLEMS, GateOut
 from runs.gates.reopen import AskAgainRefused, ask_again
+from runs.ledger.reasons import MAX_REASON_CHARS
 from runs.models import Gate
-from runs.planning.close_out import MAX_REASON_CHARS, CloseRefused, InvalidReason, close_out
+from runs.planning.close_out import CloseRefused, InvalidReason, close_out
 
 router = Router(tags=["ways out"])
-PROBLEMS = {codes_4xx: ProblemOut}
 
 
 class CloseIn(Schema):
@@ -52,7 +52,7 @@ def close_run(request: HttpRequest, run_id: str, body: CloseIn) -> JsonResponse:
     run that is running, finished, superseded or closed already is a 409; a missing or blank
     reason a 422. The run is never resumed and leaves the inbox; its open gates close."""
     require(request, roles.can_approve)
-    run, who = find_run(run_id), actor(request)
+    run, who = find_run(run_id), ids.user_actor(request.user)
 
     def act() -> tuple[int, Any]:
         try:
@@ -90,7 +90,7 @@ def ask_again_gate(request: HttpRequest, run_id: str, body: AskAgainIn) -> JsonR
     reopens (the run waits) and is answered like any other, its call then made under a new
     key. A run with nothing to ask again is a 409."""
     require(request, roles.can_approve)
-    run, who = find_run(run_id), actor(request)
+    run, who = find_run(run_id), ids.user_actor(request.user)
 
     def act() -> tuple[int, Any]:
         try:

@@ -16,9 +16,9 @@ from typing import Any
 from runs.execution.durable_call import Returned, StageStopped, request_hash
 from runs.execution.hooks import CallHooks
 from runs.gates import arguments, forms
+from runs.gates import rows as gate_rows
 from runs.gates.decision import GateAction, call_subject, decide, question_subject, shape
 from runs.ledger import effects
-from runs.ledger import gates as gate_rows
 from runs.ledger.append import Writer
 from runs.ledger.canonical import canonical_json
 from runs.ledger.chain import digest

@@ -241,7 +241,7 @@ def _ended_unanswered(writer: Writer, stage_name: str) -> bool:
 
 def _job_alive() -> None:
     """Tell RQ the stage job waiting for the database is alive: a job a worker took long ago
-    whose ticket is still pending looks like one its worker died with (runs/sweeper.py)."""
+    whose ticket is still pending looks like one its worker died with (runs/execution/sweeper.py)."""
     job = get_current_job()
     if job is None:
         return

@@ -22,8 +22,8 @@ from django.utils import timezone
 
 from runs import enqueue
 from runs.gates import acts, arguments, forms, shared
+from runs.gates import rows as gate_rows
 from runs.gates.decision import gate_digest
-from runs.ledger import gates as gate_rows
 from runs.ledger import leases
 from runs.ledger.append import Writer
 from runs.models import Gate, GateKind, GateStatus, Run

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
+from runs.gates import rows as gate_rows
 from runs.ledger import derived, leases
-from runs.ledger import gates as gate_rows
 from runs.ledger.append import Writer
 from runs.ledger.derived import Derived
 from runs.models import Effect, EffectStatus, Gate, GateKind, GateStatus, Run

@@ -20,7 +20,7 @@ from django.db.models.functions import Now
 
 from runs import signals
 from runs.gates import answers
-from runs.ledger import gates as gate_rows
+from runs.gates import rows as gate_rows
 from runs.ledger import leases
 from runs.ledger.append import Writer
 from runs.models import Gate, GateStatus, Run

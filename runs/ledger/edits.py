@@ -11,6 +11,7 @@ from django.db.models.functions import Now
 from runs.ledger import leases
 from runs.ledger.append import LedgerError, Writer, announce_stop, append
 from runs.ledger.maintenance import ledger_writes
+from runs.ledger.reasons import checked_reason
 from runs.models import Effect, Event, Run
 
 __all__ = ["EDITABLE_EFFECT_FIELDS", "acquire_briefly", "edit_effect"]
@@ -21,8 +22,8 @@ EDITABLE_EFFECT_FIELDS = ("status", "external_id", "error")
 # back into doubt would only make the next plan ask again what a human already checked.
 RESOLVED_BY_EDIT = (Effect.Status.CONFIRMED, Effect.Status.FAILED, Effect.Status.ABANDONED)
 ENGINE_ONLY_STATUSES = frozenset(Effect.Status.values) - set(RESOLVED_BY_EDIT)
-# A reason is read on the run's timeline: room to say what was checked, not for a pasted log.
-MAX_EDIT_REASON_CHARS = 2000
+# An edit's reason refused, in the ledger's words (runs/ledger/reasons.py checks it).
+NO_REASON, WHOSE_REASON = "a ledger edit needs a reason", "a ledger edit's reason"
 
 
 # A run that waits for a human is leased only for a moment (the sweeper that just interrupted
@@ -46,7 +47,7 @@ def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: 
 
     Never silent: it needs a reason, takes the run's lease (so no worker writes beside it),
     and appends LEDGER_EDITED with the user and the before/after values."""
-    reason = _checked_reason(reason)
+    reason = checked_reason(reason, missing=NO_REASON, refused=LedgerError, what=WHOSE_REASON)
     effect, before, after = _checked_changes(effect_pk, changes)
     run = Run.objects.get(pk=effect.run_id)
     if run.is_active:
@@ -99,18 +100,6 @@ def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: 
         return event
     finally:
         leases.release(run.pk, token)
-
-
-def _checked_reason(reason: str) -> str:
-    """The edit's reason as it is recorded, or LedgerError."""
-    reason = (reason or "").strip()
-    if not reason:
-        raise LedgerError("a ledger edit needs a reason")
-    if len(reason) > MAX_EDIT_REASON_CHARS:
-        raise LedgerError(
-            f"a ledger edit's reason is limited to {MAX_EDIT_REASON_CHARS} characters"
-        )
-    return reason
 
 
 def _checked_changes(

@@ -43,6 +43,17 @@ def ttl_seconds() -> float:
     return float(settings.RESUMER_LEASE_TTL)
 
 
+# A held lease is renewed this many times per TTL, so one late or failed renewal (a slow
+# round, a database hiccup) never lets it run out.
+RENEWALS_PER_TTL = 3
+
+
+def renewal_interval(ttl: float) -> float:
+    """How long a holder goes between renewals: what the heartbeats keep to, and what the run
+    page calls a worker gone silent once it has passed."""
+    return ttl / RENEWALS_PER_TTL
+
+
 def _clock() -> float:
     """Seconds on a clock that never goes back and, where the platform has one, keeps counting
     while the machine is suspended (CLOCK_BOOTTIME): a suspended VM wakes up *past* its
@@ -213,15 +224,15 @@ def holds(run_id: int, token: int) -> bool:
 
 
 class Heartbeats:
-    """The leases this process's stages hold, each renewed every TTL/3 until it is let go
-    or lost; each renewal moves the held lease's deadline (HeldLease), which fences the
-    stage's external calls. One thread per process renews them all: a thread started and
+    """The leases this process's stages hold, each renewed every renewal_interval() until it
+    is let go or lost; each renewal moves the held lease's deadline (HeldLease), which fences
+    the stage's external calls. One thread per process renews them all: a thread started and
     joined for every stage cost more than a short stage's own statements.
 
-    The thread connects for a round of renewals and closes after it: between rounds (TTL/3
-    apart) it holds no connection, so a test database can be dropped and a server restart
-    costs it nothing. A renewal racing a stage's end is harmless: renew() compares the
-    token and the expiry, so it cannot revive a lease the stage gave back."""
+    The thread connects for a round of renewals and closes after it: between rounds it holds
+    no connection, so a test database can be dropped and a server restart costs it nothing.
+    A renewal racing a stage's end is harmless: renew() compares the token and the expiry,
+    so it cannot revive a lease the stage gave back."""
 
     def __init__(self) -> None:
         self._due: dict[HeldLease, float] = {}
@@ -278,7 +289,7 @@ class Heartbeats:
 
 
 def _interval(held: HeldLease) -> float:
-    return max(held.ttl / 3, 0.05)
+    return max(renewal_interval(held.ttl), 0.05)
 
 
 heartbeats = Heartbeats()

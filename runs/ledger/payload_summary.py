@@ -1,5 +1,5 @@
-"""What an event keeps inline when its payload is stored as an artifact: the few fields its
-timeline row shows, cut short.
+"""What an event keeps inline when its payload is stored as an artifact: the few fields that
+say what it was, cut short.
 
 A payload above RESUMER_INLINE_PAYLOAD_BYTES goes to an artifact and the event holds
 {"stored_as": ..., "bytes": ..., "summary": ...}. The summary is part of the event's hashed
@@ -12,7 +12,9 @@ from __future__ import annotations
 from itertools import islice
 from typing import Any
 
-# The payload keys a timeline row reads (templates/runs/_timeline.html).
+# The payload keys that say what an event was: which effect and call, the tool, its outcome,
+# who and why, the branch, how long it took and what it cost. The ledger's own list: a page
+# shows a stored payload by these and no others.
 ROW_FIELDS = (
     "effect",
     "call",

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from runs.ledger import gates as gate_rows
+from runs.gates import rows as gate_rows
 from runs.ledger import leases
 from runs.ledger.append import Writer, append
+from runs.ledger.reasons import checked_reason
 from runs.models import Effect, Event, Gate, GateStatus, Run
 from runs.planning.replay import UNSETTLED
-
-# A reason is read on the run's timeline: room to say why, not for a pasted log.
-MAX_REASON_CHARS = 2000
 
 
 class CloseRefused(Exception):
@@ -33,16 +31,6 @@ class CloseRefused(Exception):
 
 class InvalidReason(CloseRefused):
     """The reason is missing or too long; nothing was written."""
-
-
-def checked_reason(reason: str | None) -> str:
-    """The reason as it is recorded, or InvalidReason."""
-    reason = (reason or "").strip()
-    if not reason:
-        raise InvalidReason("say why the run is closed out: the reason is recorded in its chain")
-    if len(reason) > MAX_REASON_CHARS:
-        raise InvalidReason(f"a reason is limited to {MAX_REASON_CHARS} characters")
-    return reason
 
 
 def _not_stopped(run: Run) -> str:
@@ -64,7 +52,11 @@ def _not_stopped(run: Run) -> str:
 def close_out(run_pk: int, reason: str, *, actor: str) -> Event:
     """Close the stopped run out with `reason`: CLOSED_OUT, the run closed, its open gates
     closed. Raises InvalidReason or CloseRefused, having written nothing."""
-    reason = checked_reason(reason)
+    reason = checked_reason(
+        reason,
+        missing="say why the run is closed out: the reason is recorded in its chain",
+        refused=InvalidReason,
+    )
     with transaction.atomic():
         # The run first, as every writer locks it: an answer, an approval or an Ask again
         # of the same run waits here, and a close-out behind it finds the run moved.

@@ -40,7 +40,7 @@ class EffectLine:
     # stored before it existed.
     kind: str = ""
     # A call made with a reviewer's edits: what changed, by whom, the price asked
-    # (gate_lines.edited); "" otherwise.
+    # (runs/gates/recorded.py, edited); "" otherwise.
     edited: str = ""
     # Why a stopping line stops, for people: the plan's blocker it puts in `blockers`, so a
     # page knows which blocker is whose without reading its words; "" otherwise, and in plans

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from decimal import Decimal
 
-from runs.gates import reopen
+from runs.gates import recorded, reopen
 from runs.ledger import artifacts, derived
 from runs.ledger.chain import digest
 from runs.ledger.checkpoints import latest_checkpoint, manifest_problems
@@ -114,7 +114,7 @@ def _effect_line(
     decision, answer = decide_on(
         tool, call_id, effect, edited_by=edited_by, confirmed_by=confirmed_by
     )
-    price = tool.price_of(gate_lines.call_args(gate, effect))
+    price = tool.price_of(recorded.call_args(gate, effect))
     line = EffectLine(
         stage=stage,
         call_id=call_id,
@@ -129,7 +129,7 @@ def _effect_line(
         # The answer was "not there": the engine asks once more before it calls.
         queries=1 if answer is not None and decision.calls else 0,
         kind=str(decision.kind or ""),
-        edited=gate_lines.edited(gate, effect),
+        edited=recorded.edited(gate, effect),
         reason=decision.reason,
     )
     return line
@@ -209,7 +209,7 @@ def _expected_lines(
     said = derived.said_of([run.pk], effects.values(), after_seq=after_seq)
     disagreeing = _disagreeing(effects, said)
     refused = reopen.confirmed_calls(run, effects.values(), said)
-    approved = gate_lines.approved_calls(run, stages)
+    approved = recorded.approved_calls(run, stages)
     lines, blockers = [], []
     for stage_name in stages:
         stage = pipeline.stage(stage_name)

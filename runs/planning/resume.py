@@ -199,7 +199,7 @@ def _strict(writer: Writer, run: Run, plan: Plan) -> Approval:
             "next_stage": plan.next_stage,
             "pinned_inputs": run.inputs,
             # The approved plan's promise: the engine holds every call of the resumed work
-            # against it (runs/contract.py).
+            # against it (runs/planning/contract.py).
             "contract": Contract.from_plan(
                 plan.fingerprint, ApprovalMode.STRICT, plan.effects, plan.cost_resume, plan.gates
             ).to_payload(),

@@ -15,10 +15,10 @@ from django import template
 from django.utils import timezone
 from django.utils.timesince import timesince
 
-from runs.dashboard import roles
-from runs.dashboard.queries import run_page
+from runs.access import roles
 from runs.planning.planner import Action
 from runs.planning.replay import StopKind, stop_label
+from runs.reads import run_page
 
 register = template.Library()
 

@@ -18,14 +18,14 @@ from django.utils import timezone
 from demo.management.commands.seed_demo import run_inline
 from demo.simulators import publish_facts
 from runs import engine
-from runs.dashboard import roles
-from runs.dashboard.queries import decision as decision_q
-from runs.dashboard.queries.run_page import PlanVerdict, money
+from runs.access import roles
 from runs.ledger import leases
 from runs.ledger.append import Writer, append
 from runs.models import Effect, Event, Gate, Lease, Run, StoredPlan
 from runs.planning import stored_plans
 from runs.planning.contract import Usage
+from runs.reads import decision as decision_q
+from runs.reads.run_page import PlanVerdict, money
 from tests.support.plans import (
     TOPIC,
     charge_unknown,
@@ -342,7 +342,7 @@ def test_a_silent_worker_shows_before_the_sweeper_s_verdict(facts, settings):
 
 
 def test_the_events_count_never_says_fewer_than_it_shows(facts):
-    from runs.dashboard.queries.run_page import timeline
+    from runs.reads.run_page import timeline
 
     run = interrupted_with_plan()
     stale = Run.objects.get(pk=run.pk)

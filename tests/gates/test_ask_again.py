@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 from demo.management.commands.seed_demo import run_inline
-from runs.dashboard.queries.decision import decision
 from runs.gates import answers
 from runs.gates.acts import TICK
 from runs.gates.decision import GateAction, decide
@@ -20,6 +19,7 @@ from runs.models import Effect, Event, Gate, GateStatus, Run
 from runs.planning import stored_plans
 from runs.planning.planner import compute_plan
 from runs.planning.replay import Action, StopKind
+from runs.reads.decision import decision
 from tests.gates import pipelines as gp
 from tests.support.pipelines import registered
 from tests.support.refusals import (

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.conf import settings
 from django.utils import timezone
 
 from runs.gates.acts import third_person
 from runs.gates.reopen import Refusal, refusals
+from runs.ledger import leases
 from runs.models import Effect, Event, Run, StoredPlan
 from runs.planning.plan import MadeAgain
 from runs.planning.planner import Plan
@@ -179,13 +179,13 @@ def plan_pending(run: Run, stored: StoredPlan | None, plan: Plan | None) -> bool
 
 def silent_for(run: Run, now: datetime | None = None) -> int | None:
     """Seconds since the worker holding an active run last renewed its lease, once that is
-    more than a third of the lease's TTL (it renews every third): before the sweeper's
+    longer than it goes between renewals (leases.renewal_interval): before the sweeper's
     verdict, which comes when the lease has run out."""
     lease = getattr(run, "lease", None)
     if not run.is_active or lease is None or not lease.holder or lease.heartbeat_at is None:
         return None
     silence = ((now or timezone.now()) - lease.heartbeat_at).total_seconds()
-    return int(silence) if silence > float(settings.RESUMER_LEASE_TTL) / 3 else None
+    return int(silence) if silence > leases.renewal_interval(leases.ttl_seconds()) else None
 
 
 def closed_out(run: Run) -> dict | None:

@@ -11,7 +11,7 @@ one was computed after the stop, or else what the tool's replay policy alone say
     publish timed out; the target has it: the resume records it, no second publish
     promote-charge timed out: a supervisor must decide
 
-Pure: no query, no target. The inbox (runs/dashboard/queries/inbox.py) gathers the events and
+Pure: no query, no target. The inbox (runs/reads/inbox.py) gathers the events and
 plans.
 """
 

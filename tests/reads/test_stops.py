@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from runs.dashboard.stops import MAX_CHARS, RESOLVED, sentence
 from runs.models import EventType, ReplayPolicy
 from runs.planning.replay import Action
+from runs.reads.stops import MAX_CHARS, RESOLVED, sentence
 
 LEASE_RAN_OUT = {
     "reason": "the worker stopped renewing its lease",
