@@ -261,20 +261,17 @@ def record(
             or answer_data.get("decision") in (forms.REJECT, forms.REQUEST_CHANGES)
         )
         ticket = uuid.uuid4().hex if final else ""
-        # A waiting run holds no lease: taking it over fences nobody, and gives the answer a
-        # token to write under, like an approval.
-        token = leases.acquire(run.pk, actor, takeover=True)
-        gate_rows.record_answer(
-            Writer(run.pk, token, actor),
-            gate,
-            answer_data,
-            diff,
-            final=final,
-            ticket=ticket,
-            user=user,
-            timed_out=timed_out,
-        )
-        leases.release(run.pk, token)
+        with leases.taken_over(run.pk, actor) as token:
+            gate_rows.record_answer(
+                Writer(run.pk, token, actor),
+                gate,
+                answer_data,
+                diff,
+                final=final,
+                ticket=ticket,
+                user=user,
+                timed_out=timed_out,
+            )
         if final:
             stage = gate.stage
             transaction.on_commit(lambda: enqueue.dispatch(run.pk, stage, ticket))

@@ -145,9 +145,6 @@ def ask_again(run_pk: int, *, actor: str, gate_pk: int | None = None) -> Gate:
             )
         refusal = found[0]
         gate = Gate.objects.select_for_update().get(pk=refusal.gate.pk)
-        # A stopped run holds no lease; taking it over fences nobody and gives the event a
-        # token to be written under, as an answer's does.
-        token = leases.acquire(run.pk, actor, takeover=True)
-        gate_rows.reopen(Writer(run.pk, token, actor), gate, refusal.effect)
-        leases.release(run.pk, token)
+        with leases.taken_over(run.pk, actor) as token:
+            gate_rows.reopen(Writer(run.pk, token, actor), gate, refusal.effect)
     return gate

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from django.db import transaction
 from django.db.models.functions import Now
 
 from runs.ledger import leases
@@ -14,7 +12,7 @@ from runs.ledger.maintenance import ledger_writes
 from runs.ledger.reasons import checked_reason
 from runs.models import Effect, Event, Run
 
-__all__ = ["EDITABLE_EFFECT_FIELDS", "acquire_briefly", "edit_effect"]
+__all__ = ["EDITABLE_EFFECT_FIELDS", "EDIT_LEASE_WAIT", "edit_effect"]
 
 EDITABLE_EFFECT_FIELDS = ("status", "external_id", "error")
 # What a supervisor may resolve an effect as: it happened (confirmed, with its external id),
@@ -29,17 +27,6 @@ NO_REASON, WHOSE_REASON = "a ledger edit needs a reason", "a ledger edit's reaso
 # A run that waits for a human is leased only for a moment (the sweeper that just interrupted
 # it finishing its commit, an approval being refused): an edit waits that long before saying so.
 EDIT_LEASE_WAIT = 2.0
-
-
-def acquire_briefly(run_pk: int, actor: str) -> int | None:
-    deadline = time.monotonic() + EDIT_LEASE_WAIT
-    while True:
-        try:
-            return leases.acquire(run_pk, actor)
-        except leases.LeaseBusy:
-            if time.monotonic() > deadline:
-                return None
-        time.sleep(0.05)
 
 
 def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: str) -> Event:
@@ -62,11 +49,8 @@ def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: 
             f"{run.public_id} is {run.get_status_display().lower()}: its ledger is edited only "
             "while the run is stopped (interrupted, failed or needing approval)"
         )
-    token = acquire_briefly(run.pk, actor)
-    if token is None:
-        raise LedgerError(f"{run.public_id} is leased by a worker right now")
     try:
-        with transaction.atomic():
+        with leases.writing(run.pk, actor, wait=EDIT_LEASE_WAIT) as token:
             event = append(
                 Writer(run.pk, token, actor),
                 Event.Type.LEDGER_EDITED,
@@ -97,9 +81,9 @@ def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: 
                 previous_status=run.status,
                 event_type=event.type,
             )
-        return event
-    finally:
-        leases.release(run.pk, token)
+    except leases.LeaseBusy:
+        raise LedgerError(f"{run.public_id} is leased by a worker right now") from None
+    return event
 
 
 def _checked_changes(

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
@@ -206,6 +208,46 @@ def release(run_id: int, token: int) -> bool:
     db = connections[DEFAULT_DB_ALIAS]
     with boundary_for(db).cursor(db) as cursor:
         return boundary_for(db).release_lease(cursor, run_id, token)
+
+
+@contextmanager
+def taken_over(run_id: int, holder: str) -> Iterator[int]:
+    """The run's lease for a write inside the caller's transaction, taken over and given back
+    after it. Whoever takes it over has decided the run has no live holder (a stopped or a
+    waiting run holds none): the token's bump fences any holder left behind. An exception
+    leaves the release to the transaction's rollback, which undoes the take with the write."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("taken_over() writes inside its caller's transaction; open one")
+    token = acquire(run_id, holder, takeover=True)
+    yield token
+    release(run_id, token)
+
+
+@contextmanager
+def writing(
+    run_id: int, holder: str, *, takeover: bool = False, wait: float = 0.0
+) -> Iterator[int]:
+    """The run's lease for one transaction's writes, run in the block: taken (over, with
+    `takeover`; else a free one, waiting up to `wait` seconds for it), and released after the
+    transaction however it ended, so a refused write leaves the lease free too. LeaseBusy
+    when the lease could not be had: nothing was written."""
+    token = _acquire_waiting(run_id, holder, takeover=takeover, wait=wait)
+    try:
+        with transaction.atomic():
+            yield token
+    finally:
+        release(run_id, token)
+
+
+def _acquire_waiting(run_id: int, holder: str, *, takeover: bool, wait: float) -> int:
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return acquire(run_id, holder, takeover=takeover)
+        except LeaseBusy:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
 
 
 def released_on_commit(held: HeldLease) -> None:

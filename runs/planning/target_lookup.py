@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
-
-from runs.ledger import leases
+from runs.ledger import edits, leases
 from runs.ledger.append import LedgerError, Writer, append
-from runs.ledger.edits import acquire_briefly, edit_effect
+from runs.ledger.edits import edit_effect
 from runs.ledger.exchanges import exchanges_payload, recording
 from runs.models import Effect, Event, Run
 from runs.pipeline import registry
@@ -48,9 +46,6 @@ def ask_target(effect_pk: int, *, actor: str) -> Event:
             answer = tool.reconcile(effect)
         except Exception as exc:  # a target that cannot answer is recorded as such
             error = str(exc) or type(exc).__name__
-    token = acquire_briefly(run.pk, actor)
-    if token is None:
-        raise LookupRefused(f"{run.public_id} is leased by a worker right now")
     said = {
         "found": bool(answer and answer.found),
         "matches": bool(answer and answer.found and answer.matches),
@@ -59,7 +54,7 @@ def ask_target(effect_pk: int, *, actor: str) -> Event:
         "error": error[:2000],
     }
     try:
-        with transaction.atomic():
+        with leases.writing(run.pk, actor, wait=edits.EDIT_LEASE_WAIT) as token:
             return append(
                 Writer(run.pk, token, actor),
                 Event.Type.TARGET_ASKED,
@@ -77,8 +72,8 @@ def ask_target(effect_pk: int, *, actor: str) -> Event:
                     ),
                 },
             )
-    finally:
-        leases.release(run.pk, token)
+    except leases.LeaseBusy:
+        raise LookupRefused(f"{run.public_id} is leased by a worker right now") from None
 
 
 def record_answer(effect_pk: int, asked_seq: int, *, actor: str) -> Event:
