@@ -17,17 +17,12 @@ from runs.api import idempotency
 from runs.api.common import find_run, require
 from runs.api.gates import gate_out
 from runs.api.problems import Problem
-from runs.api.schemas import PROBLEMS, GateOut
+from runs.api.schemas import PROBLEMS, GateOut, ReasonIn
 from runs.gates.reopen import AskAgainRefused, ask_again
-from runs.ledger.reasons import MAX_REASON_CHARS
 from runs.models import Gate
 from runs.planning.close_out import CloseRefused, InvalidReason, close_out
 
 router = Router(tags=["ways out"])
-
-
-class CloseIn(Schema):
-    reason: str = Field(min_length=1, max_length=MAX_REASON_CHARS)
 
 
 class ClosedOut(Schema):
@@ -47,7 +42,7 @@ class ClosedOut(Schema):
     response={200: ClosedOut, **PROBLEMS},
     summary="Close a stopped run out, with a reason (Idempotency-Key honoured)",
 )
-def close_run(request: HttpRequest, run_id: str, body: CloseIn) -> JsonResponse:
+def close_run(request: HttpRequest, run_id: str, body: ReasonIn) -> JsonResponse:
     """The run must be stopped (interrupted, failed, needing approval, waiting at a gate): a
     run that is running, finished, superseded or closed already is a 409; a missing or blank
     reason a 422. The run is never resumed and leaves the inbox; its open gates close."""
