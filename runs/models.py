@@ -199,6 +199,16 @@ class Run(models.Model):
             return RunSeverity.INTERRUPTED
         return RunSeverity.FAILED
 
+    @classmethod
+    def locked(cls, pk: int, *, missing: type[Exception]) -> Run:
+        """The run, its row locked for the caller's transaction. Every writer locks the run
+        first, so a person's act (an answer, an approval, an Ask again, a close-out) on the
+        same run waits here and then finds it moved. `missing`, saying so, for no such run."""
+        run = cls.objects.select_for_update().filter(pk=pk).first()
+        if run is None:
+            raise missing(f"there is no run {pk}")
+        return run
+
     @property
     def is_active(self) -> bool:
         return self.status in self.ACTIVE

@@ -130,11 +130,7 @@ def ask_again(run_pk: int, *, actor: str, gate_pk: int | None = None) -> Gate:
     run's only one): GATE_REOPENED with the refused attempt, the gate open again without an
     answer, the run waiting. Raises AskAgainRefused, having written nothing."""
     with transaction.atomic():
-        # The run first, as every writer locks it: an answer, an approval or a close-out of
-        # the same run waits here, and finds it moved.
-        run = Run.objects.select_for_update().filter(pk=run_pk).first()
-        if run is None:
-            raise AskAgainRefused(f"there is no run {run_pk}")
+        run = Run.locked(run_pk, missing=AskAgainRefused)
         found = [r for r in refusals(run) if gate_pk is None or r.gate.pk == gate_pk]
         if not found:
             raise AskAgainRefused(_why_not(run))

@@ -27,9 +27,7 @@ def acknowledge(run_pk: int, reason: str, *, actor: str) -> Event:
         refused=AcknowledgeRefused,
     )
     with transaction.atomic():
-        run = Run.objects.select_for_update().filter(pk=run_pk).first()
-        if run is None:
-            raise AcknowledgeRefused(f"there is no run {run_pk}")
+        run = Run.locked(run_pk, missing=AcknowledgeRefused)
         if not run.deviated:
             raise AcknowledgeRefused(f"{run.public_id} has no deviation to acknowledge")
         if run.status != Run.Status.SUCCEEDED:

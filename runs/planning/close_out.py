@@ -58,11 +58,7 @@ def close_out(run_pk: int, reason: str, *, actor: str) -> Event:
         refused=InvalidReason,
     )
     with transaction.atomic():
-        # The run first, as every writer locks it: an answer, an approval or an Ask again
-        # of the same run waits here, and a close-out behind it finds the run moved.
-        run = Run.objects.select_for_update().filter(pk=run_pk).first()
-        if run is None:
-            raise CloseRefused(f"there is no run {run_pk}")
+        run = Run.locked(run_pk, missing=CloseRefused)
         if not run.is_stopped:
             raise CloseRefused(_not_stopped(run))
         unsettled = [

@@ -211,3 +211,12 @@ def test_the_gate_decision_says_it_was_asked_again():
 
     assert decision.action == GateAction.ASK
     assert "asked again after the target refused attempt 1" in decision.said
+
+
+def test_ask_again_of_an_unknown_run_is_refused_and_writes_nothing():
+    before = Event.objects.count()
+
+    with pytest.raises(AskAgainRefused, match="there is no run 987654"):
+        ask_again(987654, actor="user:ana")
+
+    assert Event.objects.count() == before
