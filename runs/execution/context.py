@@ -50,7 +50,16 @@ class StageContext:
         self.contract = contract
         self.usage = Usage()
         self.state = StageState(
-            self, writer, held, run, pipeline, spec, self.hooks, self.usage, contract, deviated
+            ctx=self,
+            writer=writer,
+            held=held,
+            run=run,
+            pipeline=pipeline,
+            spec=spec,
+            hooks=self.hooks,
+            usage=self.usage,
+            contract=contract,
+            deviated=deviated,
         )
         self._gates = Asking(self.state)
         # A call that needs a human's confirmation asks the gates first.
