@@ -32,7 +32,7 @@ interrupted run was interrupted within max(lease TTL, queue grace) + sweep inter
 first sweeper running after Redis came back (workers run with a deployment's timing: lease TTL
 30 s, sweep interval 15 s, queue grace 10 s; FLEET_LEASE_TTL, FLEET_SWEEP_INTERVAL and
 FLEET_QUEUE_GRACE change them), groups the stopped runs by plan shape
-(runs/triage.py), approves every group as the dashboard does for a large group (recorded by
+(runs/planning/triage.py), approves every group as the dashboard does for a large group (recorded by
 triage.start_batch, carried out by a worker of the fleet), waits for every run to succeed and counts paid calls per delivery key at the target (bench/_fleet_pipeline.py).
 """
 
@@ -348,7 +348,7 @@ def child_drill(workers: int, runs: int, outage: float, var_dir: Path) -> None:
     from django.db.models import Max
     from django.utils import timezone
 
-    from runs import enqueue
+    from runs import enqueue, ids
     from runs.models import ApprovalMode, Effect, Event, GroupApproval, Run
     from runs.planning import triage
 
@@ -426,7 +426,7 @@ def child_drill(workers: int, runs: int, outage: float, var_dir: Path) -> None:
                     group.fingerprint,
                     [m.run_pk for m in members],
                     action=ApprovalMode.STRICT,
-                    actor="user:bench-operator",
+                    actor=ids.user_actor("bench-operator"),
                 )
                 enqueue.enqueue_batch(row.pk, row.total)
                 _wait(

@@ -1,4 +1,4 @@
-"""Event appends per second through runs.append.append(), beside the same database's plain INSERT.
+"""Event appends per second through runs.ledger.append.append(), beside the same database's plain INSERT.
 
     .venv/bin/python bench/ledger_append.py                  # SQLite and PostgreSQL
     .venv/bin/python bench/ledger_append.py --db sqlite      # one of them
@@ -220,7 +220,7 @@ def main() -> None:
         return
 
     print(
-        f"runs.append.append vs plain INSERT: {args.events} events per round, "
+        f"runs.ledger.append.append vs plain INSERT: {args.events} events per round, "
         f"{args.rounds} rounds (median), one event per transaction"
     )
     summary: list[tuple[str, dict]] = []

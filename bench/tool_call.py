@@ -24,7 +24,7 @@ load hits all alike:
   * safe-flushed, idempotent-flushed (PostgreSQL only): safe and idempotent with
                      RESUMER_DEFER_FLUSH off, every commit waiting for the disk. By default a
                      SAFE call's events, a confirmed outcome and a re-use do not wait (an
-                     intent does: runs/append.py); these show what that buys. SQLite's
+                     intent does: runs/ledger/append.py); these show what that buys. SQLite's
                      settings never wait for the disk, so there they would repeat safe and
                      idempotent;
   * http, http-flushed: an IDEMPOTENT http_tool (runs/tools/http.py) POSTing to a tiny local
@@ -34,7 +34,7 @@ load hits all alike:
                      the same with RESUMER_DEFER_FLUSH off. The ratio printed is what the
                      deferred outcome buys a real HTTP call (issue 29). Run on SQLite too,
                      where no commit waits for the disk: there the ratio is the noise;
-  * append:          one runs.append.append() of a TOOL_RESULT-sized event, in its own
+  * append:          one runs.ledger.append.append() of a TOOL_RESULT-sized event, in its own
                      transaction, by a lease holder;
   * event-row:       one INSERT of that event's row into the ledger's event table, committed,
                      with no fence, no chain and no head move: what the table itself costs

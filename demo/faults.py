@@ -4,7 +4,7 @@ its worker, lose a call's answer, stall a call or slow every call down.
     start_run("content", {}, actor="cli", faults={"crash": "visual/upload-cover/before"})
 
 The faults are kept in the demo's own table (RunFaults, keyed by the run) and acted on by
-FaultHooks, the call hooks settings.RESUMER_CALL_HOOKS installs (see runs/hooks.py):
+FaultHooks, the call hooks settings.RESUMER_CALL_HOOKS installs (see runs/execution/hooks.py):
 
     crash    "stage/call/before|after"  the worker dies by SIGKILL there, the way an OOM kill
                                         or a lost machine ends it: no cleanup, no last write
@@ -241,7 +241,7 @@ class FaultHooks(CallHooks):
         if faults is None or ctx.run.attempt != 0:
             return
         if faults.timeout == f"{ctx.stage}/{call_id}/after":
-            raise OutcomeUnknown(f"{call_id} did not answer in time")
+            raise OutcomeUnknown(f"{call_id} did not answer in time", timed_out=True)
         if faults.crash == f"{ctx.stage}/{call_id}/after":
             _die(ctx, call_id, "after")
 

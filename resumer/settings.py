@@ -8,6 +8,7 @@ reported by the system checks (runs/checks.py), not by an exception here.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -60,7 +61,7 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 # start-up (runs/checks.py). A module of your own only has to be importable (PYTHONPATH).
 RESUMER_PIPELINES = env_list("RESUMER_PIPELINES", "demo.pipeline.content_pipeline")
 USES_DEMO = any(path.split(".")[0] == "demo" for path in RESUMER_PIPELINES)
-# Called around every tool call a worker makes (runs/hooks.py); with the demo, its fault
+# Called around every tool call a worker makes (runs/execution/hooks.py); with the demo, its fault
 # injection, which acts only on runs started with faults (manage.py start_run_with_faults).
 RESUMER_CALL_HOOKS = os.environ.get(
     "RESUMER_CALL_HOOKS", "demo.faults.FaultHooks" if USES_DEMO else ""
@@ -78,18 +79,22 @@ INSTALLED_APPS = [
     "django_htmx",
     "django_rq",
     "axes",
-    # The JSON API's library; installed as an app so its docs page is served from its own
-    # static files (no CDN), which the Content-Security-Policy allows.
-    "ninja",
     "runs",
 ]
+# The JSON API's library (django-ninja) is not an installed app: an app is imported at every
+# start, and ninja's package brings pydantic and its whole machinery, which a command line
+# does not need (bench/cli_start.py; the web server imports it with the URLs). Its docs page's
+# template and static files (Swagger UI from our own origin, no CDN, which the
+# Content-Security-Policy allows) are found here instead (TEMPLATES, STATICFILES_DIRS), and
+# runs/api/api.py renders that page. find_spec locates the package without importing it.
+NINJA_DIR = Path(importlib.util.find_spec("ninja").origin).parent
 # The demo app is the demo pipeline's in-process fact source (and its fault injection and
 # seed_demo): its tables, admin pages and commands belong to a deployment only if it runs it.
 if USES_DEMO:
     INSTALLED_APPS.append("demo")
 
 MIDDLEWARE = [
-    "runs.middleware.RequestIdMiddleware",
+    "runs.request_ids.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "runs.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -116,7 +121,7 @@ WSGI_APPLICATION = "resumer.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [BASE_DIR / "templates", NINJA_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -178,7 +183,7 @@ RQ_QUEUES = {
     },
 }
 # django-rq would also mount its pages at /admin/django_rq/ for any staff user; they are
-# mounted once, at /admin/rq/, behind the supervisor role (runs/queue_admin.py).
+# mounted once, at /admin/rq/, behind the supervisor role (runs/dashboard/queue_admin.py).
 RQ_SHOW_ADMIN_LINK = False
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -196,7 +201,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [BASE_DIR / "static", NINJA_DIR / "static"]
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles"))
 # A relative MEDIA_ROOT is taken inside VAR_DIR (the tests' is test-media, beside media).
 MEDIA_ROOT = VAR_DIR / os.environ.get("MEDIA_ROOT", "media")
@@ -259,14 +264,14 @@ RESUMER_IDEMPOTENCY_RETENTION_HOURS = float(
 # progress); up to this many are approved within the web request.
 RESUMER_GROUP_INLINE = int(os.environ.get("RESUMER_GROUP_INLINE", "20"))
 # On PostgreSQL, a write whose loss in a database crash the protocol recovers from (a SAFE
-# call's events, a confirmed outcome, a re-use: runs/append.py) commits without waiting for
+# call's events, a confirmed outcome, a re-use: runs/ledger/append.py) commits without waiting for
 # the disk; an intent, a checkpoint, a stop or an approval always waits. Off (0), every commit
 # waits. On SQLite, RESUMER_SQLITE_SYNCHRONOUS decides for every commit, whatever this says.
 RESUMER_DEFER_FLUSH = env_bool("RESUMER_DEFER_FLUSH", True)
 # Payloads above this size are stored as an artifact and referenced from the event.
 RESUMER_INLINE_PAYLOAD_BYTES = 8 * 1024
 RESUMER_MAX_PAYLOAD_BYTES = 5 * 1024 * 1024
-# Key of the HMAC that anchors each run's head (runs/chain.py). It lives in the environment,
+# Key of the HMAC that anchors each run's head (runs/ledger/chain.py). It lives in the environment,
 # never in the database: a database writer without it cannot forge a rewritten history. Unset,
 # heads are not anchored and verify_chain says so; production refuses to start
 # (runs/checks.py, runs.E009) unless RESUMER_ALLOW_UNANCHORED=1 opts out knowingly.
@@ -338,7 +343,7 @@ if PRODUCTION:
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "runs.middleware.RequestIdFilter"}},
+    "filters": {"request_id": {"()": "runs.request_ids.RequestIdFilter"}},
     "formatters": {
         "plain": {"format": "%(levelname)s %(name)s [request %(request_id)s] %(message)s"}
     },

@@ -2,10 +2,10 @@
 effect ledger.
 
 Runs, events, checkpoints, artifacts and leases only ever change through the append path
-(runs/append.py), so here they can be looked at, never added, changed or deleted. An effect
+(runs/ledger/append.py), so here they can be looked at, never added, changed or deleted. An effect
 can be changed by a supervisor, and the change goes through edits.edit_effect(): a reason is
 required and a LEDGER_EDITED event records who changed what. Access follows the dashboard's
-roles (runs/roles.py), not model permissions: any staff user with a role may look, only a
+roles (runs/access/roles.py), not model permissions: any staff user with a role may look, only a
 supervisor may edit the ledger. Notifications and their delivery log are for supervisors
 only, read-only.
 """
@@ -21,10 +21,10 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from runs import ids, notify
+from runs.access import roles
 
 # API tokens (runs/api/admin.py) register themselves beside the ledger.
 from runs.api import admin as api_admin  # noqa: F401
-from runs.dashboard import roles
 from runs.dashboard.forms import EffectLedgerForm
 from runs.ledger.append import LedgerError
 from runs.ledger.edits import edit_effect
@@ -350,7 +350,7 @@ class EffectAdmin(RunRowAdmin):
             obj.pk,
             form.changes(),
             reason=form.cleaned_data["reason"],
-            actor=f"user:{request.user.get_username()}",
+            actor=ids.user_actor(request.user),
         )
         messages.info(
             request, f"Recorded as event #{event.seq} (LEDGER_EDITED) of run-{obj.run_id}."
@@ -436,7 +436,7 @@ class DeliveryAdmin(SupervisorOnlyAdmin):
 @admin.register(GroupApproval)
 class GroupApprovalAdmin(ReadOnlyAdmin):
     """Bulk approvals that ran in the background: who approved which group, what was
-    approved and what was skipped (runs/triage.py). Each approved run's PLAN_APPROVED names
+    approved and what was skipped (runs/planning/triage.py). Each approved run's PLAN_APPROVED names
     the batch."""
 
     list_display = ["id", "group", "action", "actor", "state", "created_at", "updated_at"]

@@ -2,19 +2,32 @@
 each RESUMER_PIPELINES entry imports, is a Pipeline and has a name of its own, and
 RESUMER_CALL_HOOKS names a CallHooks class; in production, SECRET_KEY and the chain key are
 set; the notification settings make sense. A mistake stops the process with its id instead of
-surfacing later, as an UnknownPipeline on the first job or a failed delivery."""
+surfacing later, as an UnknownPipeline on the first job or a failed delivery.
+
+Resumer's own commands (start_run, plan, resume, verify_chain, chain_digest) run
+COMMAND_CHECKS before they act, not every check: see there."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Warning
+from django.core.checks import CheckMessage, Error, Tags, Warning
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from runs.execution.hooks import CallHooks
 from runs.pipeline import Pipeline
+
+# The checks a Resumer command runs before it acts (its `requires_system_checks`): the models,
+# Resumer's own ("resumer": the pipelines it loads, the call hooks, notifications, SQLite's
+# durability) and the security ones (SECRET_KEY and the chain key in production). Not the web
+# server's: checking the URLs imports the whole web stack with the API's library (half a
+# second), and the admin's and templates' checks load every template library, for a command
+# that uses none of them; a script starting runs one at a time paid that at each
+# (bench/cli_start.py). `manage.py check` (and runserver) and every worker, as `rqworker`
+# starts, check everything.
+COMMAND_CHECKS = (Tags.models, "resumer", Tags.security)
 
 
 def _load(path: str) -> tuple[Any, str]:
@@ -83,7 +96,7 @@ def check_call_hooks(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
         why = problem or f"it is {hooks!r}"
         return [
             Error(
-                f"RESUMER_CALL_HOOKS {path!r} is not a runs.hooks.CallHooks subclass ({why}).",
+                f"RESUMER_CALL_HOOKS {path!r} is not a runs.execution.hooks.CallHooks subclass ({why}).",
                 hint="Give module.Class of a CallHooks subclass, or leave it empty.",
                 obj=path,
                 id="runs.E004",

@@ -4,6 +4,8 @@ Everyone who queues work calls this module (the engine for the next stage, the l
 stop receivers for a plan, notify for deliveries, the dashboard for a group approval), and it
 imports nothing of Resumer: it names the jobs by dotted path (runs/jobs.py), which RQ
 imports in the worker. So queueing never ties the caller to everything a job calls.
+
+May import: nothing of runs.
 """
 
 from __future__ import annotations

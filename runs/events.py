@@ -1,6 +1,8 @@
 """The run protocol's vocabulary: one frozen dataclass per event type, holding that event's
 payload as fields, and the one reader of a stored event (`read`).
 
+May import: models.
+
 Every writer builds its event through its class and hands it to the one append path
 (`runs.ledger.append.append(writer, event, …)`); every reader turns a stored `Event` row
 back into its class with `read()`, or asks the database about payload fields through the
@@ -242,16 +244,39 @@ class Failed(RunEvent):
     unknown or conflicting, a gate that timed out, a decision that refused a call."""
 
     type = EventType.FAILED
-    SHAPES = ("5007080: error, and rules or the call's", "4a9e392: or the gate's")
+    SHAPES = (
+        "5007080: error, and rules or the call's",
+        "4a9e392: or the gate's",
+        "889d3e0: a call's says whether it timed out, a verification's its failed_rules",
+    )
     idempotency_key: str = ""
     error: str
     call: str = ""
     tool: str = ""
     status: str = ""
+    # A verification's: each rule's result, and the names of those that failed (None on a
+    # FAILED written before 889d3e0: its rules say which failed).
     rules: list[dict[str, Any]] | None = None
+    failed_rules: list[str] | None = None
     gate: str = ""
-    timed_out: bool = False
+    # Whether the answer did not come in the time allowed: a call's (True or False) and a
+    # gate's (True); None where the FAILED does not say (a stage's, or one written before).
+    timed_out: bool | None = None
     exchanges: list[dict[str, Any]] | None = None
+
+    def failed_rule_names(self) -> list[str] | None:
+        """The names of the rules a stage's output failed, or None when this is not a
+        verification's failure. One written before 889d3e0 has them in its `rules` (each
+        rule's name and whether it passed), which only a verification writes."""
+        if isinstance(self.failed_rules, list):
+            return [str(name) for name in self.failed_rules]
+        if isinstance(self.rules, list):
+            return [
+                str(r.get("name"))
+                for r in self.rules
+                if isinstance(r, dict) and not r.get("passed")
+            ]
+        return None
 
 
 @_vocabulary
@@ -528,8 +553,9 @@ class GateReopened(RunEvent):
 # --- reading a stored event -------------------------------------------------------------
 
 # A payload above RESUMER_INLINE_PAYLOAD_BYTES goes to an artifact, and the event holds
-# {"stored_as": uri, "bytes": n, "summary": {...}}: the fields a timeline row shows, cut
-# short. The summary is part of the event's hashed content, so what a row says (which call,
+# {"stored_as": uri, "bytes": n, "summary": {...}}: the fields that say what it was (which
+# effect and call, the tool, its outcome, who and why, the branch, how long it took and what
+# it cost), cut short; a page shows a stored payload by these and no others. The summary is part of the event's hashed content, so what a row says (which call,
 # which outcome, a ledger edit's before → after and the start of its reason) stays on the
 # page and under the chain however large the rest was. Before 773e3c6 there was no summary.
 STORED_AS = "stored_as"

@@ -148,7 +148,7 @@ class Run(models.Model):
 
     class Meta:
         indexes = [
-            # Inbox (runs/dashboard/queries/inbox.py inbox_page, and its reason filters and
+            # Inbox (runs/reads/inbox.py inbox_page, and its reason filters and
             # counts on the attention=0 prefix): needs-a-human first, by severity, then most
             # recently changed; keyset paging.
             models.Index(
@@ -201,6 +201,16 @@ class Run(models.Model):
             return RunSeverity.INTERRUPTED
         return RunSeverity.FAILED
 
+    @classmethod
+    def locked(cls, pk: int, *, missing: type[Exception]) -> Run:
+        """The run, its row locked for the caller's transaction. Every writer locks the run
+        first, so a person's act (an answer, an approval, an Ask again, a close-out) on the
+        same run waits here and then finds it moved. `missing`, saying so, for no such run."""
+        run = cls.objects.select_for_update().filter(pk=pk).first()
+        if run is None:
+            raise missing(f"there is no run {pk}")
+        return run
+
     @property
     def is_active(self) -> bool:
         return self.status in self.ACTIVE
@@ -245,7 +255,7 @@ class EventType(models.TextChoices):
     BRANCHED = "BRANCHED", "Branched"
     SUCCEEDED = "SUCCEEDED", "Succeeded"
     LEDGER_EDITED = "LEDGER_EDITED", "Ledger edited"
-    # The verdict on resumed work against the approved plan (runs/contract.py).
+    # The verdict on resumed work against the approved plan (runs/planning/contract.py).
     PLAN_KEPT = "PLAN_KEPT", "Plan kept"
     PLAN_DEVIATED = "PLAN_DEVIATED", "Plan deviated"
     # A stage asked a human and the run waits (runs/gates/); the answer, one per person who
@@ -540,7 +550,7 @@ class StageLog(models.Model):
     class Meta:
         constraints = [
             # One row per stage job. The run page's "the run's stage logs, newest first"
-            # (queries/run_page.stage_logs) reads it backwards on this index's (run, token).
+            # (runs/reads/run_page.py, stage_logs) reads it backwards on this index's (run, token).
             models.UniqueConstraint(fields=["run", "token"], name="stagelog_run_token_unique"),
         ]
 
@@ -596,7 +606,7 @@ class GateQuerySet(models.QuerySet):
 class Gate(models.Model):
     """A question a stage asked a human, as the run's events say it: GATE_OPENED opened it,
     HUMAN_ANSWERED answered it. Derived state, written in the same transaction as its event
-    (runs/ledger/gates.py); the events are the record. `subject` is what was asked about (the
+    (runs/gates/rows.py); the events are the record. `subject` is what was asked about (the
     question, its form and initial values; for a confirmation the call's request): a stage
     that runs again asks the same subject once, and a branch whose subject changed asks again."""
 
@@ -741,7 +751,7 @@ class StoredPlan(models.Model):
     # unknown; the target has it"). A few entries at most.
     unsettled = models.JSONField(default=dict, blank=True)
 
-    # The group fingerprint of the plan's shape (runs/triage.py): what a human decides on,
+    # The group fingerprint of the plan's shape (runs/planning/grouping.py): what a human decides on,
     # without the run. Runs whose plans share it are approved together.
     shape = models.CharField(max_length=64, blank=True, default="")
 

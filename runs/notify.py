@@ -73,7 +73,7 @@ NOTIFY_ON: frozenset[str] = frozenset(
         Run.Status.NEEDS_APPROVAL,
         # A stage asked a human (runs/gates/).
         Run.Status.WAITING,
-        # Resumed work that departed from its approved plan (runs/contract.py).
+        # Resumed work that departed from its approved plan (runs/planning/contract.py).
         Event.Type.PLAN_DEVIATED,
     }
 )

@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
 from functools import cached_property
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.conf import settings
 from django.utils.module_loading import import_string
-from pydantic import BaseModel
 
 from runs.models import Checkpoint, Effect, GateRole, ReplayPolicy, Run
 
@@ -28,6 +27,9 @@ from runs.review import Confirm as Confirm
 from runs.review import OnReject as OnReject
 from runs.review import OnTimeout as OnTimeout
 from runs.review import Review
+
+if TYPE_CHECKING:  # pydantic is loaded by a pipeline that declares a model, not at start
+    from pydantic import BaseModel
 
 KEY_SEPARATOR = "\x1f"
 
@@ -102,7 +104,26 @@ class CallRejected(ToolRejected):
 
 class OutcomeUnknown(Exception):
     """An external call neither confirmed nor refused (a time-out, a dropped connection): the
-    engine records the effect's outcome as unknown and never guesses."""
+    engine records the effect's outcome as unknown and never guesses. `timed_out=True` says
+    the answer did not come in the time allowed; the run's FAILED records it (timed_out())."""
+
+    def __init__(self, *args: object, timed_out: bool = False) -> None:
+        super().__init__(*args)
+        self.timed_out = timed_out
+
+
+def timed_out(exc: BaseException) -> bool:
+    """Whether a call's failure was a time-out: an error that says so (OutcomeUnknown and the
+    HTTP tool's TargetUnavailable carry `timed_out`), or a TimeoutError (a socket's, which
+    libraries such as requests keep as the cause of their own)."""
+    seen: BaseException | None = exc
+    for _ in range(10):  # a cause chain is short; a cycle must not hang the engine
+        if seen is None:
+            return False
+        if isinstance(seen, TimeoutError) or getattr(seen, "timed_out", False) is True:
+            return True
+        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
+    return False
 
 
 class Context(Protocol):

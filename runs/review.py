@@ -11,12 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runs.models import GateRole
 
-if TYPE_CHECKING:
-    from runs.pipeline import Context
+# What `when` is handed: the stage's runs.pipeline.Context, which is not imported here, so the
+# pipeline API can name everything in this module without an import circle.
+StageContext = Any
 
 
 class OnReject(StrEnum):
@@ -80,7 +81,7 @@ class Confirm:
     `description` (markdown) is shown beside the call; `on_reject` says whether a rejection
     raises CallRejected or is the call's result."""
 
-    when: Callable[[Context, dict[str, Any]], bool] | None = None
+    when: Callable[[StageContext, dict[str, Any]], bool] | None = None
     description: str = ""
     on_reject: OnReject = OnReject.RAISE
     role: str = GateRole.OPERATOR
@@ -91,5 +92,5 @@ class Confirm:
     escalate_to: str = ""
     limits: dict[str, Any] = field(default_factory=dict, hash=False)
 
-    def required(self, ctx: Context, args: dict[str, Any]) -> bool:
+    def required(self, ctx: StageContext, args: dict[str, Any]) -> bool:
         return True if self.when is None else bool(self.when(ctx, args))

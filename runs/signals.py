@@ -1,4 +1,7 @@
-"""Signals of the run ledger. Sent after the transaction that caused them commits."""
+"""Signals of the run ledger. Sent after the transaction that caused them commits.
+
+May import: nothing of runs.
+"""
 
 from django.dispatch import Signal
 

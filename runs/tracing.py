@@ -20,7 +20,8 @@ context switch, no attribute dict, nothing in an event's payload. On:
   * `model_call(model, provider)`: the GenAI span a model tool makes around its request
     (issue 25 adds the model tool; nothing calls it yet).
 
-Imports only opentelemetry, Django settings, runs.ids and runs.models (STARTED events).
+Imports only opentelemetry, Django settings, runs.ids and runs.models (STARTED events); the
+OTLP exporter only when tracing is on.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from typing import Any
 
 from django.conf import settings
 from opentelemetry import propagate, trace
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -131,6 +131,10 @@ def _exporter_from_environment() -> SpanExporter | None:
         return None
     if name == "console":
         return ConsoleSpanExporter()
+    # Imported when tracing is on: the exporter brings protobuf and requests, which every
+    # process that loads the engine (a command line's start too) would import for nothing.
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
     return OTLPSpanExporter()  # endpoint, headers, time-out: OTEL_EXPORTER_OTLP_*
 
 

@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 
 from runs.dashboard import views
-from runs.middleware import RequestIdFilter
+from runs.request_ids import RequestIdFilter
 from tests.support.web import client_as
 
 pytestmark = pytest.mark.django_db

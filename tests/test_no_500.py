@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from runs.dashboard import roles
+from runs.access import roles
 from runs.ledger import artifacts
 from runs.models import Artifact, Checkpoint, Effect, GroupApproval
 from tests.support.plans import stopped_with_plan, tampered

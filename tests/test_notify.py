@@ -31,7 +31,7 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 
 from runs import engine, enqueue, notify
-from runs.dashboard import roles
+from runs.access import roles
 from runs.events import Failed
 from runs.execution import sweeper
 from runs.ledger import leases

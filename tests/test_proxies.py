@@ -7,7 +7,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.test import Client, RequestFactory
 
-from runs.dashboard import roles
+from runs.access import roles
 from runs.proxies import client_ip
 
 PROXY = "127.0.0.1"

@@ -2,7 +2,7 @@
 API tokens machines call it with.
 
 Every endpoint calls the same domain function as the dashboard's page for it, and checks the
-same role (runs/dashboard/roles.py); nothing here decides a rule of its own.
+same role (runs/access/roles.py); nothing here decides a rule of its own.
 
     api.py          the NinjaAPI: authentication (a bearer token, or the browser's session with
                     CSRF), the routers, the docs page, the URLs
@@ -18,6 +18,6 @@ same role (runs/dashboard/roles.py); nothing here decides a rule of its own.
     ways_out.py     a stopped run closed out; a confirmation its target refused asked again
     token_views.py  the dashboard's page where a person makes and revokes their own tokens
 
-May import: dashboard (roles, forms, page queries), planning, gates, ledger, models, events,
-pipeline, ids, and execution.engine.start_run.
+May import: access, reads, planning, gates, ledger, models, events, pipeline, ids and
+execution.engine (start_run); never the dashboard.
 """

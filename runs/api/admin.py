@@ -13,18 +13,14 @@ from django.db.models import QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
 
-from runs.dashboard import roles
+from runs.access import roles
 from runs.models import ApiToken, IdempotentRequest
 
 
-@admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ["name", "user", "prefix", "created_at", "last_used_at", "revoked_at"]
-    list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
-    search_fields = ["name", "=prefix", "user__username"]
-    list_select_related = ["user"]
-    readonly_fields = ["user", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
-    actions = ["revoke"]
+class SupervisorsRead(admin.ModelAdmin):
+    """Rows only supervisors read (who manage the queues), and nobody adds or deletes: a
+    token only its user makes (the token page, a superuser included), a request's key only
+    the API records."""
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return request.user.is_active and roles.can_manage_queues(request.user)
@@ -33,15 +29,27 @@ class ApiTokenAdmin(admin.ModelAdmin):
         return self.has_module_permission(request)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
-        # Only its user makes a token (the token page), a superuser included.
         return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(SupervisorsRead):
+    list_display = ["name", "user", "prefix", "created_at", "last_used_at", "revoked_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["name", "=prefix", "user__username"]
+    list_select_related = ["user"]
+    readonly_fields = ["user", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+    actions = ["revoke"]
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # Only the revoke action changes a token; its form stays read-only.
         return obj is None and self.has_module_permission(request)
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
@@ -50,7 +58,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(IdempotentRequest)
-class IdempotentRequestAdmin(admin.ModelAdmin):
+class IdempotentRequestAdmin(SupervisorsRead):
     """The API's idempotency keys and the responses they answer with: supervisors read them
     (what a client retried, and what it was told); nobody edits one."""
 
@@ -58,18 +66,3 @@ class IdempotentRequestAdmin(admin.ModelAdmin):
     list_select_related = ["user"]
     search_fields = ["=key", "user__username"]
     readonly_fields = ["user", "key", "request_hash", "status", "response", "created_at"]
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return request.user.is_active and roles.can_manage_queues(request.user)
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return self.has_module_permission(request)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

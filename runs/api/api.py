@@ -4,7 +4,7 @@ A request is authenticated by `Authorization: Bearer <token>` (runs/api/tokens.p
 browser's session; a session's POST needs Django's CSRF token (the `X-CSRFToken` header), as
 the pages' forms do. A bearer token that is not valid (unknown, revoked, its user inactive) is
 refused with 401 and never falls back to a session. Either way the request then acts as that
-user, with their role (runs/dashboard/roles.py)."""
+user, with their role (runs/access/roles.py)."""
 
 from __future__ import annotations
 
@@ -12,19 +12,21 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.utils.cache import patch_cache_control
 from django.views.decorators.cache import cache_control
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError
+from ninja.openapi.docs import Swagger
 from ninja.security import HttpBearer, SessionAuth
 
+from runs.access import roles
 from runs.api import deviations, gates, problems, tokens, triage, ways_out
 from runs.api import runs as run_endpoints
 from runs.api.problems import Problem, problem_response
 from runs.api.schemas import UserOut
-from runs.dashboard import roles
 
 
 class TokenAuth(HttpBearer):
@@ -67,6 +69,14 @@ def docs_login(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]
     return cache_control(private=True, no_store=True)(wrapped)
 
 
+class LocalSwagger(Swagger):
+    """Swagger UI from ninja's own static files, never from a CDN. ninja renders that page
+    only when it is an installed app, which it is not here (settings.py says why): the same
+    template is rendered in its place."""
+
+    template_cdn = str(settings.NINJA_DIR / "templates" / Swagger.template)
+
+
 class ResumerAPI(NinjaAPI):
     def create_response(self, request: HttpRequest, data: Any, **kwargs: Any) -> HttpResponse:
         # What a role may read is kept by no cache, shared or the browser's (as the pages).
@@ -82,6 +92,7 @@ api = ResumerAPI(
     "See docs/api.md. Errors are application/problem+json (RFC 9457).",
     auth=[TokenAuth(), BrowserSession(csrf=True)],
     urls_namespace="api",
+    docs=LocalSwagger(),
     docs_decorator=docs_login,
 )
 problems.install(api)

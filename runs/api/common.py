@@ -1,10 +1,10 @@
-"""What every endpoint does before its one domain call: check the role, name the actor, find
-the run or the gate that the path names (a 404 problem when it names nothing, whatever the
-text: huge numbers, other scripts' digits)."""
+"""What every endpoint does before its one domain call: check the role, find the run or the
+gate that the path names (a 404 problem when it names nothing, whatever the text: huge
+numbers, other scripts' digits). Who acted is `ids.user_actor(request.user)`, as on every
+other face."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -12,27 +12,15 @@ from django.http import HttpRequest
 
 from runs import ids
 from runs.api.problems import Problem
-from runs.dashboard.queries.inbox import StopFacts
-from runs.dashboard.queries.run_page import get_run
 from runs.models import Run
-
-_PK = re.compile(r"^[0-9]{1,18}$")
+from runs.reads.inbox import StopFacts
+from runs.reads.run_page import get_run
 
 
 def require(request: HttpRequest, check: Callable[[Any], bool]) -> None:
     """The role a page asks for this, or 403."""
     if not check(request.user):
         raise Problem(403, "your role does not allow this", kind="forbidden")
-
-
-def actor(request: HttpRequest) -> str:
-    """Who an event records, as the dashboard writes it."""
-    return f"user:{request.user.get_username()}"
-
-
-def pk_of(text: str | None) -> int | None:
-    """A primary key typed as ASCII digits (at most 18: inside a 64-bit key), else None."""
-    return int(text) if text is not None and _PK.match(text) else None
 
 
 def run_pk(run_id: str) -> int:

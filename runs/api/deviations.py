@@ -8,22 +8,17 @@ from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 from ninja import Router, Schema
-from ninja.responses import codes_4xx
-from pydantic import Field
 
+from runs import ids
+from runs.access import roles
 from runs.api import idempotency
-from runs.api.common import actor, find_run, require
+from runs.api.common import find_run, require
 from runs.api.problems import Problem
-from runs.api.schemas import ProblemOut
-from runs.dashboard import roles
+from runs.api.schemas import PROBLEMS, ReasonIn
 from runs.events import read
-from runs.planning.acknowledge import MAX_REASON_CHARS, AcknowledgeRefused, acknowledge
+from runs.planning.acknowledge import AcknowledgeRefused, acknowledge
 
 router = Router(tags=["deviations"])
-
-
-class AcknowledgeIn(Schema):
-    reason: str = Field(min_length=1, max_length=MAX_REASON_CHARS)
 
 
 class AcknowledgedOut(Schema):
@@ -35,14 +30,14 @@ class AcknowledgedOut(Schema):
 
 @router.post(
     "/{run_id}/acknowledge",
-    response={200: AcknowledgedOut, codes_4xx: ProblemOut},
+    response={200: AcknowledgedOut, **PROBLEMS},
     summary="Acknowledge how a finished run departed from its plan (Idempotency-Key)",
 )
-def acknowledge_deviation(request: HttpRequest, run_id: str, body: AcknowledgeIn) -> JsonResponse:
+def acknowledge_deviation(request: HttpRequest, run_id: str, body: ReasonIn) -> JsonResponse:
     """The run must have finished after a PLAN_DEVIATED; the acknowledgement is an event in
     its chain, and the run leaves the inbox. A run without a deviation is a 409."""
     require(request, roles.can_approve)
-    run, who = find_run(run_id), actor(request)
+    run, who = find_run(run_id), ids.user_actor(request.user)
 
     def act() -> tuple[int, Any]:
         try:

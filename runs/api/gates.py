@@ -9,21 +9,19 @@ from typing import Any
 from django.db.models import Q, Subquery
 from django.http import HttpRequest, JsonResponse
 from ninja import Query, Router
-from ninja.responses import codes_4xx
 
 from runs import ids
+from runs.access import roles
 from runs.api import idempotency
-from runs.api.common import actor, pk_of, require
+from runs.api.common import require
 from runs.api.problems import Problem
-from runs.api.schemas import AnsweredOut, AnswerIn, GateOut, GatePage, ProblemOut
-from runs.dashboard import roles
+from runs.api.schemas import PROBLEMS, AnsweredOut, AnswerIn, GateOut, GatePage
 from runs.gates import answers
 from runs.gates.acts import act_of
 from runs.gates.decision import gate_digest
 from runs.models import Gate, GateStatus
 
 router = Router(tags=["gates"])
-PROBLEMS = {codes_4xx: ProblemOut}
 MAX_PAGE = 100
 GATE_FIELDS = [name for name in GateOut.model_fields if name not in ("id", "run", "act", "digest")]
 
@@ -40,7 +38,7 @@ def gate_out(gate: Gate) -> dict[str, Any]:
 
 
 def find_gate(gate_id: str) -> Gate:
-    pk = pk_of(gate_id)
+    pk = ids.parse_pk(gate_id)
     gate = Gate.objects.filter(pk=pk).first() if pk is not None else None
     if gate is None:
         raise Problem(404, f"there is no gate {gate_id[:40]!r}", kind="not-found")
@@ -57,7 +55,7 @@ def list_gates(
         raise Problem(400, f"limit is from 1 to {MAX_PAGE}")
     gates = Gate.objects.filter(status=GateStatus.OPEN)
     if after is not None:
-        pk = pk_of(after)
+        pk = ids.parse_pk(after)
         if pk is None:
             raise Problem(400, "after is a gate id (digits), the last of the previous page")
         # Keyset on (created_at, id), compared inside the database (gate_open_idx).
@@ -88,7 +86,7 @@ def answer_gate(request: HttpRequest, gate_id: str, body: AnswerIn) -> JsonRespo
     deadline passed (`deadline-passed`: the time-out decides), when you voted already, or
     when `digest` is not the gate's (`stale-gate`: the problem's `digest` is the fresh one)."""
     require(request, roles.can_approve)
-    gate, who = find_gate(gate_id), actor(request)
+    gate, who = find_gate(gate_id), ids.user_actor(request.user)
     held = roles.roles(request.user)
 
     def act() -> tuple[int, Any]:

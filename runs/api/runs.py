@@ -8,27 +8,23 @@ from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 from ninja import Query, Router
-from ninja.responses import codes_4xx
 
 from runs import ids
+from runs.access import roles
 from runs.api import idempotency
-from runs.api.common import actor, find_run, money, pk_of, require, run_out
+from runs.api.common import find_run, money, require, run_out
 from runs.api.problems import Problem
 from runs.api.schemas import (
+    PROBLEMS,
     ApprovalOut,
     ApproveIn,
     EffectOut,
     EventPage,
-    ProblemOut,
     RunDetailOut,
     RunPage,
     StartIn,
     StoredPlanOut,
 )
-from runs.dashboard import roles
-from runs.dashboard.forms import InboxFilterForm
-from runs.dashboard.queries import run_page
-from runs.dashboard.queries.inbox import inbox_page
 from runs.events import PlanApproved, read, shown, where
 from runs.execution.engine import start_run
 from runs.ledger import leases
@@ -36,9 +32,11 @@ from runs.models import ApprovalMode, Effect, Event, Run, StoredPlan
 from runs.pipeline import InvalidInput, UnknownPipeline
 from runs.planning import stored_plans
 from runs.planning.resume import AlreadyApproved, ResumeRefused, StalePlan, approve
+from runs.reads import run_page
+from runs.reads.filters import InboxFilterForm
+from runs.reads.inbox import inbox_page
 
 router = Router(tags=["runs"])
-PROBLEMS = {codes_4xx: ProblemOut}
 MAX_PAGE = 100
 MAX_EVENTS = 500
 
@@ -52,7 +50,7 @@ def inbox_form(request: HttpRequest) -> InboxFilterForm:
         if pk is None:
             raise Problem(400, "after is a run id (e.g. run-123), the last of the previous page")
         data["after"] = str(pk)
-    if data.get("notice") and pk_of(data["notice"]) is None:
+    if data.get("notice") and ids.parse_pk(data["notice"]) is None:
         raise Problem(400, "notice is a notification's id (digits)")
     form = InboxFilterForm(data)
     if not form.is_valid():
@@ -118,7 +116,7 @@ def read_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
 def create_run(request: HttpRequest, body: StartIn) -> JsonResponse:
     """Pins the inputs and queues the first stage, as `manage.py start_run` does."""
     require(request, roles.can_approve)
-    who = actor(request)
+    who = ids.user_actor(request.user)
 
     def act() -> tuple[int, Any]:
         try:
@@ -142,7 +140,8 @@ def events(
     """Events by seq, oldest first, from `after` (exclusive; 0 = the start). Pass
     `next_after` as `after` for the next page; it is null once these are the latest."""
     require(request, roles.can_view)
-    seq = pk_of(after)
+    # A seq, not a pk: 0 is the start of the log.
+    seq = 0 if after == "0" else ids.parse_pk(after)
     if seq is None:
         raise Problem(400, "after is a seq: digits, 0 for the start")
     if not 1 <= limit <= MAX_EVENTS:
@@ -258,7 +257,7 @@ def approve_plan(request: HttpRequest, run_id: str, body: ApproveIn) -> JsonResp
     problem carries the fresh plan (`plan`, `fingerprint`). The same approval sent again
     answers as the first did."""
     require(request, roles.can_approve)
-    run, who = find_run(run_id), actor(request)
+    run, who = find_run(run_id), ids.user_actor(request.user)
 
     def act() -> tuple[int, Any]:
         try:

@@ -7,7 +7,10 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from ninja import Field, Schema
+from ninja.responses import codes_4xx
 from pydantic import ConfigDict, StringConstraints
+
+from runs.ledger.reasons import MAX_REASON_CHARS
 
 Mode = Literal["strict", "upgrade"]
 Fingerprint = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
@@ -24,6 +27,10 @@ class ProblemOut(Schema):
     title: str
     status: int
     detail: str
+
+
+# What every endpoint may answer besides its success: a problem, for any 4xx.
+PROBLEMS = {codes_4xx: ProblemOut}
 
 
 class UserOut(Schema):
@@ -153,6 +160,13 @@ class StoredPlanOut(Schema):
     # False when the run moved since the plan was computed: ask the targets again.
     current: bool
     plan: dict[str, Any]
+
+
+class ReasonIn(Schema):
+    """A person's reason, recorded in the run's chain as they gave it (runs/ledger/reasons.py
+    checks it again: a blank one is refused there)."""
+
+    reason: str = Field(min_length=1, max_length=MAX_REASON_CHARS)
 
 
 class ApproveIn(Schema):

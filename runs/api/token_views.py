@@ -11,8 +11,9 @@ from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_http_methods, require_POST
 
-from runs.api import common, tokens
-from runs.dashboard.views import viewer_required
+from runs import ids
+from runs.access.guards import viewer_required
+from runs.api import tokens
 from runs.models import ApiToken
 
 # A person's list; more than this many live tokens is a sign to revoke some.
@@ -48,7 +49,7 @@ def token_list(request: HttpRequest) -> HttpResponse:
 @require_POST
 @viewer_required
 def token_revoke(request: HttpRequest, pk: str) -> HttpResponse:
-    token_pk = common.pk_of(pk)
+    token_pk = ids.parse_pk(pk)
     if token_pk is None or not tokens.revoke(request.user, token_pk):
         raise Http404("You have no such token that is still valid.")
     messages.success(request, "The token is revoked: it is refused from now on.")

@@ -9,30 +9,26 @@ from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 from ninja import Router
-from ninja.responses import codes_4xx
 
 from runs import ids
+from runs.access import roles
 from runs.api import idempotency
-from runs.api.common import actor, money, require
+from runs.api.common import money, require
 from runs.api.problems import Problem
 from runs.api.runs import inbox_form
 from runs.api.schemas import (
+    PROBLEMS,
     BatchOut,
     GroupApproveIn,
     GroupDetailOut,
     GroupList,
-    ProblemOut,
 )
-from runs.dashboard import roles
-from runs.dashboard.queries.inbox import inbox_groups
 from runs.models import ApprovalMode, GroupApproval
 from runs.planning import triage
 from runs.planning.grouping import FINGERPRINT_RE, Group
+from runs.reads.inbox import inbox_groups
 
 router = Router(tags=["groups"])
-PROBLEMS = {codes_4xx: ProblemOut}
-# As the dashboard answers a refused group approval that is not a conflict.
-REFUSAL_STATUS = {triage.BadSelection: 400, triage.NotQueued: 503}
 
 
 def group_out(group: Group) -> dict[str, Any]:
@@ -118,7 +114,7 @@ def approve_group(request: HttpRequest, fingerprint: str, body: GroupApproveIn) 
     """200 with what was approved and skipped (409 when nothing was); a group larger than
     RESUMER_GROUP_INLINE is approved by a worker: 202, follow /api/v1/batches/{batch}."""
     require(request, roles.can_approve)
-    fingerprint, who = fingerprint_of(fingerprint), actor(request)
+    fingerprint, who = fingerprint_of(fingerprint), ids.user_actor(request.user)
 
     def act() -> tuple[int, Any]:
         try:
@@ -127,9 +123,7 @@ def approve_group(request: HttpRequest, fingerprint: str, body: GroupApproveIn) 
                 fingerprint, run_ids, mode=ApprovalMode(body.mode), actor=who
             )
         except triage.GroupRefused as exc:
-            raise Problem(
-                REFUSAL_STATUS.get(type(exc), 409), str(exc), kind="group-refused"
-            ) from None
+            raise Problem(exc.status, str(exc), kind="group-refused") from None
         if outcome.queued is not None:
             row = outcome.queued
             return 202, batch_out(row.pk, row.group, row.state, [], [])

@@ -9,26 +9,21 @@ from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 from ninja import Router, Schema
-from ninja.responses import codes_4xx
 from pydantic import Field
 
+from runs import ids
+from runs.access import roles
 from runs.api import idempotency
-from runs.api.common import actor, find_run, require
+from runs.api.common import find_run, require
 from runs.api.gates import gate_out
 from runs.api.problems import Problem
-from runs.api.schemas import GateOut, ProblemOut
-from runs.dashboard import roles
+from runs.api.schemas import PROBLEMS, GateOut, ReasonIn
 from runs.events import read
 from runs.gates.reopen import AskAgainRefused, ask_again
 from runs.models import Gate
-from runs.planning.close_out import MAX_REASON_CHARS, CloseRefused, InvalidReason, close_out
+from runs.planning.close_out import CloseRefused, InvalidReason, close_out
 
 router = Router(tags=["ways out"])
-PROBLEMS = {codes_4xx: ProblemOut}
-
-
-class CloseIn(Schema):
-    reason: str = Field(min_length=1, max_length=MAX_REASON_CHARS)
 
 
 class ClosedOut(Schema):
@@ -48,12 +43,12 @@ class ClosedOut(Schema):
     response={200: ClosedOut, **PROBLEMS},
     summary="Close a stopped run out, with a reason (Idempotency-Key honoured)",
 )
-def close_run(request: HttpRequest, run_id: str, body: CloseIn) -> JsonResponse:
+def close_run(request: HttpRequest, run_id: str, body: ReasonIn) -> JsonResponse:
     """The run must be stopped (interrupted, failed, needing approval, waiting at a gate): a
     run that is running, finished, superseded or closed already is a 409; a missing or blank
     reason a 422. The run is never resumed and leaves the inbox; its open gates close."""
     require(request, roles.can_approve)
-    run, who = find_run(run_id), actor(request)
+    run, who = find_run(run_id), ids.user_actor(request.user)
 
     def act() -> tuple[int, Any]:
         try:
@@ -91,7 +86,7 @@ def ask_again_gate(request: HttpRequest, run_id: str, body: AskAgainIn) -> JsonR
     reopens (the run waits) and is answered like any other, its call then made under a new
     key. A run with nothing to ask again is a 409."""
     require(request, roles.can_approve)
-    run, who = find_run(run_id), actor(request)
+    run, who = find_run(run_id), ids.user_actor(request.user)
 
     def act() -> tuple[int, Any]:
         try:

@@ -1,8 +1,8 @@
-"""The dashboard: what people see and click. Typed views, their URLs and forms, roles, the
-read-only page queries, the pipeline page's figures and charts, why a run stopped, the
-workers page, and django-rq's pages for supervisors.
+"""The dashboard: what people see and click. Typed views, their URLs and forms, the pipeline
+page's figures and charts, the gate pages, the workers page, and django-rq's pages for
+supervisors. What its pages read is runs/reads/ and who may see them runs/access/, both
+shared with the API.
 
-May import anything below it (planning, the ledger, models, runs.events, runs.enqueue for the queue whose
-workers it lists); nothing imports the dashboard
-except runs.admin, the templatetags and resumer/urls.py.
+May import: access, reads, planning, gates, ledger, models, events, pipeline and ids. Nothing
+imports the dashboard except runs.admin, the templatetags and resumer/urls.py.
 """

@@ -12,11 +12,11 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from runs.dashboard import roles
+from runs import ids
+from runs.access import roles
+from runs.access.guards import operator_required, supervisor_required, viewer_required
 from runs.dashboard.forms import AskAgainForm, CloseOutForm
-from runs.dashboard.queries.effect_page import effect_page, get_effect
-from runs.dashboard.queries.run_page import run_page
-from runs.dashboard.views import _found, _run, operator_required, role_required, viewer_required
+from runs.dashboard.views import _found, _run
 from runs.events import read
 from runs.gates.reopen import AskAgainRefused, ask_again
 from runs.ledger.append import LedgerError
@@ -24,12 +24,8 @@ from runs.models import Effect, Run
 from runs.planning.acknowledge import AcknowledgeRefused, acknowledge
 from runs.planning.close_out import CloseRefused, InvalidReason, close_out
 from runs.planning.target_lookup import LookupRefused, ask_target, record_answer
-
-supervisor_required = role_required(roles.can_edit_ledger)
-
-
-def _actor(request: HttpRequest) -> str:
-    return f"user:{request.user.get_username()}"
+from runs.reads.effect_page import effect_page, get_effect
+from runs.reads.run_page import run_page
 
 
 @require_POST
@@ -37,7 +33,9 @@ def _actor(request: HttpRequest) -> str:
 def acknowledge_deviation(request: HttpRequest, pk: int) -> HttpResponse:
     run = _run(pk)
     try:
-        event = acknowledge(run.pk, request.POST.get("reason", ""), actor=_actor(request))
+        event = acknowledge(
+            run.pk, request.POST.get("reason", ""), actor=ids.user_actor(request.user)
+        )
     except AcknowledgeRefused as exc:
         page = run_page(run, None)
         context = {"page": page, "run": run, "ack_error": f"Not acknowledged: {exc}."}
@@ -68,7 +66,9 @@ def ask_again_view(request: HttpRequest, pk: int) -> HttpResponse:
     if not form.is_valid():
         return _refused_page(request, run, 400, ask_error="Not asked: no gate was named.")
     try:
-        gate = ask_again(run.pk, actor=_actor(request), gate_pk=form.cleaned_data["gate"])
+        gate = ask_again(
+            run.pk, actor=ids.user_actor(request.user), gate_pk=form.cleaned_data["gate"]
+        )
     except AskAgainRefused as exc:
         return _refused_page(request, run, 409, ask_error=f"Not asked: {exc}.")
     messages.success(
@@ -87,7 +87,7 @@ def close_run(request: HttpRequest, pk: int) -> HttpResponse:
     if not form.is_valid():
         return _refused_page(request, run, 400, close_form=form)
     try:
-        event = close_out(run.pk, form.cleaned_data["reason"], actor=_actor(request))
+        event = close_out(run.pk, form.cleaned_data["reason"], actor=ids.user_actor(request.user))
     except InvalidReason as exc:
         form.add_error("reason", str(exc))
         return _refused_page(request, run, 400, close_form=form)
@@ -124,7 +124,7 @@ def effect_ask(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
     """Ask the effect's target what it holds: on this POST only, recorded."""
     effect = _effect(run_pk, pk)
     try:
-        event = ask_target(effect.pk, actor=_actor(request))
+        event = ask_target(effect.pk, actor=ids.user_actor(request.user))
     except LookupRefused as exc:
         messages.error(request, f"Not asked: {exc}.")
     else:
@@ -141,7 +141,7 @@ def effect_record(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
     try:
         if not (asked.isascii() and asked.isdigit() and len(asked) <= 12):
             raise LookupRefused("the form did not say which answer to record; ask again")
-        event = record_answer(effect.pk, int(asked), actor=_actor(request))
+        event = record_answer(effect.pk, int(asked), actor=ids.user_actor(request.user))
     except (LookupRefused, LedgerError) as exc:
         messages.error(request, f"Not recorded: {exc}.")
         return redirect("runs:effect", run_pk=effect.run_id, pk=effect.pk)

@@ -1,5 +1,6 @@
-"""Forms: the inbox filters, the approval of a plan, the ways out of a failed answer (Ask
-again, close out), and the supervisor's ledger edit."""
+"""Forms: the inbox's poll for news, the pipeline page's window, the approval of a plan, the
+ways out of a failed answer (Ask again, close out), and the supervisor's ledger edit. The
+inbox's filters are shared with the API (runs/reads/filters.py)."""
 
 from __future__ import annotations
 
@@ -9,81 +10,11 @@ from django import forms
 
 from runs import ids
 from runs.dashboard import stats
-from runs.dashboard.queries.inbox import InboxFilters, stage_choices
-from runs.dashboard.stops import ReasonKind
-from runs.ledger.edits import EDITABLE_EFFECT_FIELDS, MAX_EDIT_REASON_CHARS
-from runs.models import ApprovalMode, Effect, Run
-from runs.pipeline import registry
-from runs.planning.close_out import MAX_REASON_CHARS as MAX_CLOSE_REASON_CHARS
-
-
-class PkField(forms.Field):
-    """A primary key in a query string (runs/ids.py parse_pk): anything else, a number too
-    large for the database among them, is a form error, never a database error."""
-
-    widget = forms.HiddenInput
-    default_error_messages = {"invalid": "Not an id: expected a number from 1 to 18 digits."}
-
-    def to_python(self, value: Any) -> int | None:
-        if value in self.empty_values:
-            return None
-        pk = ids.parse_pk(str(value))
-        if pk is None:
-            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
-        return pk
-
-
-class InboxFilterForm(forms.Form):
-    q = forms.CharField(
-        label="Run id",
-        required=False,
-        max_length=40,
-        widget=forms.TextInput(attrs={"placeholder": "run-123", "inputmode": "search"}),
-    )
-    status = forms.ChoiceField(label="Status", required=False)
-    pipeline = forms.ChoiceField(label="Pipeline", required=False)
-    stage = forms.ChoiceField(label="Stage", required=False)
-    reason = forms.ChoiceField(
-        label="Why it stopped",
-        required=False,
-        choices=[("", "Any")] + list(ReasonKind.choices),
-        error_messages={
-            "invalid_choice": "Choose why runs stopped: "
-            + ", ".join(ReasonKind.values)
-            + ", or any."
-        },
-    )
-    # The id of the last run of the previous page (keyset paging).
-    after = PkField(required=False)
-    # The runs of one notification: the link in a message about many runs (runs/notify.py).
-    notice = PkField(required=False)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        anything = [("", "Any")]
-        self.fields["status"].choices = anything + list(Run.Status.choices)
-        self.fields["pipeline"].choices = anything + [(p, p) for p in registry.names()]
-        self.fields["stage"].choices = anything + [(s, s) for s in stage_choices()]
-
-    def clean_q(self) -> int | None:
-        value = self.cleaned_data["q"].strip()
-        if not value:
-            return None
-        pk = ids.parse_run_id(value, bare=True)
-        if pk is None:
-            raise forms.ValidationError("Search by run id, for example run-123.")
-        return pk
-
-    def filters(self) -> InboxFilters:
-        data = self.cleaned_data
-        return InboxFilters(
-            status=data.get("status") or "",
-            pipeline=data.get("pipeline") or "",
-            stage=data.get("stage") or "",
-            run_pk=data.get("q"),
-            notice=data.get("notice"),
-            reason=data.get("reason") or "",
-        )
+from runs.ledger.edits import EDITABLE_EFFECT_FIELDS
+from runs.ledger.reasons import MAX_REASON_CHARS
+from runs.models import ApprovalMode, Effect
+from runs.planning.grouping import FINGERPRINT_RE
+from runs.reads.filters import InboxFilterForm, PkField
 
 
 class InboxNewsForm(InboxFilterForm):
@@ -115,12 +46,18 @@ class PipelineWindowForm(forms.Form):
         super().__init__(data, **kwargs)
 
 
+class FingerprintField(forms.RegexField):
+    """A plan's or a group's fingerprint as the page sends it back: 64 hexadecimal characters
+    (runs/planning/grouping.py)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(regex=FINGERPRINT_RE, max_length=64, **kwargs)
+
+
 class ApproveForm(forms.Form):
     # Posted as "action", the name PLAN_APPROVED records the mode under.
     action = forms.TypedChoiceField(choices=ApprovalMode.choices, coerce=ApprovalMode)
-    fingerprint = forms.RegexField(
-        regex=r"^[0-9a-f]{64}$",
-        max_length=64,
+    fingerprint = FingerprintField(
         error_messages={
             "invalid": "This is not a plan's fingerprint: reload the plan and approve it again."
         },
@@ -149,7 +86,7 @@ class CloseOutForm(forms.Form):
     again, for every face)."""
 
     reason = forms.CharField(
-        max_length=MAX_CLOSE_REASON_CHARS,
+        max_length=MAX_REASON_CHARS,
         error_messages={"required": "Say why the run is closed out: the reason is recorded."},
     )
 
@@ -200,9 +137,7 @@ class GroupApproveForm(forms.Form):
     joined the group since is not approved: nobody saw it."""
 
     action = forms.TypedChoiceField(choices=ApprovalMode.choices, coerce=ApprovalMode)
-    fingerprint = forms.RegexField(
-        regex=r"^[0-9a-f]{64}$",
-        max_length=64,
+    fingerprint = FingerprintField(
         error_messages={
             "invalid": "This is not a group's fingerprint (64 hexadecimal characters): "
             "reload the group and approve it again.",
@@ -240,7 +175,7 @@ class EffectLedgerForm(forms.ModelForm):
 
     reason = forms.CharField(
         label="Reason",
-        max_length=MAX_EDIT_REASON_CHARS,
+        max_length=MAX_REASON_CHARS,
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text="Why this correction is right (e.g. “checked with the card processor: "
         "no charge was made”). Recorded in the run's event log with your user name.",

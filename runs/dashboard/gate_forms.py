@@ -4,28 +4,27 @@ view rebuilds it from what GATE_OPENED recorded."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from django import forms
 
+from runs import ids
 from runs.gates import forms as gate_forms
 from runs.gates.acts import Act, Total, act_of, add_tick, tick_missing, total
 from runs.gates.shared import Shared, shared
 from runs.models import Gate
 
-_PK = re.compile(r"^[0-9]{1,18}$")
 MAX_GATES = 1000
 
 
 def _pks(values: list[str], what: str) -> list[int]:
     pks = []
     for value in values:
-        value = str(value).strip()
-        if not _PK.match(value) or int(value) < 1:
-            raise forms.ValidationError(f"{what}: {value[:20]!r} is not a gate id.")
-        pks.append(int(value))
+        pk = ids.parse_pk(str(value))
+        if pk is None:
+            raise forms.ValidationError(f"{what}: {str(value).strip()[:20]!r} is not a gate id.")
+        pks.append(pk)
     if len(pks) > MAX_GATES:
         raise forms.ValidationError(f"{what}: at most {MAX_GATES} gates at once.")
     return list(dict.fromkeys(pks))

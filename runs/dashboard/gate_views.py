@@ -12,23 +12,21 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from runs.dashboard import roles
+from runs import ids
+from runs.access import roles
+from runs.access.guards import operator_required, viewer_required
 from runs.dashboard.gate_forms import BulkAnswer, BulkScopeForm, bulk_answer, digests
-from runs.dashboard.queries import gates as gate_queries
-from runs.dashboard.views import _found, operator_required, viewer_required
+from runs.dashboard.views import _found
 from runs.gates import answers
 from runs.gates.acts import act_of, total
 from runs.gates.decision import gate_digest
 from runs.gates.shared import shared
 from runs.models import Gate, GateRole
+from runs.reads import gates as gate_queries
 
 
 def _gate(run_pk: int, pk: int) -> Gate:
     return _found(gate_queries.get_gate(run_pk, pk), f"run-{run_pk} has no gate {pk}.")
-
-
-def _actor(request: HttpRequest) -> str:
-    return f"user:{request.user.get_username()}"
 
 
 def who_may_answer(gate: Gate) -> str:
@@ -104,7 +102,7 @@ def gate_answer(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
         done = answers.answer(
             gate.pk,
             request.POST,
-            actor=_actor(request),
+            actor=ids.user_actor(request.user),
             roles=roles.roles(request.user),
             user=request.user.pk,
             digest=request.POST.get("digest", ""),
@@ -190,7 +188,7 @@ def gate_group_answer(request: HttpRequest, shape: str) -> HttpResponse:
             pks,
             bulk.data(),
             shape=shape,
-            actor=_actor(request),
+            actor=ids.user_actor(request.user),
             roles=roles.roles(request.user),
             user=request.user.pk,
             digests=digests(request.POST, pks),

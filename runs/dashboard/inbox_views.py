@@ -13,10 +13,10 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from runs.access.guards import viewer_required
 from runs.dashboard.forms import InboxNewsForm
-from runs.dashboard.queries.inbox import new_since
 from runs.dashboard.views import INBOX_POLL_SECONDS as POLL_SECONDS
-from runs.dashboard.views import viewer_required
+from runs.reads.inbox import new_since
 
 
 @require_GET

@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from runs.dashboard.views import viewer_required
+from runs.access.guards import viewer_required
 from runs.models import Run
 from runs.pipeline import registry
 

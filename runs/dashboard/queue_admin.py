@@ -24,7 +24,7 @@ from redis import Redis
 from rq.job import Job
 from rq.worker import Worker
 
-from runs.dashboard import roles
+from runs.access import roles
 
 View = Callable[..., HttpResponse]
 

@@ -4,6 +4,7 @@ looks like an id (/runs/run-abc/, a 30-digit number) matches nothing and is a pl
 from __future__ import annotations
 
 from django.urls import path, register_converter
+from django.urls.converters import StringConverter
 
 from runs import ids
 from runs.dashboard import (
@@ -31,7 +32,7 @@ class RunIdConverter:
 
 
 class IdConverter:
-    regex = r"[0-9]{1,18}"
+    regex = ids.DIGITS
 
     def to_python(self, value: str) -> int:
         return int(value)
@@ -40,26 +41,14 @@ class IdConverter:
         return str(int(value))
 
 
-class PipelineNameConverter:
+class PipelineNameConverter(StringConverter):
     # A registered pipeline's name; anything else is a 404 from the view.
     regex = r"[A-Za-z0-9_.-]{1,64}"
 
-    def to_python(self, value: str) -> str:
-        return value
 
-    def to_url(self, value: str) -> str:
-        return value
-
-
-class FingerprintConverter:
+class FingerprintConverter(StringConverter):
     # A group fingerprint (runs/planning/grouping.py): anything else is a plain 404.
     regex = r"[0-9a-f]{64}"
-
-    def to_python(self, value: str) -> str:
-        return value
-
-    def to_url(self, value: str) -> str:
-        return value
 
 
 class BatchIdConverter(FingerprintConverter):

@@ -1,75 +1,45 @@
 """The operator dashboard. Each view: check who asks, parse, call one domain function, render.
 
 Reading needs any role (viewer, operator, supervisor); approving, and reading what a failed
-stage logged (logs may hold sensitive data), needs operator or supervisor. Both are enforced here on the server, whatever the page showed. Actions are
-POST-only forms with Django's CSRF token; htmx only polls the timeline of an active run.
+stage logged (logs may hold sensitive data), needs operator or supervisor. Both are enforced on
+the server by the guards each view wears (runs/access/guards.py), whatever the page showed.
+Actions are POST-only forms with Django's CSRF token; htmx only polls the timeline of an
+active run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
 from typing import TypeVar
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
-from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseClientRedirect
 
-from runs.dashboard import charts, roles, stats
-from runs.dashboard.forms import ApproveForm, GroupApproveForm, InboxFilterForm, PipelineWindowForm
-from runs.dashboard.queries import batches, groups
-from runs.dashboard.queries.artifacts import artifact_view, get_artifact
-from runs.dashboard.queries.decision import decision
-from runs.dashboard.queries.gates import waiting
-from runs.dashboard.queries.inbox import inbox_groups, inbox_page
-from runs.dashboard.queries.run_page import get_run, run_page, timeline_update
+from runs import ids
+from runs.access import roles
+from runs.access.guards import operator_required, viewer_required
+from runs.dashboard import charts, stats
+from runs.dashboard.forms import ApproveForm, GroupApproveForm, PipelineWindowForm
 from runs.ledger import artifacts as artifact_store
 from runs.models import GroupApproval, Run, StoredPlan
 from runs.planning import grouping, stored_plans, triage
 from runs.planning.planner import Plan
 from runs.planning.resume import AlreadyApproved, ResumeRefused, approve
+from runs.reads import batches, groups
+from runs.reads.artifacts import artifact_view, get_artifact
+from runs.reads.decision import decision
+from runs.reads.filters import InboxFilterForm
+from runs.reads.gates import waiting
+from runs.reads.inbox import inbox_groups, inbox_page
+from runs.reads.run_page import get_run, run_page, timeline_update
 
-View = Callable[..., HttpResponse]
 # How often the inbox asks whether runs came to need a human (runs/dashboard/inbox_views.py).
 INBOX_POLL_SECONDS = 15
 T = TypeVar("T")
-
-
-def role_required(check: Callable[..., bool]) -> Callable[[View], View]:
-    """Log in first, then the role: a logged-in user without it gets 403.
-
-    What a role may read (runs, agent output, artifacts) is kept by no cache, shared or the
-    browser's: every dashboard response is `Cache-Control: private, no-store`."""
-
-    def decorator(view: View) -> View:
-        @wraps(view)
-        def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-            if not request.user.is_authenticated:
-                if request.htmx:
-                    # A poll after the session ended: send the whole page to the login form
-                    # (and back to it afterwards), not the form into the timeline.
-                    page = request.htmx.current_url_abs_path or request.get_full_path()
-                    return HttpResponseClientRedirect(redirect_to_login(page).url)
-                return redirect_to_login(request.get_full_path())
-            if not check(request.user):
-                raise PermissionDenied("Your role does not allow this.")
-            return view(request, *args, **kwargs)
-
-        return cache_control(private=True, no_store=True)(wrapped)
-
-    return decorator
-
-
-viewer_required = role_required(roles.can_view)
-operator_required = role_required(roles.can_approve)
 
 
 def _after(request: HttpRequest) -> int | None:
@@ -161,7 +131,7 @@ def run_timeline(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 @viewer_required
 def plan(request: HttpRequest, pk: int) -> HttpResponse:
-    """The stored plan: a GET never asks a target anything (see runs/stored_plans.py)."""
+    """The stored plan: a GET never asks a target anything (see runs/planning/stored_plans.py)."""
     run = _run(pk)
     shown = stored_plans.shown(run)
     if shown is None:
@@ -211,7 +181,7 @@ def approve_plan(request: HttpRequest, pk: int) -> HttpResponse:
         plan, stored = shown if shown is not None else (None, None)
         return _render_plan(request, run, plan, stored=stored, form=form, status=400)
     action, fingerprint = form.cleaned_data["action"], form.cleaned_data["fingerprint"]
-    actor = f"user:{request.user.get_username()}"
+    actor = ids.user_actor(request.user)
     try:
         approval = approve(run, action, fingerprint, actor=actor)
     except AlreadyApproved as exc:
@@ -271,11 +241,6 @@ def group_detail(request: HttpRequest, fingerprint: str) -> HttpResponse:
     return _render_group(request, fingerprint)
 
 
-# A refused group approval that is not a conflict with what the runs became: a request that
-# is wrong, or a queue that is down (try again later).
-_GROUP_REFUSAL_STATUS = {triage.BadSelection: 400, triage.NotQueued: 503}
-
-
 @require_POST
 @operator_required
 def approve_group(request: HttpRequest, fingerprint: str) -> HttpResponse:
@@ -285,14 +250,13 @@ def approve_group(request: HttpRequest, fingerprint: str) -> HttpResponse:
     if form.cleaned_data["fingerprint"] != fingerprint:
         form.add_error("fingerprint", "The form names another group than this page's.")
         return _render_group(request, fingerprint, form=form, status=400)
-    actor = f"user:{request.user.get_username()}"
+    actor = ids.user_actor(request.user)
     try:
         outcome = triage.approve_or_queue(
             fingerprint, form.run_ids(), mode=form.cleaned_data["action"], actor=actor
         )
     except triage.GroupRefused as exc:
-        status = _GROUP_REFUSAL_STATUS.get(type(exc), 409)
-        return _render_group(request, fingerprint, form=form, refusal=str(exc), status=status)
+        return _render_group(request, fingerprint, form=form, refusal=str(exc), status=exc.status)
     if outcome.queued is not None:
         # A worker approves it; the batch page follows the row.
         return redirect("runs:batch", batch_id=outcome.queued.pk)

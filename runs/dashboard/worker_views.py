@@ -7,8 +7,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from runs.dashboard.queries.workers import workers_page
-from runs.dashboard.views import operator_required
+from runs.access.guards import operator_required
+from runs.reads.workers import workers_page
 
 
 @require_GET

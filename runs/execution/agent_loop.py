@@ -1,5 +1,5 @@
-"""An agent loop inside a stage (StageContext inherits it): `converse()` asks a model, lets it
-request tools, and goes on until it answers.
+"""An agent loop inside a stage (its StageContext holds the loops): `converse()` asks a
+model, lets it request tools, and goes on until it answers.
 
     facts first (the pinned inputs and what the stage passes: verified upstream outputs) →
     [on a branch: the parent's conversation, marked as prior context] → the task →
@@ -60,12 +60,16 @@ class Conversation:
 
 
 class AgentLoops:
-    """The agent loops of a StageContext (which inherits them; `call` is DurableCalls')."""
+    """The agent loops of a stage (its StageContext holds them)."""
 
-    run: Run
-    stage: str
-    inputs: dict[str, Any]
-    call: Callable[..., Any]  # DurableCalls.call, which StageContext inherits beside this
+    def __init__(
+        self, run: Run, stage: str, inputs: dict[str, Any], call: Callable[..., Any]
+    ) -> None:
+        self.run = run
+        self.stage = stage
+        self.inputs = inputs
+        # The stage's ctx.call: each turn and each requested tool is a durable call of its own.
+        self.call = call
 
     def converse(
         self,

@@ -1,6 +1,6 @@
-"""How a stage asks a human (StageContext inherits it): `ask()` for a question, and the
-confirmation a tool requires before its first call, which the durable call asks here before
-any intent is written, so nothing has happened when the run stops.
+"""How a stage asks a human (its StageContext holds the gates): `ask()` for a question, and
+the confirmation a tool requires before its first call, which the durable call asks here
+before any intent is written, so nothing has happened when the run stops.
 
     decide (gates.decision: the recorded answer for this subject, or ask) → hold it against
     the approved plan → use the recorded answer, or open the gate (GATE_OPENED, the run
@@ -14,17 +14,15 @@ from datetime import timedelta
 from typing import Any
 
 from runs.execution.durable_call import Returned, StageStopped, request_hash
-from runs.execution.hooks import CallHooks
+from runs.execution.stage_state import StageState
 from runs.gates import arguments, forms
+from runs.gates import rows as gate_rows
 from runs.gates.decision import GateAction, call_subject, decide, question_subject, shape
 from runs.ledger import effects
-from runs.ledger import gates as gate_rows
-from runs.ledger.append import Writer
 from runs.ledger.canonical import canonical_json
 from runs.ledger.chain import digest
-from runs.models import Gate, GateKind, GateRole, Run
-from runs.pipeline import CallRejected, KeyParts, OnTimeout, Pipeline, Tool
-from runs.planning.contract import Contract, Usage
+from runs.models import Gate, GateKind, GateRole
+from runs.pipeline import CallRejected, KeyParts, OnTimeout, Tool
 from runs.review import OnReject, Review
 
 # The question is the gate page's heading; what the reviewer reads goes in details.
@@ -37,18 +35,22 @@ class StageWaiting(StageStopped):
 
 
 class Asking:
-    """The gates of a StageContext (which inherits them)."""
+    """The gates of a stage (its StageContext holds them)."""
 
-    writer: Writer
-    run: Run
-    pipeline: Pipeline
-    stage: str
-    hooks: CallHooks
-    contract: Contract | None
-    deviated: bool
-    usage: Usage
-    # The answers this run of the stage used, by gate id (ctx.review).
-    _reviews: dict[str, Review]
+    def __init__(self, state: StageState) -> None:
+        # What the gates use of the shared state, each a reference of their own; whether the
+        # work departed from its plan is read off the state, where the calls see it too.
+        self.state = state
+        self.ctx = state.ctx
+        self.writer = state.writer
+        self.run = state.run
+        self.pipeline = state.pipeline
+        self.stage = state.spec.name
+        self.hooks = state.hooks
+        self.usage = state.usage
+        self.contract = state.contract
+        # The answers this run of the stage used, by gate id (ctx.review).
+        self._reviews: dict[str, Review] = {}
 
     def review(self, call_id: str) -> Review | None:
         return self._reviews.get(call_id)
@@ -93,7 +95,7 @@ class Asking:
             escalate_to=escalate_to,
         )
 
-    def _confirmed(
+    def confirmed(
         self, call_id: str, tool: Tool, args: dict[str, Any]
     ) -> tuple[dict[str, Any], KeyParts | None] | Returned:
         """The arguments the call goes on with, once a human confirmed it, and its key parts
@@ -110,8 +112,8 @@ class Asking:
         if gate is not None and gate.status == Gate.Status.ANSWERED:
             self._decided(call_id, gate)
             return self._apply(call_id, tool, gate, args)
-        parts = tool.key(self, args)
-        if effects.find(parts.key) is not None or not confirm.required(self, args):
+        parts = tool.key(self.ctx, args)
+        if effects.find(parts.key) is not None or not confirm.required(self.ctx, args):
             return args, None
         self._decided(call_id, gate)
         # What the page shows and checks an edit by: each editable argument's kind and rules,
@@ -162,12 +164,12 @@ class Asking:
             )
         edited = answer.get("args") or args
         if gate.attempts:
-            return edited, _asked_again(tool.key(self, edited), gate, edited, args)
+            return edited, _asked_again(tool.key(self.ctx, edited), gate, edited, args)
         if canonical_json(edited) == canonical_json(args):
             # Approved as asked (an untouched edit field is the value asked for): the request
             # the stage asked about, under its own key.
             return args, None
-        parts = tool.key(self, edited)
+        parts = tool.key(self.ctx, edited)
         # An edited request is a new revision of the delivery: its own key, so it can never
         # be taken for the request the stage asked about (or reuse that one's outcome).
         return edited, replace(parts, revision=f"{parts.revision}+edit-{digest(edited)[:12]}")
@@ -181,15 +183,15 @@ class Asking:
         if (
             decision.action == GateAction.ASK
             and planned == GateAction.USE_ANSWER
-            and not self.deviated
+            and not self.state.deviated
         ):
-            self.deviate(
+            self.state.deviate(
                 f"gate {self.stage}/{gate_id}: the plan said its answer was recorded, the engine "
                 "found none and asked again"
             )
         if decision.action == GateAction.USE_ANSWER:
             self._reviews[gate_id] = _review_of(gate)
-            self.hooks.after_answer(self, gate_id, dict(gate.answer or {}))
+            self.hooks.after_answer(self.ctx, gate_id, dict(gate.answer or {}))
         return decision.action
 
     def _open(
@@ -207,7 +209,7 @@ class Asking:
             raise ValueError(f"a gate's role is one of {', '.join(GateRole.values)}")
         if quorum < 1:
             raise ValueError("a gate's quorum is at least 1")
-        self.hooks.before_ask(self, gate_id)
+        self.hooks.before_ask(self.ctx, gate_id)
         gate_rows.open_gate(
             self.writer,
             self.run,

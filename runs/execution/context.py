@@ -1,25 +1,31 @@
 """StageContext: what a stage function sees (pipeline.Context is its type for pipeline code).
-It reads the run's pinned inputs and its upstream checkpoints here, and calls tools through
-the durable call it inherits (durable_call.py)."""
+It reads the run's pinned inputs and its upstream checkpoints here; it holds its tool calls
+(durable_call.py), its gates (asking.py) and its agent loops (agent_loop.py) as parts, which
+share one StageState (stage_state.py), and hands each method of pipeline.Context to its part.
+"""
 
 from __future__ import annotations
 
-from runs.execution.agent_loop import AgentLoops
+from datetime import timedelta
+from typing import Any
+
+from runs.execution.agent_loop import AgentLoops, Conversation
 from runs.execution.asking import Asking
 from runs.execution.durable_call import DurableCalls
 from runs.execution.hooks import CallHooks
+from runs.execution.stage_state import StageState
 from runs.ledger import artifacts, leases
 from runs.ledger.append import Writer
 from runs.ledger.checkpoints import latest_checkpoint
-from runs.models import Checkpoint, Run
-from runs.pipeline import Pipeline
+from runs.models import Checkpoint, GateRole, Run
+from runs.pipeline import OnTimeout, Pipeline
 from runs.planning.contract import Contract, Usage
 from runs.review import Review
 
 
-class StageContext(DurableCalls, Asking, AgentLoops):
+class StageContext:
     """What a stage function may do: read its pinned inputs and upstream outputs, call tools
-    through the effect ledger, ask a human, and run an agent loop (agent_loop.py)."""
+    through the effect ledger, ask a human, and run an agent loop."""
 
     def __init__(
         self,
@@ -34,26 +40,35 @@ class StageContext(DurableCalls, Asking, AgentLoops):
         deviated: bool = False,
     ) -> None:
         self.writer = writer
-        # The lease as this worker knows it: fences each external call without a read.
         self.held = held
         self.run = run
         self.pipeline = pipeline
         self.stage = stage
         self.hooks = hooks or CallHooks()
-        self._spec = pipeline.stage(stage)
-        self.inputs = {name: run.inputs.get(name) for name in self._spec.consumes}
-        # The approved plan this resumed work is bound by (None on a first execution), and
-        # whether it was already departed from.
+        spec = pipeline.stage(stage)
+        self.inputs = {name: run.inputs.get(name) for name in spec.consumes}
         self.contract = contract
-        self.deviated = deviated
-        # What this stage used: recorded in its VERIFIED event, summed against the plan.
         self.usage = Usage()
+        self.state = StageState(
+            ctx=self,
+            writer=writer,
+            held=held,
+            run=run,
+            pipeline=pipeline,
+            spec=spec,
+            hooks=self.hooks,
+            usage=self.usage,
+            contract=contract,
+            deviated=deviated,
+        )
+        self._gates = Asking(self.state)
+        # A call that needs a human's confirmation asks the gates first.
+        self._calls = DurableCalls(self.state, self._gates.confirmed)
+        self._loops = AgentLoops(run, stage, self.inputs, self.call)
         # The checkpoints this stage read, by stage. While it holds the lease nobody else
         # verifies a stage of this run, so the newest checkpoint of a stage stays the one
         # read: a stage that reads its upstream twice reads it once.
         self._upstream: dict[str, Checkpoint] = {}
-        # The gates' answers this stage used, by gate id: what ctx.review() reports.
-        self._reviews: dict[str, Review] = {}
 
     def read_upstream(self, checkpoint: Checkpoint | None) -> None:
         """Say that `checkpoint` is the run's newest, read as the lease was taken: the newest
@@ -81,3 +96,70 @@ class StageContext(DurableCalls, Asking, AgentLoops):
             if entry["name"] == name:
                 return artifacts.read_verified(entry["uri"], entry["sha256"])
         raise LookupError(f"the {stage} checkpoint has no artifact {name!r}")
+
+    # The parts' faces: pipeline.Context's methods, each handed to the part that owns it.
+
+    def call(self, call_id: str, tool_name: str, **args: Any) -> Any:
+        return self._calls.call(call_id, tool_name, args)
+
+    def review(self, call_id: str) -> Review | None:
+        return self._gates.review(call_id)
+
+    def ask(
+        self,
+        gate_id: str,
+        question: str,
+        *,
+        form: Any = None,
+        initial: dict[str, Any] | None = None,
+        role: str = GateRole.OPERATOR,
+        quorum: int = 1,
+        timeout: timedelta | None = None,
+        on_timeout: OnTimeout | None = None,
+        escalate_to: str = "",
+        details: str = "",
+    ) -> dict[str, Any]:
+        return self._gates.ask(
+            gate_id,
+            question,
+            form=form,
+            initial=initial,
+            role=role,
+            quorum=quorum,
+            timeout=timeout,
+            on_timeout=on_timeout,
+            escalate_to=escalate_to,
+            details=details,
+        )
+
+    def converse(
+        self,
+        loop_id: str = "",
+        *,
+        model: str,
+        task: str,
+        facts: dict[str, Any] | None = None,
+        tools: dict[str, dict[str, Any]] | None = None,
+        model_tool: str = "model",
+        max_turns: int = 8,
+        params: dict[str, Any] | None = None,
+    ) -> Conversation:
+        return self._loops.converse(
+            loop_id,
+            model=model,
+            task=task,
+            facts=facts,
+            tools=tools,
+            model_tool=model_tool,
+            max_turns=max_turns,
+            params=params,
+        )
+
+    # The approved plan, for the engine's verdict at the stage's end.
+
+    @property
+    def deviated(self) -> bool:
+        return self.state.deviated
+
+    def deviate(self, reason: str, **details: Any) -> None:
+        self.state.deviate(reason, **details)

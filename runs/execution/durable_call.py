@@ -22,10 +22,10 @@ from typing import Any
 from django.db import transaction
 
 from runs import tracing
-from runs.events import Failed, NeedsApproval, PlanDeviated, ToolCalled, ToolResult
-from runs.execution.hooks import CallHooks
+from runs.events import Failed, NeedsApproval, ToolCalled, ToolResult
+from runs.execution.stage_state import StageState
 from runs.ledger import effects, leases, payload_summary
-from runs.ledger.append import LeaseLost, LedgerError, RunMove, Writer, append, deferred_commit
+from runs.ledger.append import LeaseLost, LedgerError, RunMove, append, deferred_commit
 from runs.ledger.chain import digest
 from runs.ledger.effects import (
     Intent,
@@ -38,9 +38,7 @@ from runs.ledger.effects import (
 )
 from runs.ledger.exchanges import exchanges_payload, recording
 from runs.models import Effect, ReplayPolicy, Run
-from runs.pipeline import KeyConflict, KeyParts, Pipeline, Stage, Tool, ToolRejected
-from runs.planning import contract
-from runs.planning.contract import Contract, Usage
+from runs.pipeline import KeyConflict, KeyParts, Tool, ToolRejected, timed_out
 from runs.planning.replay import Action, Decision, decide_on, first_action
 
 
@@ -56,31 +54,39 @@ class Returned:
     value: Any
 
 
+# The gates' answer before a call (asking.py): its arguments and an edited request's key
+# parts, or a rejection handed back as the call's result.
+Confirmed = Callable[[str, Tool, dict[str, Any]], tuple[dict[str, Any], KeyParts | None] | Returned]
+
+
 def request_hash(tool: str, args: dict[str, Any]) -> str:
     return digest({"tool": tool, "args": args})
 
 
 class DurableCalls:
-    """The tool calls of a StageContext (which inherits them): every call goes through the
+    """The tool calls of a stage (its StageContext holds them): every call goes through the
     effect ledger, under the run's lease, held against the approved plan if one binds the
     work."""
 
-    writer: Writer
-    held: leases.HeldLease | None
-    run: Run
-    pipeline: Pipeline
-    stage: str
-    hooks: CallHooks
-    contract: Contract | None
-    deviated: bool
-    usage: Usage
-    _spec: Stage
-    # Asking._confirmed, which StageContext inherits beside these calls.
-    _confirmed: Callable[
-        [str, Tool, dict[str, Any]], tuple[dict[str, Any], KeyParts | None] | Returned
-    ]
+    def __init__(self, state: StageState, confirmed: Confirmed) -> None:
+        # What the calls use of the shared state, each a reference of their own: one
+        # attribute lookup on the hot path. Whether the work departed from its plan is read
+        # off the state itself, where the gates see the same answer.
+        self.state = state
+        self.ctx = state.ctx
+        self.writer = state.writer
+        self.held = state.held
+        self.run = state.run
+        self.pipeline = state.pipeline
+        self.stage = state.spec.name
+        self._spec = state.spec
+        self.hooks = state.hooks
+        self.usage = state.usage
+        self.contract = state.contract
+        # The gates' answer before a call that needs a human's confirmation (asking.py).
+        self._confirmed = confirmed
 
-    def call(self, call_id: str, tool_name: str, **args: Any) -> Any:
+    def call(self, call_id: str, tool_name: str, args: dict[str, Any]) -> Any:
         if tool_name not in self._spec.tools:
             raise LedgerError(f"stage {self.stage} may not call tool {tool_name!r}")
         tool = self.pipeline.tool(tool_name)
@@ -102,13 +108,13 @@ class DurableCalls:
             ),
             flush=False,
         )
-        self.hooks.before_call(self, call_id)
+        self.hooks.before_call(self.ctx, call_id)
         started = time.monotonic()
         price = tool.price_of(args)
         self.usage.add_call(tool.name, price)
         with recording() as seen:
             result = tool.call(args, "")
-        self.hooks.after_call(self, call_id, result)
+        self.hooks.after_call(self.ctx, call_id, result)
         made = self._result(call_id, tool, result=result, cost=str(price), duration_ms=_ms(started))
         more = self._exchanges(seen, call_id)
         # A transaction only when an HTTP tool's exchanges may write artifact rows beside the
@@ -129,7 +135,7 @@ class DurableCalls:
             if isinstance(confirmed, Returned):
                 return confirmed.value  # a rejection handed back as the result (on_reject)
             args, edited = confirmed
-        parts = edited or tool.key(self, args)
+        parts = edited or tool.key(self.ctx, args)
         key = parts.key
         tracing.note(key=key, action=Action.CALL)  # a decision below says otherwise
         req_hash = request_hash(tool.name, args)
@@ -264,7 +270,7 @@ class DurableCalls:
         self, call_id: str, tool: Tool, key: str, effect: Effect | Intent, args: dict[str, Any]
     ) -> Any:
         """Make the call whose intent is recorded, fenced by the lease, and record its outcome."""
-        self.hooks.before_call(self, call_id)
+        self.hooks.before_call(self.ctx, call_id)
         # Fence the call itself, not only the writes around it: a worker that froze after
         # its intent (GC pause, suspended VM, SIGSTOP) and wakes after a takeover would
         # otherwise make the call the resumed run already made (a second card charge) and
@@ -280,7 +286,7 @@ class DurableCalls:
         try:
             with recording() as seen:
                 result = tool.call(args, key)
-            self.hooks.after_call(self, call_id, result)
+            self.hooks.after_call(self.ctx, call_id, result)
         except Exception as exc:
             self._record_failure(call_id, tool, effect, exc, seen)
             raise
@@ -351,10 +357,11 @@ class DurableCalls:
             return  # the caller raises it on: the stage fails
         if isinstance(exc, KeyConflict):
             status, error = Effect.Status.CONFLICT, str(exc)[:2000]
-            said = error
+            said, late = error, False
         else:
             status, error = Effect.Status.UNKNOWN, f"{type(exc).__name__}: {exc}"[:2000]
             said = f"outcome unknown: {type(exc).__name__}: {exc}"[:2000]
+            late = timed_out(exc)  # a field: the inbox never reads "timed out" off the words
         tracing.note(outcome=status)
         failed = Failed(
             stage=effect.stage,
@@ -363,6 +370,7 @@ class DurableCalls:
             tool=tool.name,
             status=status,
             error=said,
+            timed_out=late,
         )
         record_outcome(
             self.writer,
@@ -408,8 +416,8 @@ class DurableCalls:
         difference = self.contract.difference(self.stage, call_id, tool.name, tool.policy, action)
         if difference is None:
             return
-        if not self.deviated:
-            self.deviate(difference.describe(), difference=difference.to_dict())
+        if not self.state.deviated:
+            self.state.deviate(difference.describe(), difference=difference.to_dict())
         if difference.stop_before:
             self._stop(
                 Run.Status.NEEDS_APPROVAL,
@@ -417,19 +425,6 @@ class DurableCalls:
                 f"{difference.describe()}; the approved plan did not promise this call, so it "
                 "was not made: read the fresh plan and approve again",
             )
-
-    def deviate(self, reason: str, **details: Any) -> None:
-        """Append PLAN_DEVIATED, once per approved plan, with what was used against it."""
-        used = contract.used_since(self.run, self.contract)
-        used.add(self.usage)
-        append(
-            self.writer,
-            PlanDeviated(
-                stage=self.stage, reason=reason, **self.contract.verdict_payload(used), **details
-            ),
-            move=RunMove(deviated=True),
-        )
-        self.deviated = True
 
     def _stop(
         self,

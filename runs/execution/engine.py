@@ -236,7 +236,7 @@ def _ended_unanswered(writer: Writer, stage_name: str) -> bool:
 
 def _job_alive() -> None:
     """Tell RQ the stage job waiting for the database is alive: a job a worker took long ago
-    whose ticket is still pending looks like one its worker died with (runs/sweeper.py)."""
+    whose ticket is still pending looks like one its worker died with (runs/execution/sweeper.py)."""
     job = get_current_job()
     if job is None:
         return
@@ -274,8 +274,13 @@ def _run_stage(
         return Outcome.FAILED
 
     results = [rule.evaluate(output) for rule in stage.rules]
-    if any(not r["passed"] for r in results):
-        _fail(writer, Failed(stage=stage_name, error="verification failed", rules=results))
+    failed = [r["name"] for r in results if not r["passed"]]
+    if failed:
+        # The failed rules by name, for machines; the error's words are for people only.
+        refused = Failed(
+            stage=stage_name, error="verification failed", rules=results, failed_rules=failed
+        )
+        _fail(writer, refused)
         return Outcome.VERIFICATION_FAILED
     _checkpoint(ctx, pipeline, stage, output, results)
     return Outcome.VERIFIED

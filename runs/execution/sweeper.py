@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models.functions import Now
 from rq.job import Job
 
@@ -175,12 +174,8 @@ def interrupt(finding: Finding, *, takeover: bool = False) -> bool:
     if _acted_on(finding):
         return False
     try:
-        token = leases.acquire(finding.run_pk, SWEEPER, takeover=takeover)
-    except leases.LeaseBusy:
-        return False  # a worker took it meanwhile: not lost after all
-    writer = Writer(finding.run_pk, token, SWEEPER)
-    try:
-        with transaction.atomic():
+        with leases.writing(finding.run_pk, SWEEPER, takeover=takeover) as token:
+            writer = Writer(finding.run_pk, token, SWEEPER)
             run = Run.objects.select_for_update().get(pk=finding.run_pk)
             if not run.is_active:
                 return False
@@ -201,10 +196,10 @@ def interrupt(finding: Finding, *, takeover: bool = False) -> bool:
                 interrupted,
                 move=RunMove(Run.Status.INTERRUPTED, ticket="", queued_at=None),
             )
-        log.warning("run-%s interrupted: %s", finding.run_pk, finding.reason)
-        return True
-    finally:
-        leases.release(finding.run_pk, token)
+    except leases.LeaseBusy:
+        return False  # a worker took it meanwhile: not lost after all
+    log.warning("run-%s interrupted: %s", finding.run_pk, finding.reason)
+    return True
 
 
 def _acted_on(finding: Finding) -> bool:

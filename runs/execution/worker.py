@@ -29,6 +29,8 @@ from runs import notify
 from runs.execution import outage, sweeper
 from runs.gates import timeouts as gate_timeouts
 from runs.models import IdempotentRequest
+from runs.pipeline import registry
+from runs.tools import model
 
 log = logging.getLogger("runs.worker")
 
@@ -81,6 +83,15 @@ class SweeperThread(threading.Thread):
                 self.scheduler.release_locks()
 
 
+def warm_up() -> None:
+    """Load now what a stage job needs and a command line leaves to its first use: the
+    pipelines, and the model SDK their model tools call (runs/tools/model.py). A worker does
+    it before its first job, so no stage waits on imports while it holds its lease (the tests'
+    fork server too, before it forks: its workers inherit it)."""
+    registry.names()
+    model.sdk()
+
+
 # Seconds between pings while Redis is away: the first wait and the longest (as outage.py's
 # waits for the database, short enough that work goes on soon after Redis is back).
 REDIS_FIRST_WAIT = 0.25
@@ -96,6 +107,7 @@ class ResumerWorker(SimpleWorker):
     leaving the fleet one process short until something restarts it."""
 
     def work(self, *args, **kwargs):  # type: ignore[override]
+        warm_up()
         thread = SweeperThread(float(settings.RESUMER_SWEEP_INTERVAL), self)
         thread.start()
         try:

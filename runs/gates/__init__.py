@@ -10,15 +10,19 @@ the recorded answer and never asks twice.
                   page, and the diff of an answer against what was shown
     decision.py   the one decision about a gate (ask, or use the recorded answer), what a gate
                   is about (its subject) and its shape; the engine and the planner both call it
+    rows.py       the gate rows' writes, each with its event through the ledger's one append
+                  path: opened, answered, expired, reopened, closed with its run
     answers.py    answering: who may, what was shown (the digest), compare-and-set (the
                   deadline on the database's clock included), a quorum of different users,
                   the stage queued again; in bulk
     acts.py       what approving a call does, in the words its tick names, and their total
     shared.py     what identical gates share: the fields one bulk answer may give
+    recorded.py   what a run's gates recorded: the approved confirmations, the arguments their
+                  calls are made with, a reviewer's edit in the words every page says it
     reopen.py     Ask again: a confirmation whose call its target refused opens again
                   (GATE_REOPENED), the next answer's call under a key revision of its own
     timeouts.py   the sweeper's step: a deadline applies on_timeout, whatever the votes;
                   escalation before it
 
-May import: ledger, models, pipeline, enqueue, signals.
+May import: ledger, models, events, pipeline, enqueue, signals.
 """

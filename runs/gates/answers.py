@@ -22,8 +22,8 @@ from django.utils import timezone
 
 from runs import enqueue
 from runs.gates import acts, arguments, forms, shared
+from runs.gates import rows as gate_rows
 from runs.gates.decision import gate_digest
-from runs.ledger import gates as gate_rows
 from runs.ledger import leases
 from runs.ledger.append import Writer
 from runs.models import Gate, GateKind, GateStatus, Run
@@ -76,7 +76,10 @@ def form_for(gate: Gate, data: Any = None, prefix: str = "") -> django_forms.For
     form = forms.build(gate.form, gate.initial, data=data, prefix=prefix)
     act = acts.act_of(gate.call)
     if act is not None and act.needs_tick:
-        acts.add_tick(form, act.text)
+        # The act names the call as asked; an editable one may be approved as edited, which
+        # the preview prices: the tick must not name only the asked amount.
+        edits = " as asked, or as your edits make it" if gate.call.get("editable") else ""
+        acts.add_tick(form, act.text + edits)
     return form
 
 
@@ -258,20 +261,17 @@ def record(
             or answer_data.get("decision") in (forms.REJECT, forms.REQUEST_CHANGES)
         )
         ticket = uuid.uuid4().hex if final else ""
-        # A waiting run holds no lease: taking it over fences nobody, and gives the answer a
-        # token to write under, like an approval.
-        token = leases.acquire(run.pk, actor, takeover=True)
-        gate_rows.record_answer(
-            Writer(run.pk, token, actor),
-            gate,
-            answer_data,
-            diff,
-            final=final,
-            ticket=ticket,
-            user=user,
-            timed_out=timed_out,
-        )
-        leases.release(run.pk, token)
+        with leases.taken_over(run.pk, actor) as token:
+            gate_rows.record_answer(
+                Writer(run.pk, token, actor),
+                gate,
+                answer_data,
+                diff,
+                final=final,
+                ticket=ticket,
+                user=user,
+                timed_out=timed_out,
+            )
         if final:
             stage = gate.stage
             transaction.on_commit(lambda: enqueue.dispatch(run.pk, stage, ticket))

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
+from runs.gates import rows as gate_rows
 from runs.ledger import derived, leases
-from runs.ledger import gates as gate_rows
 from runs.ledger.append import Writer
 from runs.ledger.derived import Derived
 from runs.models import Effect, EffectStatus, Gate, GateKind, GateStatus, Run
@@ -130,11 +130,7 @@ def ask_again(run_pk: int, *, actor: str, gate_pk: int | None = None) -> Gate:
     run's only one): GATE_REOPENED with the refused attempt, the gate open again without an
     answer, the run waiting. Raises AskAgainRefused, having written nothing."""
     with transaction.atomic():
-        # The run first, as every writer locks it: an answer, an approval or a close-out of
-        # the same run waits here, and finds it moved.
-        run = Run.objects.select_for_update().filter(pk=run_pk).first()
-        if run is None:
-            raise AskAgainRefused(f"there is no run {run_pk}")
+        run = Run.locked(run_pk, missing=AskAgainRefused)
         found = [r for r in refusals(run) if gate_pk is None or r.gate.pk == gate_pk]
         if not found:
             raise AskAgainRefused(_why_not(run))
@@ -145,9 +141,6 @@ def ask_again(run_pk: int, *, actor: str, gate_pk: int | None = None) -> Gate:
             )
         refusal = found[0]
         gate = Gate.objects.select_for_update().get(pk=refusal.gate.pk)
-        # A stopped run holds no lease; taking it over fences nobody and gives the event a
-        # token to be written under, as an answer's does.
-        token = leases.acquire(run.pk, actor, takeover=True)
-        gate_rows.reopen(Writer(run.pk, token, actor), gate, refusal.effect)
-        leases.release(run.pk, token)
+        with leases.taken_over(run.pk, actor) as token:
+            gate_rows.reopen(Writer(run.pk, token, actor), gate, refusal.effect)
     return gate

@@ -20,7 +20,7 @@ from django.db.models.functions import Now
 
 from runs import signals
 from runs.gates import answers
-from runs.ledger import gates as gate_rows
+from runs.gates import rows as gate_rows
 from runs.ledger import leases
 from runs.ledger.append import Writer
 from runs.models import Gate, GateStatus, Run
@@ -50,13 +50,12 @@ def expire(gate_pk: int) -> bool:
         locked = Gate.objects.on_db_clock().select_for_update().get(pk=gate.pk)
         if locked.status != GateStatus.OPEN or not run.is_waiting or not locked.overdue:
             return False
-        token = leases.acquire(run.pk, answers.TIME_OUT, takeover=True)
-        gate_rows.expire(
-            Writer(run.pk, token, answers.TIME_OUT),
-            locked,
-            f"gate {locked.stage}/{locked.gate_id} timed out: {reason}",
-        )
-        leases.release(run.pk, token)
+        with leases.taken_over(run.pk, answers.TIME_OUT) as token:
+            gate_rows.expire(
+                Writer(run.pk, token, answers.TIME_OUT),
+                locked,
+                f"gate {locked.stage}/{locked.gate_id} timed out: {reason}",
+            )
     _warn(locked, "the time-out failed the run")
     return True
 

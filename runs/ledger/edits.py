@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from django.db import transaction
 from django.db.models.functions import Now
 
 from runs.events import LedgerEdited
 from runs.ledger import leases
 from runs.ledger.append import LedgerError, Writer, announce_stop, append
 from runs.ledger.maintenance import ledger_writes
+from runs.ledger.reasons import checked_reason
 from runs.models import Effect, Event, Run
 
-__all__ = ["EDITABLE_EFFECT_FIELDS", "acquire_briefly", "edit_effect"]
+__all__ = ["EDITABLE_EFFECT_FIELDS", "EDIT_LEASE_WAIT", "edit_effect"]
 
 EDITABLE_EFFECT_FIELDS = ("status", "external_id", "error")
 # What a supervisor may resolve an effect as: it happened (confirmed, with its external id),
@@ -22,8 +21,8 @@ EDITABLE_EFFECT_FIELDS = ("status", "external_id", "error")
 # back into doubt would only make the next plan ask again what a human already checked.
 RESOLVED_BY_EDIT = (Effect.Status.CONFIRMED, Effect.Status.FAILED, Effect.Status.ABANDONED)
 ENGINE_ONLY_STATUSES = frozenset(Effect.Status.values) - set(RESOLVED_BY_EDIT)
-# A reason is read on the run's timeline: room to say what was checked, not for a pasted log.
-MAX_EDIT_REASON_CHARS = 2000
+# An edit's reason refused, in the ledger's words (runs/ledger/reasons.py checks it).
+NO_REASON, WHOSE_REASON = "a ledger edit needs a reason", "a ledger edit's reason"
 
 
 # A run that waits for a human is leased only for a moment (the sweeper that just interrupted
@@ -31,23 +30,12 @@ MAX_EDIT_REASON_CHARS = 2000
 EDIT_LEASE_WAIT = 2.0
 
 
-def acquire_briefly(run_pk: int, actor: str) -> int | None:
-    deadline = time.monotonic() + EDIT_LEASE_WAIT
-    while True:
-        try:
-            return leases.acquire(run_pk, actor)
-        except leases.LeaseBusy:
-            if time.monotonic() > deadline:
-                return None
-        time.sleep(0.05)
-
-
 def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: str) -> Event:
     """A supervisor's correction of the effect ledger (e.g. "the card was not charged").
 
     Never silent: it needs a reason, takes the run's lease (so no worker writes beside it),
     and appends LEDGER_EDITED with the user and the before/after values."""
-    reason = _checked_reason(reason)
+    reason = checked_reason(reason, missing=NO_REASON, refused=LedgerError, what=WHOSE_REASON)
     effect, before, after = _checked_changes(effect_pk, changes)
     run = Run.objects.get(pk=effect.run_id)
     if run.is_active:
@@ -62,11 +50,8 @@ def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: 
             f"{run.public_id} is {run.get_status_display().lower()}: its ledger is edited only "
             "while the run is stopped (interrupted, failed or needing approval)"
         )
-    token = acquire_briefly(run.pk, actor)
-    if token is None:
-        raise LedgerError(f"{run.public_id} is leased by a worker right now")
     try:
-        with transaction.atomic():
+        with leases.writing(run.pk, actor, wait=EDIT_LEASE_WAIT) as token:
             edited = LedgerEdited(
                 stage=effect.stage,
                 idempotency_key=effect.delivery_key,
@@ -94,21 +79,9 @@ def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: 
                 previous_status=run.status,
                 event_type=event.type,
             )
-        return event
-    finally:
-        leases.release(run.pk, token)
-
-
-def _checked_reason(reason: str) -> str:
-    """The edit's reason as it is recorded, or LedgerError."""
-    reason = (reason or "").strip()
-    if not reason:
-        raise LedgerError("a ledger edit needs a reason")
-    if len(reason) > MAX_EDIT_REASON_CHARS:
-        raise LedgerError(
-            f"a ledger edit's reason is limited to {MAX_EDIT_REASON_CHARS} characters"
-        )
-    return reason
+    except leases.LeaseBusy:
+        raise LedgerError(f"{run.public_id} is leased by a worker right now") from None
+    return event
 
 
 def _checked_changes(

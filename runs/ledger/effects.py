@@ -68,8 +68,8 @@ def find(key: str) -> Effect | None:
 def claim_intent(writer: Writer, effect_fields: dict[str, Any], *, event: ToolCalled) -> Intent | None:  # fmt: skip
     """A first attempt's intent in one write: the effect row claims its delivery key with its
     TOOL_CALLED `event`, or, when the key has an effect already, nothing is written and None
-    returned (the caller reads that effect and decides: runs/replay.py). No read before it:
-    on a key nobody used, the decision is always to call."""
+    returned (the caller reads that effect and decides: runs/planning/replay.py). No read
+    before it: on a key nobody used, the decision is always to call."""
     fields = {
         **{k: v for k, v in effect_fields.items() if k != "run"},
         "run_id": effect_fields["run"].pk,

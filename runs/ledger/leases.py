@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
@@ -41,6 +43,17 @@ class LeaseBusy(Exception):
 
 def ttl_seconds() -> float:
     return float(settings.RESUMER_LEASE_TTL)
+
+
+# A held lease is renewed this many times per TTL, so one late or failed renewal (a slow
+# round, a database hiccup) never lets it run out.
+RENEWALS_PER_TTL = 3
+
+
+def renewal_interval(ttl: float) -> float:
+    """How long a holder goes between renewals: what the heartbeats keep to, and what the run
+    page calls a worker gone silent once it has passed."""
+    return ttl / RENEWALS_PER_TTL
 
 
 def _clock() -> float:
@@ -197,6 +210,46 @@ def release(run_id: int, token: int) -> bool:
         return boundary_for(db).release_lease(cursor, run_id, token)
 
 
+@contextmanager
+def taken_over(run_id: int, holder: str) -> Iterator[int]:
+    """The run's lease for a write inside the caller's transaction, taken over and given back
+    after it. Whoever takes it over has decided the run has no live holder (a stopped or a
+    waiting run holds none): the token's bump fences any holder left behind. An exception
+    leaves the release to the transaction's rollback, which undoes the take with the write."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("taken_over() writes inside its caller's transaction; open one")
+    token = acquire(run_id, holder, takeover=True)
+    yield token
+    release(run_id, token)
+
+
+@contextmanager
+def writing(
+    run_id: int, holder: str, *, takeover: bool = False, wait: float = 0.0
+) -> Iterator[int]:
+    """The run's lease for one transaction's writes, run in the block: taken (over, with
+    `takeover`; else a free one, waiting up to `wait` seconds for it), and released after the
+    transaction however it ended, so a refused write leaves the lease free too. LeaseBusy
+    when the lease could not be had: nothing was written."""
+    token = _acquire_waiting(run_id, holder, takeover=takeover, wait=wait)
+    try:
+        with transaction.atomic():
+            yield token
+    finally:
+        release(run_id, token)
+
+
+def _acquire_waiting(run_id: int, holder: str, *, takeover: bool, wait: float) -> int:
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return acquire(run_id, holder, takeover=takeover)
+        except LeaseBusy:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
+
+
 def released_on_commit(held: HeldLease) -> None:
     """Say that `held` was given up by a write of the open transaction (append's `release`):
     released once it commits, still held (and released the usual way) if it rolls back.
@@ -213,15 +266,15 @@ def holds(run_id: int, token: int) -> bool:
 
 
 class Heartbeats:
-    """The leases this process's stages hold, each renewed every TTL/3 until it is let go
-    or lost; each renewal moves the held lease's deadline (HeldLease), which fences the
-    stage's external calls. One thread per process renews them all: a thread started and
+    """The leases this process's stages hold, each renewed every renewal_interval() until it
+    is let go or lost; each renewal moves the held lease's deadline (HeldLease), which fences
+    the stage's external calls. One thread per process renews them all: a thread started and
     joined for every stage cost more than a short stage's own statements.
 
-    The thread connects for a round of renewals and closes after it: between rounds (TTL/3
-    apart) it holds no connection, so a test database can be dropped and a server restart
-    costs it nothing. A renewal racing a stage's end is harmless: renew() compares the
-    token and the expiry, so it cannot revive a lease the stage gave back."""
+    The thread connects for a round of renewals and closes after it: between rounds it holds
+    no connection, so a test database can be dropped and a server restart costs it nothing.
+    A renewal racing a stage's end is harmless: renew() compares the token and the expiry,
+    so it cannot revive a lease the stage gave back."""
 
     def __init__(self) -> None:
         self._due: dict[HeldLease, float] = {}
@@ -278,7 +331,7 @@ class Heartbeats:
 
 
 def _interval(held: HeldLease) -> float:
-    return max(held.ttl / 3, 0.05)
+    return max(renewal_interval(held.ttl), 0.05)
 
 
 heartbeats = Heartbeats()

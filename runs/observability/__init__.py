@@ -4,6 +4,7 @@ Owns `metrics` (a prometheus_client Collector that computes every figure from th
 when Prometheus scrapes: the event log is the source of truth, so counters are exact across
 worker processes, machines and restarts) and `views` (the /metrics endpoint and its guard).
 
-May import runs.models, runs.events (payload fields in queries), runs.pipeline (a tool's declared policy), runs.proxies (the client's
-address) and Django; nothing imports it but resumer/urls.py. It writes nothing.
+May import: models, events (payload fields in queries), pipeline (a tool's declared policy)
+and proxies (the client's address); nothing imports it but resumer/urls.py. It writes
+nothing.
 """

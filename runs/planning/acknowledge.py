@@ -10,33 +10,25 @@ from django.db import transaction
 from runs.events import Acknowledged
 from runs.ledger import leases
 from runs.ledger.append import RunMove, Writer, append
+from runs.ledger.reasons import checked_reason
 from runs.models import Event, Run
-
-MAX_REASON_CHARS = 2000
 
 
 class AcknowledgeRefused(Exception):
     """Nothing was written; the message says why."""
 
 
-def _checked_reason(reason: str) -> str:
-    reason = (reason or "").strip()
-    if not reason:
-        raise AcknowledgeRefused("say why the deviation is acceptable: the reason is recorded")
-    if len(reason) > MAX_REASON_CHARS:
-        raise AcknowledgeRefused(f"a reason is limited to {MAX_REASON_CHARS} characters")
-    return reason
-
-
 def acknowledge(run_pk: int, reason: str, *, actor: str) -> Event:
     """Accept a finished run's deviation. Raises AcknowledgeRefused, having written nothing,
     for a run that did not deviate, is not finished (a stopped one is resumed by approving
     its plan instead) or was acknowledged already."""
-    reason = _checked_reason(reason)
+    reason = checked_reason(
+        reason,
+        missing="say why the deviation is acceptable: the reason is recorded",
+        refused=AcknowledgeRefused,
+    )
     with transaction.atomic():
-        run = Run.objects.select_for_update().filter(pk=run_pk).first()
-        if run is None:
-            raise AcknowledgeRefused(f"there is no run {run_pk}")
+        run = Run.locked(run_pk, missing=AcknowledgeRefused)
         if not run.deviated:
             raise AcknowledgeRefused(f"{run.public_id} has no deviation to acknowledge")
         if run.status != Run.Status.SUCCEEDED:

@@ -18,14 +18,12 @@ from __future__ import annotations
 from django.db import transaction
 
 from runs.events import ClosedOut
-from runs.ledger import gates as gate_rows
+from runs.gates import rows as gate_rows
 from runs.ledger import leases
 from runs.ledger.append import RunMove, Writer, append
+from runs.ledger.reasons import checked_reason
 from runs.models import Effect, Event, Gate, GateStatus, Run
 from runs.planning.replay import UNSETTLED
-
-# A reason is read on the run's timeline: room to say why, not for a pasted log.
-MAX_REASON_CHARS = 2000
 
 
 class CloseRefused(Exception):
@@ -34,16 +32,6 @@ class CloseRefused(Exception):
 
 class InvalidReason(CloseRefused):
     """The reason is missing or too long; nothing was written."""
-
-
-def checked_reason(reason: str | None) -> str:
-    """The reason as it is recorded, or InvalidReason."""
-    reason = (reason or "").strip()
-    if not reason:
-        raise InvalidReason("say why the run is closed out: the reason is recorded in its chain")
-    if len(reason) > MAX_REASON_CHARS:
-        raise InvalidReason(f"a reason is limited to {MAX_REASON_CHARS} characters")
-    return reason
 
 
 def _not_stopped(run: Run) -> str:
@@ -65,13 +53,13 @@ def _not_stopped(run: Run) -> str:
 def close_out(run_pk: int, reason: str, *, actor: str) -> Event:
     """Close the stopped run out with `reason`: CLOSED_OUT, the run closed, its open gates
     closed. Raises InvalidReason or CloseRefused, having written nothing."""
-    reason = checked_reason(reason)
+    reason = checked_reason(
+        reason,
+        missing="say why the run is closed out: the reason is recorded in its chain",
+        refused=InvalidReason,
+    )
     with transaction.atomic():
-        # The run first, as every writer locks it: an answer, an approval or an Ask again
-        # of the same run waits here, and a close-out behind it finds the run moved.
-        run = Run.objects.select_for_update().filter(pk=run_pk).first()
-        if run is None:
-            raise CloseRefused(f"there is no run {run_pk}")
+        run = Run.locked(run_pk, missing=CloseRefused)
         if not run.is_stopped:
             raise CloseRefused(_not_stopped(run))
         unsettled = [

@@ -5,28 +5,18 @@ confirmation) will make the run wait for a human. For an upgrade branch, whose n
 change what a gate asks about, every gate is an upper bound: asked again, unless the question
 comes out unchanged.
 
-A confirmation answered before the run stopped also says what its call will be made with: the
-approved arguments (a reviewer's edits), which the plan prices and shows beside those asked.
+What an approved confirmation's call is made with, and a reviewer's edit as people read it,
+are the gates' own (runs/gates/recorded.py): the plan, the run page and the effect page say it
+alike.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from runs.gates.decision import GateAction, decide
-from runs.ledger.canonical import canonical_json
-from runs.models import Effect, Gate, GateKind, Run
+from runs.gates.recorded import recorded
+from runs.models import GateKind, Run
 from runs.pipeline import Pipeline
 from runs.planning.plan import GateLine
-
-
-def _recorded(run: Run, stages: list[str] | None) -> dict[tuple[str, str], Gate]:
-    """The newest gate per (stage, gate) this run asked in these stages (None: in any)."""
-    found: dict[tuple[str, str], Gate] = {}
-    gates = Gate.objects.filter(run=run)
-    for gate in (gates if stages is None else gates.filter(stage__in=stages)).order_by("id"):
-        found[(gate.stage, gate.gate_id)] = gate
-    return found
 
 
 def _declared(pipeline: Pipeline, stage: str) -> list[tuple[str, str, str]]:
@@ -49,15 +39,15 @@ def strict_lines(
 ) -> list[GateLine]:
     """`refused`: (stage, gate id) -> what the target said of the call it refused after that
     confirmation was answered (runs/gates/reopen.py): its line says so."""
-    recorded = _recorded(run, stages)
+    asked = recorded(run, stages)
     refused = refused or {}
     lines = []
     for stage in stages:
         declared = _declared(pipeline, stage)
         names = [name for name, _, _ in declared]
-        names += [g for (s, g) in recorded if s == stage and g not in names]
+        names += [g for (s, g) in asked if s == stage and g not in names]
         for name in names:
-            gate = recorded.get((stage, name))
+            gate = asked.get((stage, name))
             if gate is not None:
                 decision = decide(gate, refused.get((stage, name)))
                 lines.append(
@@ -86,39 +76,3 @@ def upgrade_lines(run: Run, pipeline: Pipeline, stages: list[str]) -> list[GateL
         )
         lines.append(GateLine(line.stage, line.gate_id, line.kind, GateAction.ASK, said, line.role))
     return lines
-
-
-def approved_calls(run: Run, stages: list[str] | None = None) -> dict[tuple[str, str], Gate]:
-    """The approved confirmations of these stages (None: of the whole run), by (stage, call):
-    their answers hold the arguments the calls are made with."""
-    return {
-        where: gate
-        for where, gate in _recorded(run, stages).items()
-        if gate.kind == GateKind.CONFIRM and gate.approved
-    }
-
-
-def call_args(gate: Gate | None, effect: Effect | None) -> dict[str, Any] | None:
-    """The arguments a call is made with, as the plan prices it: what its effect was asked
-    (sent, or about to be), else what its confirmation approved; None when neither is known
-    (the tool's own price then)."""
-    if effect is not None:
-        return effect.request
-    return gate.answer.get("args") if gate is not None else None
-
-
-def edited(gate: Gate | None, effect: Effect | None) -> str:
-    """For people, a call made with a reviewer's edits: "amount 5.00 → 20.00, by sam (asked
-    at $5.00)"; "" otherwise, or when the effect was made with other arguments."""
-    if gate is None or not gate.diff:
-        return ""
-    if effect is not None and effect.request != gate.answer.get("args"):
-        return ""
-    changes = ", ".join(
-        f"{name} {_said(before)} → {_said(after)}" for name, (before, after) in gate.diff.items()
-    )
-    return f"{changes}, by {gate.answered_by} (asked at ${gate.call.get('cost', '0')})"
-
-
-def _said(value: Any) -> str:
-    return value if isinstance(value, str) else canonical_json(value)

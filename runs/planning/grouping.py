@@ -31,7 +31,7 @@ from django.db.models import Count, F, Min, QuerySet, Sum
 from runs import ids
 from runs.ledger.chain import digest
 from runs.models import Run, StoredPlan
-from runs.planning.replay import STOPPING, Action
+from runs.planning.replay import STOPPING, Action, stop_label
 
 FINGERPRINT_RE = re.compile(r"^[0-9a-f]{64}$")
 # Bumped when the shape's definition changes: stored shapes of an older definition then group
@@ -50,7 +50,8 @@ def shape_of(plan: dict[str, Any]) -> dict[str, Any]:
         effects.append([line["stage"], line["call_id"], line["tool"], line["action"]])
         if line["action"] in STOPPING:
             # Why it stops, not the run's own details (an error message, what the target
-            # holds): replay.StopKind, "" in a plan stored before the kind was recorded.
+            # holds): replay.StopKind's code, so rewording its label regroups nothing; "" in
+            # a plan stored before the kind was recorded.
             blockers.append([line["stage"], line["call_id"], line["status"], line.get("kind", "")])
     upgrade = plan["upgrade"]
     return {
@@ -147,7 +148,9 @@ def describe(shape: dict[str, Any]) -> str:
     if not shape["resumable"]:
         return "not resumable as it stands"
     if shape["blockers"]:
-        calls = ", ".join(f"{stage}/{call} ({kind})" for stage, call, _, kind in shape["blockers"])
+        calls = ", ".join(
+            f"{stage}/{call} ({stop_label(kind)})" for stage, call, _, kind in shape["blockers"]
+        )
         return f"blocked until a supervisor resolves {calls}"
     per_action: dict[str, Counter[str]] = {}
     for _, _, tool, action in shape["effects"]:

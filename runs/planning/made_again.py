@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from runs.models import Effect, Run
 from runs.pipeline import registry
-from runs.planning.plan import EffectLine
+from runs.planning.plan import EffectLine, MadeAgain
 from runs.planning.replay import GUARDED_POLICIES, Action
 
 
@@ -18,7 +18,7 @@ def _verb_of(run: Run, tool: str) -> str:
 
 def warnings(
     run: Run, effects: dict[tuple[str, str], Effect], strict_lines: list[EffectLine]
-) -> list[str]:
+) -> list[MadeAgain]:
     """Effects the parent already made in stages the branch re-runs (`effects`: the run's own
     in those stages) would happen again under a new key whenever the branch's request
     differs (new facts → new draft → new revision): said for the tools that are never guessed
@@ -38,10 +38,14 @@ def warnings(
             if not made_as:
                 continue
         if effect.policy in GUARDED_POLICIES:
-            verb = _verb_of(run, effect.tool)
             said.append(
-                f"{run.public_id} already made {effect.tool} ({call_id}) as {made_as}; "
-                f"the branch re-runs {stage} with new inputs and will {verb} again under a new "
-                "key: a second one, the first stays"
+                MadeAgain(
+                    run=run.public_id,
+                    tool=effect.tool,
+                    call_id=call_id,
+                    made_as=made_as,
+                    stage=stage,
+                    verb=_verb_of(run, effect.tool),
+                )
             )
     return said

@@ -40,8 +40,12 @@ class EffectLine:
     # stored before it existed.
     kind: str = ""
     # A call made with a reviewer's edits: what changed, by whom, the price asked
-    # (gate_lines.edited); "" otherwise.
+    # (runs/gates/recorded.py, edited); "" otherwise.
     edited: str = ""
+    # Why a stopping line stops, for people: the plan's blocker it puts in `blockers`, so a
+    # page knows which blocker is whose without reading its words; "" otherwise, and in plans
+    # stored before it.
+    reason: str = ""
 
 
 @dataclass
@@ -79,6 +83,26 @@ class DriftLine:
 
 
 @dataclass
+class MadeAgain:
+    """An effect the run already made that an upgrade branch would make again under a new key
+    (made_again.py): one of the upgrade's warnings, as fields a page reads."""
+
+    run: str  # the public id of the run that made it
+    tool: str
+    call_id: str
+    made_as: str  # the external id the target gave it
+    stage: str  # the stage the branch re-runs it in
+    verb: str  # the tool's verb ("publish")
+
+    def __str__(self) -> str:
+        return (
+            f"{self.run} already made {self.tool} ({self.call_id}) as {self.made_as}; the branch "
+            f"re-runs {self.stage} with new inputs and will {self.verb} again under a new key: "
+            "a second one, the first stays"
+        )
+
+
+@dataclass
 class Upgrade:
     available: bool
     reason: str
@@ -86,11 +110,17 @@ class Upgrade:
     branch_stage: str = ""
     stages_rerun: list[str] = field(default_factory=list)
     inputs: dict[str, str] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
+    # A plan stored before the records existed keeps its warnings as sentences: shown as they
+    # are, never parsed.
+    warnings: list[MadeAgain | str] = field(default_factory=list)
     cost: Cost = field(default_factory=Cost)
     # What the branch will do about each call of the stages it re-runs: its contract.
     effects: list[EffectLine] = field(default_factory=list)
     gates: list[GateLine] = field(default_factory=list)
+
+    def warnings_data(self) -> list[dict[str, str] | str]:
+        """The warnings as JSON, as the events that start a branch record them."""
+        return [asdict(w) if isinstance(w, MadeAgain) else w for w in self.warnings]
 
 
 @dataclass
@@ -154,6 +184,9 @@ class Plan:
         upgrade["cost"] = Cost(**upgrade["cost"])
         upgrade["effects"] = [EffectLine(**e) for e in upgrade["effects"]]
         upgrade["gates"] = [GateLine(**g) for g in upgrade.get("gates", [])]
+        upgrade["warnings"] = [
+            MadeAgain(**w) if isinstance(w, dict) else str(w) for w in upgrade["warnings"]
+        ]
         data["upgrade"] = Upgrade(**upgrade)
         data["gates"] = [GateLine(**g) for g in data.get("gates", [])]
         return cls(**data)
@@ -167,10 +200,12 @@ class Plan:
             del data["gates"]
         if not data["upgrade"]["gates"]:
             del data["upgrade"]["gates"]
-        # Likewise a plan without an edited call: its lines keep the basis they had.
+        # Likewise a plan without an edited call, or a line that does not stop: its lines keep
+        # the basis they had.
         for line in [*data["effects"], *data["upgrade"]["effects"]]:
-            if not line["edited"]:
-                del line["edited"]
+            for name in ("edited", "reason"):
+                if not line[name]:
+                    del line[name]
         # Model tokens and what they cost are estimates from the pipeline's latest answers
         # (model_lines.py), not facts of this run: another run's answer must not move the
         # fingerprint. A plan without model calls keeps the fingerprint it always had.

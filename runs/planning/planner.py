@@ -16,7 +16,7 @@ from dataclasses import replace
 from decimal import Decimal
 
 from runs.events import read
-from runs.gates import reopen
+from runs.gates import recorded, reopen
 from runs.ledger import artifacts, derived
 from runs.ledger.chain import digest
 from runs.ledger.checkpoints import latest_checkpoint, manifest_problems
@@ -107,15 +107,15 @@ def _effect_line(
     gate: Gate | None,
     edited_by: str,
     confirmed_by: str,
-) -> tuple[EffectLine, str]:
+) -> EffectLine:
     """The resume action for one expected call (replay.decide_on, asking the target where the
     decision needs it; who recorded a failed effect, read from its events), priced by the
-    arguments it is made with (a reviewer's edits, if its confirmation was answered so);
-    returns the line and a blocker (or "")."""
+    arguments it is made with (a reviewer's edits, if its confirmation was answered so); a
+    line that stops says why in `reason`, the plan's blocker."""
     decision, answer = decide_on(
         tool, call_id, effect, edited_by=edited_by, confirmed_by=confirmed_by
     )
-    price = tool.price_of(gate_lines.call_args(gate, effect))
+    price = tool.price_of(recorded.call_args(gate, effect))
     line = EffectLine(
         stage=stage,
         call_id=call_id,
@@ -130,9 +130,10 @@ def _effect_line(
         # The answer was "not there": the engine asks once more before it calls.
         queries=1 if answer is not None and decision.calls else 0,
         kind=str(decision.kind or ""),
-        edited=gate_lines.edited(gate, effect),
+        edited=recorded.edited(gate, effect),
+        reason=decision.reason,
     )
-    return line, decision.reason
+    return line
 
 
 def _cost(pipeline: Pipeline, lines: list[EffectLine]) -> Cost:
@@ -191,11 +192,11 @@ def _disagreeing(
     return found
 
 
-def _blocked_line(stage: str, call_id: str, effect: Effect) -> EffectLine:
+def _blocked_line(stage: str, call_id: str, effect: Effect, reason: str) -> EffectLine:
     return EffectLine(
         stage, call_id, effect.tool, effect.policy, effect.status, effect.delivery_key, "",
         "the ledger row disagrees with its events", str(Action.BLOCKED), "0",
-        kind=str(StopKind.LEDGER_DISAGREES),
+        kind=str(StopKind.LEDGER_DISAGREES), reason=reason,
     )  # fmt: skip
 
 
@@ -209,7 +210,7 @@ def _expected_lines(
     said = derived.said_of([run.pk], effects.values(), after_seq=after_seq)
     disagreeing = _disagreeing(effects, said)
     refused = reopen.confirmed_calls(run, effects.values(), said)
-    approved = gate_lines.approved_calls(run, stages)
+    approved = recorded.approved_calls(run, stages)
     lines, blockers = [], []
     for stage_name in stages:
         stage = pipeline.stage(stage_name)
@@ -225,12 +226,12 @@ def _expected_lines(
             reason = disagreeing.get((stage_name, call.call_id))
             if reason:
                 effect = effects[(stage_name, call.call_id)]
-                lines.append(_blocked_line(stage_name, call.call_id, effect))
+                lines.append(_blocked_line(stage_name, call.call_id, effect, reason))
                 blockers.append(reason)
                 continue
             effect = effects.get((stage_name, call.call_id))
             key = effect.delivery_key if effect else ""
-            line, blocker = _effect_line(
+            line = _effect_line(
                 stage_name,
                 call.call_id,
                 pipeline.tool(call.tool),
@@ -240,8 +241,8 @@ def _expected_lines(
                 refused[key].by if key in refused else "",
             )
             lines.append(line)
-            if blocker:
-                blockers.append(blocker)
+            if line.reason:
+                blockers.append(line.reason)
     return lines, blockers, {(r.gate.stage, r.gate.gate_id): r.error for r in refused.values()}
 
 

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from django.db import models
+
 from runs.models import EffectStatus, ReplayPolicy
 from runs.pipeline import Reconciliation, Tool
 
@@ -49,25 +51,32 @@ class Action(StrEnum):
     REFUSE = "refuse"  # the delivery key was used for a different request
 
 
-class StopKind(StrEnum):
-    """Why a STOPPING decision stops, for machines (triage groups runs by it); the reason
-    beside it says the same for people, with the run's own details. The values are the words
-    plans have always shown for each kind, so shapes stored before the kind existed group
-    with new ones."""
+class StopKind(models.TextChoices):
+    """Why a STOPPING decision stops, for machines (triage groups runs by it, and hashes the
+    code into the group fingerprint); the reason beside it says the same for people, with the
+    run's own details. The labels are the words plans showed for each kind before the codes
+    existed; migration 0021 turned those stored words into these codes."""
 
-    KEY_REUSED = "the delivery key was used for a different request"
-    KEY_CONFLICT = "the target holds a different request under this delivery key"  # its 409
-    UNANSWERED = "the target did not answer"
-    FOUND_DIFFERENT = "found but different"
+    KEY_REUSED = "key-reused", "the delivery key was used for a different request"
+    # The target's 409.
+    KEY_CONFLICT = "key-conflict", "the target holds a different request under this delivery key"
+    UNANSWERED = "unanswered", "the target did not answer"
+    FOUND_DIFFERENT = "found-different", "found but different"
     # A NEVER effect whose outcome the ledger does not know, by its status.
-    INTENT = "intent"
-    UNKNOWN = "unknown"
+    INTENT = "intent", "intent"
+    UNKNOWN = "unknown", "unknown"
     # The effect row is not what its events say (written behind the append path): the plan
     # does not act on it (runs/ledger/derived.py).
-    LEDGER_DISAGREES = "the effect ledger row disagrees with its events"
+    LEDGER_DISAGREES = "ledger-disagrees", "the effect ledger row disagrees with its events"
     # The target refused the request a human confirmed: sending it again repeats the refusal;
     # the human is asked again, or the run is closed out (runs/gates/reopen.py).
-    REFUSED_CONFIRMED = "the target refused the request a human confirmed"
+    REFUSED_CONFIRMED = "refused-confirmed", "the target refused the request a human confirmed"
+
+
+def stop_label(kind: str) -> str:
+    """A stop kind's words for people; "" (a line that does not stop, or a plan stored before
+    kinds were recorded) stays "", and a code this version does not know is shown as it is."""
+    return StopKind(kind).label if kind in StopKind.values else kind
 
 
 # Tools whose call is never guessed about: a RECONCILE_FIRST or NEVER effect that may have

@@ -188,7 +188,7 @@ def _strict(writer: Writer, run: Run, plan: Plan) -> Approval:
         next_stage=plan.next_stage,
         pinned_inputs=run.inputs,
         # The approved plan's promise: the engine holds every call of the resumed work
-        # against it (runs/contract.py).
+        # against it (runs/planning/contract.py).
         contract=Contract.from_plan(
             plan.fingerprint, ApprovalMode.STRICT, plan.effects, plan.cost_resume, plan.gates
         ).to_payload(),
@@ -220,7 +220,7 @@ def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
         branched_from=run.public_id,
         checkpoint=upgrade.branch_checkpoint,
         upgraded={d.input: [d.pinned, d.current] for d in plan.drift},
-        warnings=upgrade.warnings,
+        warnings=upgrade.warnings_data(),
         contract=Contract.from_plan(
             plan.fingerprint,
             ApprovalMode.UPGRADE,
@@ -242,7 +242,7 @@ def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
         branch=branch.public_id,
         checkpoint=upgrade.branch_checkpoint,
         inputs=upgrade.inputs,
-        warnings=upgrade.warnings,
+        warnings=upgrade.warnings_data(),
     )
     append(writer, branched, move=RunMove(Run.Status.SUPERSEDED))
     transaction.on_commit(lambda: enqueue.dispatch(branch.pk, upgrade.branch_stage, ticket))

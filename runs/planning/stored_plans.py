@@ -4,7 +4,7 @@ A plan asks targets reconcile questions, so a viewer reloading a page must not c
 It is computed when a run stops (a status a human resolves), when a supervisor's ledger edit
 changes the facts, and when an operator asks the targets again; each time it replaces the run's
 StoredPlan. An approval never trusts the stored plan: it computes a fresh one and compares
-fingerprints (runs/resume.py).
+fingerprints (runs/planning/resume.py).
 """
 
 from __future__ import annotations

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
-
 from runs import events
 from runs.events import TargetAsked, read
-from runs.ledger import leases
+from runs.ledger import edits, leases
 from runs.ledger.append import LedgerError, Writer, append
-from runs.ledger.edits import acquire_briefly, edit_effect
+from runs.ledger.edits import edit_effect
 from runs.ledger.exchanges import exchanges_payload, recording
 from runs.models import Effect, Event, Run
 from runs.pipeline import registry
@@ -50,11 +48,8 @@ def ask_target(effect_pk: int, *, actor: str) -> Event:
             answer = tool.reconcile(effect)
         except Exception as exc:  # a target that cannot answer is recorded as such
             error = str(exc) or type(exc).__name__
-    token = acquire_briefly(run.pk, actor)
-    if token is None:
-        raise LookupRefused(f"{run.public_id} is leased by a worker right now")
     try:
-        with transaction.atomic():
+        with leases.writing(run.pk, actor, wait=edits.EDIT_LEASE_WAIT) as token:
             asked = TargetAsked(
                 stage=effect.stage,
                 idempotency_key=effect.delivery_key,
@@ -75,8 +70,8 @@ def ask_target(effect_pk: int, *, actor: str) -> Event:
                 ),
             )
             return append(Writer(run.pk, token, actor), asked)
-    finally:
-        leases.release(run.pk, token)
+    except leases.LeaseBusy:
+        raise LookupRefused(f"{run.public_id} is leased by a worker right now") from None
 
 
 def record_answer(effect_pk: int, asked_seq: int, *, actor: str) -> Event:

@@ -65,15 +65,24 @@ __all__ = [
 class GroupRefused(Exception):
     """The batch is refused as a whole (an empty or unapprovable group): nothing was changed."""
 
+    # The HTTP status every face answers it with (the dashboard's page, the API's problem):
+    # a conflict with what the runs became, unless a subclass says otherwise.
+    status = 409
+
 
 class BadSelection(GroupRefused):
     """The request itself is wrong (not a fingerprint, an unknown action or run, nothing
     selected): nothing was changed."""
 
+    status = 400
+
 
 class NotQueued(GroupRefused):
     """A large group's approval was recorded but its job could not be queued: nothing was
     approved, and the GroupApproval row says FAILED, with why."""
+
+    # The queue is down: the same request may succeed later.
+    status = 503
 
 
 # --- Approving a group -----------------------------------------------------------------------
@@ -104,9 +113,9 @@ class Batch:
     skipped: list[Skipped] = field(default_factory=list)
 
     def outcome(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """What was approved and what skipped, as a GroupApproval row records them and
-        templates/runs/_batch_outcome.html shows them, whether a worker or the request
-        approved the group."""
+        """What was approved and what skipped, as a GroupApproval row records them and the
+        batch's page and the API show them, whether a worker or the request approved the
+        group."""
         approved = [
             {
                 "run": a.run.pk,

@@ -6,7 +6,7 @@ from typing import Any
 
 from django import template
 
-from runs.dashboard.queries.conversation import conversations
+from runs.reads.conversation import conversations
 
 register = template.Library()
 

@@ -15,11 +15,11 @@ from django import template
 from django.utils import timezone
 from django.utils.timesince import timesince
 
-from runs.dashboard import roles
-from runs.dashboard.queries import run_page
+from runs.access import roles
 from runs.events import LedgerEdited
 from runs.planning.planner import Action
-from runs.planning.replay import StopKind
+from runs.planning.replay import StopKind, stop_label
+from runs.reads import run_page
 
 register = template.Library()
 
@@ -136,6 +136,9 @@ def line_action(line: Any) -> str:
     if line.kind == StopKind.REFUSED_CONFIRMED:
         return "Blocked: ask the confirmation again, or close the run out"
     return action_label(line.action)
+
+
+register.filter("stop_label", stop_label)
 
 
 @register.filter

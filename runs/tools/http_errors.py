@@ -20,7 +20,8 @@ class HttpToolError(Exception):
 class TargetUnavailable(HttpToolError):
     """The outcome is unknown: a 5xx, a time-out, a dropped or refused connection, or a 2xx
     whose body could not be read. `sent` is False only when no connection was ever made (the
-    request cannot have arrived); `status` is the last status seen, if any."""
+    request cannot have arrived); `status` is the last status seen, if any; `timed_out` says
+    the last attempt got no answer in the time allowed (pipeline.timed_out())."""
 
     def __init__(
         self,
@@ -29,10 +30,12 @@ class TargetUnavailable(HttpToolError):
         exchanges: Sequence[Exchange] = (),
         sent: bool = True,
         status: int | None = None,
+        timed_out: bool = False,
     ) -> None:
         super().__init__(message, exchanges=exchanges)
         self.sent = sent
         self.status = status
+        self.timed_out = timed_out
 
 
 class HttpRejected(pipeline.ToolRejected, HttpToolError):

@@ -168,7 +168,10 @@ class HttpTool:
             return
         attempt.note(ExchangeOutcome.UNKNOWN, error=message)
         raise TargetUnavailable(
-            self._attempts(message, attempt.number), exchanges=attempt.seen, sent=sent
+            self._attempts(message, attempt.number),
+            exchanges=attempt.seen,
+            sent=sent,
+            timed_out=isinstance(exc, httpx.TimeoutException),
         ) from exc
 
     def _answered(

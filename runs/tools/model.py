@@ -36,10 +36,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import openai
 from django.conf import settings
 
 from runs import tracing
@@ -50,6 +50,9 @@ from runs.models import ReplayPolicy
 from runs.pipeline import Context, KeyParts, OutcomeUnknown, Tool, ToolRejected
 from runs.tools.http_response import recorded
 from runs.tools.http_spec import _tls_context
+
+if TYPE_CHECKING:
+    import openai
 
 BILLED_TWICE = "may be billed twice: model APIs do not deduplicate"
 # Parameters of a chat completion that change the answer: part of the delivery key.
@@ -68,6 +71,16 @@ PARAMETERS = (
     "frequency_penalty",
 )
 MILLION = Decimal(1_000_000)
+
+
+def sdk() -> ModuleType:
+    """The `openai` SDK, imported at the first call, not with the pipelines that declare a
+    model tool: it takes most of a second to import, which every command line that loads them
+    (`start_run --help`, `check`) would pay. A worker imports it before its first job
+    (execution/worker.py, warm_up)."""
+    import openai
+
+    return openai
 
 
 class ModelRejected(ToolRejected):
@@ -157,6 +170,7 @@ class ModelTool:
 
     def call(self, args: dict[str, Any], key: str) -> dict[str, Any]:
         request = request_of(args)
+        openai = sdk()
         client = self._client()
         for number in range(1, self.attempts + 1):
             started = time.monotonic()
@@ -184,7 +198,7 @@ class ModelTool:
         # One client per endpoint and key, kept by the process: the SDK's own retries off.
         cached = self._clients.get((base, api_key))
         if cached is None:
-            cached = openai.OpenAI(
+            cached = sdk().OpenAI(
                 base_url=base,
                 api_key=api_key,
                 max_retries=0,
@@ -199,6 +213,7 @@ class ModelTool:
     def _failed(self, exc: openai.APIError, number: int, started: float) -> bool:
         """Note a failed attempt; True when nothing can have been billed (no connection was
         made, or a 429), so the same request may be sent again at once."""
+        openai = sdk()
         response = getattr(exc, "response", None)
         retry = isinstance(exc, openai.RateLimitError) or (
             isinstance(exc, openai.APIConnectionError)
@@ -217,8 +232,11 @@ class ModelTool:
         return retry
 
     def _error(self, exc: openai.APIError) -> Exception:
+        openai = sdk()
         if isinstance(exc, openai.APITimeoutError):
-            return ModelUnavailable(f"{self.target} did not answer within {self.read_timeout:g} s")
+            return ModelUnavailable(
+                f"{self.target} did not answer within {self.read_timeout:g} s", timed_out=True
+            )
         if isinstance(exc, openai.APIStatusError) and exc.status_code < 500:
             return ModelRejected(f"{self.target} answered {exc.status_code}: {exc.message}"[:500])
         if isinstance(exc, openai.APIStatusError):

@@ -19,8 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from runs.access import roles
 from runs.api import tokens
-from runs.dashboard import roles
 from runs.models import IdempotentRequest, Run
 from tests.support.processes import ROOT, PrivateRedis, free_port, wait_for, worker_env
 

@@ -3,10 +3,12 @@ are validated against it with jsonschema."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import jsonschema
 import pytest
+from django.contrib.staticfiles import finders
 
 from runs.models import StoredPlan
 from tests.api.conftest import BASE
@@ -82,3 +84,12 @@ def test_the_docs_page_is_served_with_local_assets(db):
     assert "/static/ninja/swagger-ui-bundle.js" in page
     assert "https://" not in page
     assert "script-src 'self'" in response["Content-Security-Policy"]
+
+
+def test_the_docs_pages_scripts_and_styles_are_static_files_of_this_deployment(db):
+    page = client_as("viewer").get(BASE + "/docs").content.decode()
+
+    assets = re.findall(r'(?:src|href)="/static/(ninja/[^"]+)"', page)
+    assert {"ninja/swagger-ui-bundle.js", "ninja/swagger-ui.css"} <= set(assets)
+    # What collectstatic gathers and WhiteNoise serves (django-ninja is not an installed app).
+    assert [asset for asset in assets if finders.find(asset) is None] == []

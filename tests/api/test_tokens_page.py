@@ -11,8 +11,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from runs.access import roles
 from runs.api import tokens
-from runs.dashboard import roles
 from runs.models import ApiToken
 from tests.support.web import client_as
 

@@ -15,12 +15,13 @@ from rq.job import Job
 from rq.worker import Worker
 
 from runs import engine
-from runs.dashboard import roles
+from runs.access import roles
 from runs.dashboard.forms import EffectLedgerForm
 from runs.ledger import leases
 from runs.ledger.append import LedgerError, Writer
-from runs.ledger.edits import MAX_EDIT_REASON_CHARS, edit_effect
+from runs.ledger.edits import edit_effect
 from runs.ledger.effects import record_intent
+from runs.ledger.reasons import MAX_REASON_CHARS
 from runs.models import Artifact, Checkpoint, Effect, Event, Lease, Run
 from runs.planning import stored_plans
 from runs.planning.planner import Action, compute_plan
@@ -229,7 +230,7 @@ def test_edit_effect_refuses_a_reason_above_the_limit(facts):
         edit_effect(
             _charge(run).pk,
             {"status": "failed"},
-            reason="r" * (MAX_EDIT_REASON_CHARS + 1),
+            reason="r" * (MAX_REASON_CHARS + 1),
             actor="user:supervisor",
         )
     assert _charge(run).status == Effect.Status.UNKNOWN
@@ -238,7 +239,7 @@ def test_edit_effect_refuses_a_reason_above_the_limit(facts):
 
 def test_edit_effect_accepts_a_reason_at_the_limit(facts):
     run = charge_unknown()
-    reason = "r" * MAX_EDIT_REASON_CHARS
+    reason = "r" * MAX_REASON_CHARS
     edit_effect(_charge(run).pk, {"status": "failed"}, reason=reason, actor="user:s")
     assert [event.payload["reason"] for event in edits(run)] == [reason]
     assert _charge(run).status == Effect.Status.FAILED

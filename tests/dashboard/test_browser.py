@@ -27,7 +27,7 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_play
 
 from demo import faults
 from demo.management.commands.seed_demo import run_inline
-from runs.dashboard import roles
+from runs.access import roles
 from runs.events import ToolResult
 from runs.ledger import leases
 from runs.ledger.append import Writer, append

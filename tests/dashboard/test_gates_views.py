@@ -478,6 +478,8 @@ def section(html: str, id_: str) -> str:
 # --- Consequences at the button --------------------------------------------------------------
 
 CHARGE_ACT = "charges $5.00 to acct-42 (card)"
+# The charge's amount is editable: the tick names the act as asked and as edited.
+CHARGE_TICK = f"{CHARGE_ACT} as asked, or as your edits make it"
 
 
 def test_the_charge_page_names_the_act_beside_the_tick(facts):
@@ -485,7 +487,7 @@ def test_the_charge_page_names_the_act_beside_the_tick(facts):
 
     html = client_as("supervisor").get(gate_url(gate)).content.decode()
 
-    assert f"I confirm that approving {CHARGE_ACT}" in html
+    assert f"I confirm that approving {CHARGE_TICK}" in html
     assert f'name="{TICK}"' in html
     assert f'name="digest" value="{gate_digest(gate)}"' in html
 
@@ -500,7 +502,7 @@ def test_approving_a_charge_on_its_page_without_the_tick_is_a_form_error_and_wri
     )
 
     assert response.status_code == 400
-    assert f"Tick “I confirm that approving {CHARGE_ACT}” to approve." in response.content.decode()
+    assert f"Tick “I confirm that approving {CHARGE_TICK}” to approve." in response.content.decode()
     assert Run.objects.get(pk=run.pk).last_seq == before
     assert gate_of(run, "promote-charge").status == GateStatus.OPEN
 

@@ -20,15 +20,15 @@ from demo import faults
 from demo.management.commands.seed_demo import run_inline
 from demo.models import SimCall
 from demo.simulators import publish_facts
-from runs.dashboard import roles
-from runs.dashboard.queries import inbox
-from runs.dashboard.stops import ReasonKind
+from runs.access import roles
 from runs.execution import sweeper
 from runs.ledger import edits
 from runs.ledger.maintenance import maintenance
 from runs.models import ApprovalMode, Effect, Run, StoredPlan
 from runs.planning import stored_plans
 from runs.planning.resume import approve
+from runs.reads import inbox
+from runs.reads.stops import ReasonKind
 from tests.support.plans import (
     TOPIC,
     effect,

@@ -14,9 +14,9 @@ from django.utils import timezone
 
 from demo.management.commands.seed_demo import run_inline
 from runs import engine
-from runs.dashboard.queries import inbox
 from runs.models import Run
 from runs.planning import stored_plans
+from runs.reads import inbox
 from tests.support.plans import (
     charge_unknown,
     finished_deviated,

@@ -21,7 +21,8 @@ from django.utils import timezone
 from demo import faults
 from demo.management.commands.seed_demo import run_inline
 from runs import engine
-from runs.dashboard import roles, stats
+from runs.access import roles
+from runs.dashboard import stats
 from runs.execution import sweeper
 from runs.ledger import leases
 from runs.ledger.append import Writer, append

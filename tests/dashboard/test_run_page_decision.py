@@ -18,15 +18,15 @@ from django.utils import timezone
 from demo.management.commands.seed_demo import run_inline
 from demo.simulators import publish_facts
 from runs import engine
-from runs.dashboard import roles
-from runs.dashboard.queries import decision as decision_q
-from runs.dashboard.queries.run_page import PlanVerdict, money
+from runs.access import roles
 from runs.events import PlanDeviated
 from runs.ledger import leases
 from runs.ledger.append import RunMove, Writer, append
-from runs.models import Effect, Event, Gate, Lease, Run
+from runs.models import Effect, Event, Gate, Lease, Run, StoredPlan
 from runs.planning import stored_plans
 from runs.planning.contract import Usage
+from runs.reads import decision as decision_q
+from runs.reads.run_page import PlanVerdict, money
 from tests.support.plans import (
     TOPIC,
     charge_unknown,
@@ -167,6 +167,31 @@ def test_upgrade_shows_its_cost_and_irreversible_acts_at_its_own_confirmation(fa
     assert 'name="action" value="upgrade">Upgrade</button>' in upgrade
 
 
+def test_a_plan_stored_with_its_warnings_as_sentences_still_shows_them(facts):
+    run = stopped_with_plan({"timeout": "publish/promote-charge/after"})
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+    from runs.ledger.edits import edit_effect
+
+    edit_effect(charge.pk, {"status": "confirmed", "external_id": "ch-x"}, reason="r", actor="t")
+    publish_facts(TOPIC)
+    plan = stored_plans.refresh(Run.objects.get(pk=run.pk))
+    said = [str(w) for w in plan.upgrade.warnings]
+    assert len(said) == 2 and all("already made" in s for s in said)
+    # As the planner stored it before its warnings were records.
+    stored = StoredPlan.objects.get(run=run)
+    stored.data["upgrade"]["warnings"] = said
+    StoredPlan.objects.filter(pk=stored.pk).update(data=stored.data)
+
+    shown = stored_plans.shown(run)[0]
+    html = decision_of(page_of(client_as("operator"), run))
+    plan_page = client_as("operator").get(f"/runs/{run.public_id}/plan/").content.decode()
+
+    assert shown.upgrade.warnings == said
+    label = re.search(r"I accept that it ([^<]*)</label>", html[html.index("option-upgrade") :])
+    assert label[1].strip() == "; ".join(said)
+    assert all(f"<li>{s}</li>" in plan_page for s in said)
+
+
 def test_the_upgrade_without_its_own_tick_is_refused_with_its_own_message(facts):
     run = interrupted_with_plan()
     publish_facts(TOPIC)
@@ -189,6 +214,21 @@ def test_a_blocked_plan_names_what_blocks_it_and_links_the_effect_not_a_price(fa
     assert f'href="/runs/{run.public_id}/effects/{charge.pk}/"' in html
     assert "$0.0000" not in html and "Resume:" not in html
     assert "admin/runs/effect/?run=" not in page_of(client_as("supervisor"), run)
+
+
+def test_a_blocked_call_is_listed_with_its_effect_and_its_reason_in_full(facts):
+    run = charge_unknown()
+    stored_plans.refresh(run)
+    plan, stored = stored_plans.shown(run)
+
+    found = decision_q.decision(run, plan, stored)
+
+    [line] = [e for e in plan.effects if e.call_id == "promote-charge"]
+    assert [(b.text, b.label, b.effect_pk is not None) for b in found.blockers] == [
+        (line.answer, "charge_card (publish/promote-charge)", True),
+        (line.reason, "", False),
+    ]
+    assert line.reason == plan.blockers[0] and "is NEVER" in line.reason
 
 
 def test_finished_runs_offer_no_approval_on_the_run_page_or_the_plan_page(facts):
@@ -302,7 +342,7 @@ def test_a_silent_worker_shows_before_the_sweeper_s_verdict(facts, settings):
 
 
 def test_the_events_count_never_says_fewer_than_it_shows(facts):
-    from runs.dashboard.queries.run_page import timeline
+    from runs.reads.run_page import timeline
 
     run = interrupted_with_plan()
     stale = Run.objects.get(pk=run.pk)

@@ -19,17 +19,17 @@ from django.test.utils import CaptureQueriesContext
 from demo import faults, simulators
 from demo.management.commands.seed_demo import run_inline
 from demo_service.process import ServiceClient
-from runs.dashboard import roles
-from runs.dashboard.queries import artifacts, inbox
+from runs.access import roles
 from runs.events import ToolResult
 from runs.execution import sweeper
-from runs.ledger import edits, leases
+from runs.ledger import leases, reasons
 from runs.ledger.append import Writer, append
 from runs.ledger.edits import edit_effect
 from runs.ledger.maintenance import maintenance
 from runs.models import Checkpoint, Effect, Event, Run, StoredPlan
 from runs.planning import stored_plans
 from runs.planning.planner import compute_plan
+from runs.reads import artifacts, inbox
 
 pytestmark = pytest.mark.django_db
 
@@ -544,7 +544,7 @@ def test_an_old_ledger_edit_stored_without_a_summary_still_shows_who_what_and_wh
     run = executed(timeout="publish/promote-charge/after")
     # Before reasons were bounded and stored payloads kept a summary: a million-character
     # reason, and an event that holds only the artifact's reference.
-    monkeypatch.setattr(edits, "MAX_EDIT_REASON_CHARS", 10_000_000)
+    monkeypatch.setattr(reasons, "MAX_REASON_CHARS", 10_000_000)
     event = _edit_charge(run, "", CHECKED + " " + "x" * 1_000_000)
     old_body = {"stored_as": event.payload_ref, "bytes": event.payload["bytes"]}
     column = Event._meta.get_field("payload").get_db_prep_save(old_body, connection)

@@ -159,8 +159,8 @@ def duplicates(marks) -> list[str]:
 
 def waiting_without_reason() -> list[str]:
     """Runs that wait for a human with no sentence saying why."""
-    from runs.dashboard.stops import sentence
     from runs.models import Event, Run
+    from runs.reads.stops import sentence
 
     stops = (Event.Type.INTERRUPTED, Event.Type.FAILED, Event.Type.NEEDS_APPROVAL)
     found = []

@@ -23,7 +23,7 @@ from demo import faults
 from demo.models import RunFaults
 from demo.simulators import publish_facts
 from runs import engine, enqueue
-from runs.dashboard import roles
+from runs.access import roles
 from runs.events import ToolResult
 from runs.ledger import artifacts, leases
 from runs.ledger.append import LedgerError, Writer, append

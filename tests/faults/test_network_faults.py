@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from runs.dashboard import roles
+from runs.access import roles
 from runs.models import Effect, Run, StoredPlan
 from runs.planning.replay import Action
 from tests.faults import network

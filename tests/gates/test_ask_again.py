@@ -16,8 +16,10 @@ from runs.gates.reopen import AskAgainRefused, ask_again, refusals
 from runs.ledger.edits import edit_effect
 from runs.ledger.verify import verify_chain
 from runs.models import Effect, Event, Gate, GateStatus, Run
+from runs.planning import stored_plans
 from runs.planning.planner import compute_plan
 from runs.planning.replay import Action, StopKind
+from runs.reads.decision import decision
 from tests.gates import pipelines as gp
 from tests.support.pipelines import registered
 from tests.support.refusals import (
@@ -67,6 +69,19 @@ def test_the_plan_says_the_target_refused_and_offers_no_resume_that_sends_it_aga
     assert "the target refused the call made with it" in gate_line.said
     said = " ".join([line.answer, gate_line.said, *plan.blockers])
     assert "supervisor" not in said
+
+
+def test_the_run_page_lists_a_refused_calls_blocker_once_as_a_refusal():
+    run = refused_charge()
+    stored_plans.refresh(run)
+    plan, stored = stored_plans.shown(run)
+
+    found = decision(run, plan, stored)
+
+    [line] = [e for e in plan.effects if e.call_id == "fee"]
+    assert [(b.text, b.label, b.refused) for b in found.blockers] == [
+        (line.answer, "charge_card (pay/fee)", True)
+    ]
 
 
 def test_ask_again_reopens_the_gate_with_the_refused_attempt_and_the_run_waits():
@@ -196,3 +211,12 @@ def test_the_gate_decision_says_it_was_asked_again():
 
     assert decision.action == GateAction.ASK
     assert "asked again after the target refused attempt 1" in decision.said
+
+
+def test_ask_again_of_an_unknown_run_is_refused_and_writes_nothing():
+    before = Event.objects.count()
+
+    with pytest.raises(AskAgainRefused, match="there is no run 987654"):
+        ask_again(987654, actor="user:ana")
+
+    assert Event.objects.count() == before

@@ -11,13 +11,13 @@ from collections.abc import Iterator
 import pytest
 
 from runs import engine
-from runs.dashboard.queries.inbox import reason_counts
 from runs.gates import answers
 from runs.gates.acts import TICK
 from runs.gates.reopen import ask_again
 from runs.ledger.verify import verify_chain
 from runs.models import Effect, Event, Gate, GateStatus, Run, StoredPlan
 from runs.planning import stored_plans
+from runs.reads.inbox import reason_counts
 from tests.gates import pipelines as gp
 from tests.support.pipelines import registered
 from tests.support.processes import Workers, wait_for

@@ -240,3 +240,41 @@ def test_a_lease_taken_over_is_marked_lost_and_no_longer_renewed(transactional_d
             held.check()
     finally:
         leases.heartbeats.unwatch(held)
+
+
+def test_a_lease_taken_over_for_a_write_is_given_back_after_it(run):
+    leases.acquire(run.pk, "worker-a")
+    with transaction.atomic(), leases.taken_over(run.pk, "user:ana") as token:
+        event = append(Writer(run.pk, token, "user:ana"), started("research"))
+    assert Event.objects.get(pk=event.pk).token == token
+    assert not leases.holds(run.pk, token)
+
+
+def test_a_takeover_outside_a_transaction_is_refused_and_takes_nothing(transactional_db):
+    run = new_run()
+    before = Lease.objects.get(run=run).token
+    with (
+        pytest.raises(RuntimeError, match="inside its caller's transaction"),
+        leases.taken_over(run.pk, "user:ana"),
+    ):
+        pass
+    assert Lease.objects.get(run=run).token == before
+
+
+def test_a_write_refused_inside_its_lease_leaves_nothing_written_and_the_lease_free(run):
+    before = event_count(run)
+    with pytest.raises(ValueError, match="refused"), leases.writing(run.pk, "user:ana") as token:
+        append(Writer(run.pk, token, "user:ana"), started("research"))
+        raise ValueError("refused")
+    assert event_count(run) == before
+    assert not leases.holds(run.pk, token)
+    leases.acquire(run.pk, "worker-b")  # free: no takeover needed
+
+
+def test_a_write_that_cannot_have_the_lease_in_time_raises_busy_and_writes_nothing(run):
+    held = leases.acquire(run.pk, "worker-a")
+    before = event_count(run)
+    with pytest.raises(leases.LeaseBusy), leases.writing(run.pk, "user:ana", wait=0.1):
+        append(Writer(run.pk, held, "user:ana"), started("research"))
+    assert event_count(run) == before
+    assert leases.holds(run.pk, held)

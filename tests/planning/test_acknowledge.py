@@ -45,3 +45,12 @@ def test_a_run_without_a_deviation_is_not_acknowledged(facts):
         acknowledge(run.pk, "fine", actor="user:ana")
 
     assert not Event.objects.filter(run=run, type=Event.Type.ACKNOWLEDGED).exists()
+
+
+def test_acknowledging_an_unknown_run_is_refused_and_writes_nothing():
+    before = Event.objects.count()
+
+    with pytest.raises(AcknowledgeRefused, match="there is no run 987654"):
+        acknowledge(987654, "the second render was a retry we expected", actor="user:ana")
+
+    assert Event.objects.count() == before

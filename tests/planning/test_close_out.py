@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from runs import engine
-from runs.dashboard.queries.inbox import InboxFilters, inbox_page, reason_counts
 from runs.gates import answers
 from runs.gates.acts import TICK
 from runs.ledger.verify import verify_chain
@@ -16,6 +15,7 @@ from runs.models import Effect, Event, GateStatus, Run
 from runs.planning.close_out import CloseRefused, InvalidReason, close_out
 from runs.planning.planner import compute_plan
 from runs.planning.resume import ResumeRefused, approve
+from runs.reads.inbox import InboxFilters, inbox_page, reason_counts
 from tests.gates import pipelines as gp
 from tests.support.pipelines import registered
 from tests.support.refusals import (

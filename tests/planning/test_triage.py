@@ -20,12 +20,12 @@ from django.test.utils import CaptureQueriesContext
 from demo.management.commands.seed_demo import run_inline
 from demo.simulators import publish_facts
 from runs import enqueue
-from runs.dashboard.queries import inbox
 from runs.ledger.chain import canonical_json
 from runs.ledger.edits import edit_effect
 from runs.models import Effect, Event, GroupApproval, Run, StoredPlan
 from runs.planning import triage
 from runs.planning.planner import compute_plan
+from runs.reads import inbox
 from tests.support.plans import (
     TOPIC,
     change_manifest,

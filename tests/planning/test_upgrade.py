@@ -10,6 +10,7 @@ import pytest
 from demo.simulators import publish_facts
 from runs.ledger.edits import edit_effect
 from runs.models import ApprovalMode, Checkpoint, Effect, Event, Run
+from runs.planning.plan import MadeAgain
 from runs.planning.planner import compute_plan
 from runs.planning.resume import ResumeRefused, approve
 from tests.support.plans import (
@@ -116,9 +117,17 @@ def test_upgrade_plan_warns_about_the_article_the_parent_already_published(
 
     warnings = compute_plan(run).upgrade.warnings
 
-    assert len(warnings) == 1
-    assert article["id"] in warnings[0]
-    assert "publish" in warnings[0] and "new key" in warnings[0]
+    assert warnings == [
+        MadeAgain(
+            run=run.public_id,
+            tool="publish_article",
+            call_id="publish",
+            made_as=article["id"],
+            stage="publish",
+            verb="publish",
+        )
+    ]
+    assert "new key" in str(warnings[0])
 
 
 def test_upgrade_plan_warns_about_an_article_found_on_the_platform_but_never_recorded(
@@ -132,8 +141,7 @@ def test_upgrade_plan_warns_about_an_article_found_on_the_platform_but_never_rec
 
     warnings = compute_plan(run).upgrade.warnings
 
-    assert len(warnings) == 1
-    assert article["id"] in warnings[0] and "new key" in warnings[0]
+    assert [(w.call_id, w.made_as) for w in warnings] == [("publish", article["id"])]
 
 
 def test_upgrade_approval_records_what_reconcile_found_before_branching(in_process, demo_service):
@@ -148,6 +156,33 @@ def test_upgrade_approval_records_what_reconcile_found_before_branching(in_proce
     assert (found.status, found.external_id) == (Effect.Status.CONFIRMED, article["id"])
     tail = event_types(run)[-3:]
     assert tail == [Event.Type.PLAN_APPROVED, Event.Type.RECONCILED, Event.Type.BRANCHED]
+
+
+def test_the_branch_and_its_parent_record_the_warnings_as_fields(in_process, demo_service):
+    run = run_in_process({"timeout": "publish/publish/after"})
+    [article] = demo_service.articles()
+    publish_facts(TOPIC)
+
+    approval = approve(
+        run, ApprovalMode.UPGRADE, compute_plan(run).fingerprint, actor="user:operator"
+    )
+
+    branched = Event.objects.get(run=run, type=Event.Type.BRANCHED).payload["warnings"]
+    created = Event.objects.get(run=approval.branch, type=Event.Type.RUN_CREATED)
+    assert (
+        branched
+        == created.payload["warnings"]
+        == [
+            {
+                "run": run.public_id,
+                "tool": "publish_article",
+                "call_id": "publish",
+                "made_as": article["id"],
+                "stage": "publish",
+                "verb": "publish",
+            }
+        ]
+    )
 
 
 def test_upgrade_after_a_publish_makes_the_second_article_its_warning_announced(
@@ -165,7 +200,7 @@ def test_upgrade_after_a_publish_makes_the_second_article_its_warning_announced(
     )
     publish_facts(TOPIC)
     plan = compute_plan(run)
-    assert any(first["id"] in w for w in plan.upgrade.warnings)
+    assert first["id"] in [w.made_as for w in plan.upgrade.warnings]
 
     branch = wait_succeeded(
         approve(run, ApprovalMode.UPGRADE, plan.fingerprint, actor="user:operator").branch

@@ -16,7 +16,7 @@ from django.test import RequestFactory
 
 from demo.management.commands.seed_demo import DRIFT_TOPIC
 from demo.models import RunFaults
-from runs.dashboard import roles
+from runs.access import roles
 from runs.models import Effect, Event, Gate, Run
 from runs.planning.planner import Action, compute_plan
 

@@ -153,14 +153,17 @@ def _serve() -> None:
     import django
 
     django.setup()
-    # What a worker imports before its first job, and the pipelines it then loads.
+    # What a worker imports before its first job: rqworker and the system checks it runs at
+    # its start (they load the URLs, with the API, and the templates), the jobs, and what the
+    # worker loads before it takes one (the pipelines and the SDKs their tools call).
     import django_rq.management.commands.rqworker  # noqa: F401
+    from django.core.checks import run_checks
 
-    import runs.execution.worker
     import runs.jobs  # noqa: F401
-    from runs.pipeline import registry
+    from runs.execution import worker
 
-    registry.names()
+    run_checks()
+    worker.warm_up()
     from django.db import connections
 
     connections.close_all()  # a fork must open its own

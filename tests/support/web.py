@@ -10,7 +10,7 @@ from django.test import Client
 
 def client_as(role: str, **kwargs) -> Client:
     """A client logged in as a user of `role` (viewer, operator, supervisor)."""
-    from runs.dashboard import roles
+    from runs.access import roles
 
     user, _ = roles.ensure_user(role, f"{role}-test-pass", role)
     client = Client(**kwargs)
@@ -21,8 +21,8 @@ def client_as(role: str, **kwargs) -> Client:
 
 def api_as(role: str) -> Client:
     """A client that calls the API with a bearer token of a user of `role`."""
+    from runs.access import roles
     from runs.api import tokens
-    from runs.dashboard import roles
 
     user, _ = roles.ensure_user(role, f"{role}-test-pass", role)
     _, secret = tokens.issue(user, f"{role} test token")

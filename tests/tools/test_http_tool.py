@@ -13,7 +13,7 @@ from demo_service.process import ServiceProcess
 from runs.ledger import artifacts
 from runs.ledger.exchanges import ExchangeOutcome, exchanges_payload, recording
 from runs.models import Artifact, Effect, ReplayPolicy
-from runs.pipeline import KeyParts, Tool, ToolRejected, delivery_key
+from runs.pipeline import KeyParts, Tool, ToolRejected, delivery_key, timed_out
 from runs.tools.http import (
     HttpRejected,
     KeyConflict,
@@ -248,6 +248,26 @@ def test_answer_after_the_time_out_is_outcome_unknown(demo_service):
         publish_tool(demo_service, read_timeout=0.5).call(ARTICLE, key)
 
     assert len(demo_service.articles(delivery_key=key)) == 1  # committed before the delay
+
+
+def test_an_answer_after_the_time_out_says_it_timed_out(demo_service):
+    key = _key("draft")
+    demo_service.arm("publish", "delay", key=key, seconds=2)
+
+    with pytest.raises(TargetUnavailable) as caught:
+        publish_tool(demo_service, read_timeout=0.5).call(ARTICLE, key)
+
+    assert caught.value.timed_out and timed_out(caught.value)
+
+
+def test_a_dropped_connection_did_not_time_out(demo_service):
+    key = _key("fee")
+    demo_service.arm("charge", "drop", key=key)
+
+    with pytest.raises(TargetUnavailable) as caught:
+        charge_tool(demo_service).call(CHARGE, key)
+
+    assert not caught.value.timed_out and not timed_out(caught.value)
 
 
 def test_target_down_is_outcome_unknown_and_known_unsent(demo_service):

@@ -142,6 +142,14 @@ def test_a_lost_answer_is_retried_under_the_same_key_and_may_be_billed_twice(
     assert chats(service, 0, effect.delivery_key) == 2
 
 
+def test_a_completion_answered_after_the_time_out_fails_the_run_as_timed_out(service, settings):
+    settings.RESUMER_LEASE_TTL = 30  # as above: no heartbeat in this process
+    run = started({"network": {"draft/generate": "late"}})
+
+    failed = Event.objects.get(run=run, type=Event.Type.FAILED)
+    assert (failed.payload["call"], failed.payload["timed_out"]) == ("generate", True)
+
+
 def test_model_drift_strict_keeps_the_pinned_model_and_upgrade_uses_the_new_one(service, settings):
     run = started({"timeout": "visual/upload-cover/after"})
     settings.DEMO_MODEL = "demo-writer-2"

@@ -37,7 +37,7 @@ from django.db import connections
 from demo import faults, simulators
 from demo_service.process import ServiceClient
 from runs import enqueue
-from runs.dashboard import roles
+from runs.access import roles
 from runs.execution import engine, sweeper
 from runs.gates import answers
 from runs.models import Gate, GateRole, Run

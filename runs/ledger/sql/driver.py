@@ -16,8 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from psycopg.types.datetime import TimestamptzLoader
-
 __all__ = ["KeptCursor", "kept_cursor"]
 
 
@@ -34,6 +32,11 @@ class KeptCursor:
         # db.timezone; the two agree when both are UTC (the session's is Django's
         # timezone_name, set as it connects), and only then is psycopg's used.
         if db.timezone_name == "UTC" and raw.info.parameter_status("TimeZone") == "UTC":
+            # Imported here, on PostgreSQL, where Django's backend has imported psycopg
+            # already: on SQLite the ledger's package would import it for nothing at every
+            # start (the admin loads the ledger), a tenth of a second of a command line's.
+            from psycopg.types.datetime import TimestamptzLoader
+
             self.cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
 
     def __enter__(self) -> KeptCursor:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs import ids
 from runs.gates.reopen import AskAgainRefused, ask_again
 from runs.planning.resume import ResumeRefused, load_run
 
@@ -22,7 +23,7 @@ class Command(BaseCommand):
     def handle(self, *args, **opts) -> None:
         try:
             run = load_run(opts["run"])
-            gate = ask_again(run.pk, actor=f"user:{opts['actor']}", gate_pk=opts["gate"])
+            gate = ask_again(run.pk, actor=ids.user_actor(opts["actor"]), gate_pk=opts["gate"])
         except (ResumeRefused, AskAgainRefused) as exc:
             raise CommandError(f"{exc}; nothing was asked") from exc
         self.stdout.write(

@@ -7,10 +7,12 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs.checks import COMMAND_CHECKS
 from runs.ledger.verify import DigestError, make_digest
 
 
 class Command(BaseCommand):
+    requires_system_checks = COMMAND_CHECKS
     help = (
         "Write every run's head (last seq and hash), signed under RESUMER_CHAIN_KEY, to a file "
         "the database's writer cannot change; `verify_chain --against FILE` then tells a "

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs import ids
 from runs.events import read
 from runs.planning.close_out import CloseRefused, close_out
 from runs.planning.resume import ResumeRefused, load_run
@@ -22,7 +23,7 @@ class Command(BaseCommand):
     def handle(self, *args, **opts) -> None:
         try:
             run = load_run(opts["run"])
-            event = close_out(run.pk, opts["reason"], actor=f"user:{opts['actor']}")
+            event = close_out(run.pk, opts["reason"], actor=ids.user_actor(opts["actor"]))
         except (ResumeRefused, CloseRefused) as exc:
             raise CommandError(f"{exc}; nothing was closed") from exc
         unsettled = read(event).unsettled

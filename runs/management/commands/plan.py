@@ -4,6 +4,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs.checks import COMMAND_CHECKS
 from runs.planning import triage
 from runs.planning.planner import compute_plan
 from runs.planning.report import plan_as_text
@@ -11,6 +12,7 @@ from runs.planning.resume import ResumeRefused, load_run
 
 
 class Command(BaseCommand):
+    requires_system_checks = COMMAND_CHECKS
     help = (
         "Print the reconcile plan of a run, or (--groups) the runs that need a human grouped "
         "by the shape of their stored plans. Changes nothing."

@@ -2,12 +2,15 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs import ids
+from runs.checks import COMMAND_CHECKS
 from runs.models import ApprovalMode
 from runs.planning import triage
 from runs.planning.resume import AlreadyApproved, ResumeRefused, approve, load_run
 
 
 class Command(BaseCommand):
+    requires_system_checks = COMMAND_CHECKS
     help = (
         "Approve a run's plan: --strict resume, or --upgrade inputs into a new branch. With "
         "--group, approve every run of a group of plans with the same shape (`plan --groups`)."
@@ -50,7 +53,7 @@ class Command(BaseCommand):
         try:
             run = load_run(opts["run"])
             approval = approve(
-                run, opts["action"], opts["fingerprint"], actor=f"user:{opts['actor']}"
+                run, opts["action"], opts["fingerprint"], actor=ids.user_actor(opts["actor"])
             )
         except AlreadyApproved as exc:
             # The same decision again (a re-run script): not an error, as in the dashboard.
@@ -75,7 +78,7 @@ class Command(BaseCommand):
                 else None
             )
             batch = triage.approve_group(
-                group, run_ids, action=opts["action"], actor=f"user:{opts['actor']}"
+                group, run_ids, action=opts["action"], actor=ids.user_actor(opts["actor"])
             )
         except triage.GroupRefused as exc:
             raise CommandError(f"{exc}; nothing was approved") from exc

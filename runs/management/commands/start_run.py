@@ -1,19 +1,74 @@
 from __future__ import annotations
 
+import argparse
+import textwrap
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import (
+    BaseCommand,
+    CommandError,
+    CommandParser,
+    DjangoHelpFormatter,
+)
 
+from runs.checks import COMMAND_CHECKS
 from runs.execution import engine
 from runs.models import Run
-from runs.pipeline import InvalidInput, UnknownPipeline
+from runs.pipeline import Input, InvalidInput, UnknownPipeline, registry
+
+# What the help says of an input read from its source as the run starts (a versioned one).
+AT_START = "<its current version>"
+
+
+class InputsHelpFormatter(DjangoHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Django's order of the options, and the epilog's table of inputs as it is written."""
+
+
+def default_of(spec: Input, known: dict[str, str]) -> str | None:
+    """What a run started without --input NAME pins, as far as can be said without asking a
+    source: an unversioned input's value (its `current()`, given the values known before
+    it); None for a versioned one, read from its source as the run starts
+    (Pipeline.resolve_inputs), or for one whose value only the start can tell."""
+    if spec.versioned:
+        return None
+    try:
+        return str(spec.current(known))
+    except Exception:  # it needs what only the start knows; the start says what went wrong
+        return None
+
+
+def inputs_help() -> str:
+    """Each registered pipeline's inputs, NAME=DEFAULT, with what they are for."""
+    try:
+        pipelines = [registry.get(name) for name in registry.names()]
+    except Exception as exc:  # a module may fail with anything; `manage.py check` says why
+        return f"The pipelines do not load ({type(exc).__name__}); manage.py check says why."
+    lines = ["inputs (--input NAME=VALUE; an input not given is pinned as the run starts):"]
+    for pipeline in pipelines:
+        lines += ["", f"{pipeline.name}" + ("" if pipeline.inputs else ": no inputs")]
+        known: dict[str, str] = {}
+        for spec in pipeline.inputs:
+            value = default_of(spec, known)
+            if value is not None:
+                known[spec.name] = value
+            pair = f"  {spec.name}={AT_START if value is None else value}"
+            lines += textwrap.wrap(
+                spec.help,
+                width=79,
+                initial_indent=f"{pair:<31} ",
+                subsequent_indent=" " * 32,
+            ) or [pair]
+    return "\n".join(lines)
 
 
 class Command(BaseCommand):
+    requires_system_checks = COMMAND_CHECKS
     help = "Start a run of a registered pipeline and queue its first stage."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("pipeline")
+        parser.epilog = inputs_help()
+        parser.formatter_class = InputsHelpFormatter
+        parser.add_argument("pipeline", help="a registered pipeline's name (listed below)")
         parser.add_argument(
             "--input",
             action="append",

@@ -3,12 +3,14 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs.checks import COMMAND_CHECKS
 from runs.ledger.verify import ANCHORS_NOT_CHECKED, DigestError, load_digest, verify_chain
 from runs.models import Run
 from runs.planning.resume import ResumeRefused, load_run
 
 
 class Command(BaseCommand):
+    requires_system_checks = COMMAND_CHECKS
     help = (
         "Walk runs' event hash chains, check their checkpoint and effect rows against their "
         "events, their head anchors (with RESUMER_CHAIN_KEY) and, with --against, a digest of "

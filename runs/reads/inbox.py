@@ -9,12 +9,12 @@ from operator import or_
 
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
-from runs.dashboard import stops
-from runs.dashboard.stops import ReasonKind
 from runs.events import read
 from runs.models import Event, Gate, GateStatus, Run, StoredPlan
 from runs.pipeline import UnknownPipeline, registry
 from runs.planning import grouping
+from runs.reads import stops
+from runs.reads.stops import ReasonKind
 
 # Small enough that the pager is in reach on a phone, where every row is a card.
 INBOX_PAGE_SIZE = 20
@@ -64,6 +64,19 @@ class InboxFilters:
     notice: int | None = None
     # A stops.ReasonKind: why the run needs a human.
     reason: str = ""
+
+    def of_runs(self, through: str = "") -> Q:
+        """What the filters keep of the runs (one run, a pipeline, a notification's), as a Q
+        over a run's fields, or over a row's run `through` its relation ("run__"). The stage
+        is each page's own: a run's current stage, a gate's own."""
+        kept = Q()
+        if self.run_pk is not None:
+            kept &= Q(**{f"{through}pk": self.run_pk})
+        if self.pipeline:
+            kept &= Q(**{f"{through}pipeline": self.pipeline})
+        if self.notice is not None:
+            kept &= Q(**{f"{through}notices__notification_id": self.notice})
+        return kept
 
 
 @dataclass(frozen=True)
@@ -151,19 +164,13 @@ def _reason_filter(kind: str) -> Q:
 
 
 def _filtered(filters: InboxFilters) -> QuerySet[Run]:
-    runs = Run.objects.all()
+    runs = Run.objects.filter(filters.of_runs())
     if filters.reason:
         runs = runs.filter(_reason_filter(filters.reason))
-    if filters.run_pk is not None:
-        runs = runs.filter(pk=filters.run_pk)
     if filters.status:
         runs = runs.filter(status=filters.status)
-    if filters.pipeline:
-        runs = runs.filter(pipeline=filters.pipeline)
     if filters.stage:
         runs = runs.filter(current_stage=filters.stage)
-    if filters.notice is not None:
-        runs = runs.filter(notices__notification_id=filters.notice)
     return runs
 
 

@@ -2,7 +2,8 @@
 
 The sentence is read off the event that stopped the run (INTERRUPTED, FAILED,
 NEEDS_APPROVAL) or, for resumed work that departed from its approved plan, its PLAN_DEVIATED
-event: its type, stage and payload (call, tool, error, reason). Where the event names a call,
+event: its type, stage and payload (call, tool, error, reason, and the fields `timed_out` and
+`failed_rules`: nothing is read off the words of an error). Where the event names a call,
 the sentence says what is at stake for it: the run's stored plan's action for that call when
 one was computed after the stop, or else what the tool's replay policy alone says.
 
@@ -10,13 +11,12 @@ one was computed after the stop, or else what the tool's replay policy alone say
     publish timed out; the target has it: the resume records it, no second publish
     promote-charge timed out: a supervisor must decide
 
-Pure: no query, no target. The inbox (runs/dashboard/queries/inbox.py) gathers the events and
+Pure: no query, no target. The inbox (runs/reads/inbox.py) gathers the events and
 plans.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.db import models
@@ -75,9 +75,6 @@ STOPPING = (EventType.INTERRUPTED, EventType.FAILED, EventType.NEEDS_APPROVAL)
 RESOLVED = "resolved"
 
 MAX_CHARS = 160
-# An error message that says the answer never came (the demo's "did not answer in time",
-# requests' "timed out", TimeoutError).
-TIMED_OUT = re.compile(r"timed? ?out|timeout|in time\b", re.IGNORECASE)
 
 
 def _cut(text: str, limit: int = MAX_CHARS) -> str:
@@ -161,14 +158,13 @@ def sentence(
         else:
             text = f"interrupted: {_first_sentence(reason)}" if reason else "interrupted"
     elif isinstance(said, Failed):
+        failed = said.failed_rule_names()
         if said.status == "unknown" and call:
-            head = f"{call} timed out" if TIMED_OUT.search(error) else f"{call} outcome unknown"
+            # A FAILED written before `timed_out` was recorded reads as not timed out: "outcome
+            # unknown" is as true, and the error's words are never parsed for it.
+            head = f"{call} timed out" if said.timed_out else f"{call} outcome unknown"
             text = head + at_stake(planned, policy, verb)
-        elif error == "verification failed":
-            rules = said.rules if isinstance(said.rules, list) else []
-            failed = [
-                str(r.get("name")) for r in rules if isinstance(r, dict) and not r.get("passed")
-            ]
+        elif failed is not None:
             text = f"{stage or 'the stage'} output failed its checks" + (
                 f": {', '.join(failed)}" if failed else ""
             )

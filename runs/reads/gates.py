@@ -15,9 +15,6 @@ from typing import Any
 
 from django.db.models import Count
 
-from runs.dashboard.queries.artifacts import ArtifactRow, artifact_rows
-from runs.dashboard.queries.inbox import InboxFilters
-from runs.dashboard.stops import ReasonKind
 from runs.events import HumanAnswered, read
 from runs.gates.acts import act_of
 from runs.gates.decision import gate_digest
@@ -25,6 +22,9 @@ from runs.ledger import artifacts as artifact_store
 from runs.ledger.checkpoints import latest_checkpoint
 from runs.models import Checkpoint, Event, Gate, GateStatus, Run
 from runs.pipeline import UnknownPipeline, registry
+from runs.reads.artifacts import ArtifactRow, artifact_rows
+from runs.reads.inbox import InboxFilters
+from runs.reads.stops import ReasonKind
 
 WAITING_LIMIT = 50
 GROUP_LIMIT = 200
@@ -62,16 +62,8 @@ class Waiting:
 
 
 def _open_gates(filters: InboxFilters):
-    gates = Gate.objects.filter(status=GateStatus.OPEN)
-    if filters.pipeline:
-        gates = gates.filter(run__pipeline=filters.pipeline)
-    if filters.run_pk is not None:
-        gates = gates.filter(run_id=filters.run_pk)
-    if filters.stage:
-        gates = gates.filter(stage=filters.stage)
-    if filters.notice is not None:
-        gates = gates.filter(run__notices__notification_id=filters.notice)
-    return gates
+    gates = Gate.objects.filter(filters.of_runs(through="run__"), status=GateStatus.OPEN)
+    return gates.filter(stage=filters.stage) if filters.stage else gates
 
 
 def waiting(filters: InboxFilters, limit: int = WAITING_LIMIT) -> Waiting | None:

@@ -1,15 +1,15 @@
-"""Who may do what in the dashboard: three roles, kept as Django groups.
+"""Who may do what, on every face (the dashboard, the API, the admin): three roles, kept as
+Django groups.
 
     viewer      reads every run, plan, event and artifact
-    operator    also approves a resume (strict or upgrade), reads what failed stages logged
-                (logs may hold sensitive data) and the workers page
-    supervisor  also edits the effect ledger in the admin and manages the queues (is_staff)
-    supervisor  also edits the effect ledger in the admin (is_staff), and reads the
-                notifications' delivery log there
+    operator    also approves a resume (strict or upgrade), answers gates, reads what failed
+                stages logged (logs may hold sensitive data) and the workers page
+    supervisor  also edits the effect ledger in the admin (is_staff), manages the queues and
+                reads the notifications' delivery log there
 
-Group membership is checked here, in one place, by every view and admin class, instead of
-model permissions: the roles are the product's vocabulary and need no migration. A superuser
-may do everything.
+Group membership is checked here, in one place, by every view, endpoint and admin class,
+instead of model permissions: the roles are the product's vocabulary and need no migration.
+A superuser may do everything.
 """
 
 from __future__ import annotations

@@ -7,15 +7,16 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from runs.dashboard.queries.artifacts import ArtifactRow, artifact_rows
-from runs.dashboard.queries.decision import Decision, decision
-from runs.dashboard.queries.gates import open_gate_of
 from runs.events import PlanKept, read
+from runs.gates import recorded
 from runs.models import Checkpoint, Effect, Event, Gate, Run, StageLog, StoredPlan
 from runs.pipeline import UnknownPipeline, registry
-from runs.planning import gate_lines, stored_plans
+from runs.planning import stored_plans
 from runs.planning.contract import Usage
 from runs.planning.planner import Plan
+from runs.reads.artifacts import ArtifactRow, artifact_rows
+from runs.reads.decision import Decision, decision
+from runs.reads.gates import open_gate_of
 
 TIMELINE_PAGE_SIZE = 100
 # The newest stage logs the page lists: a run stops and is resumed a few times at most.
@@ -178,9 +179,9 @@ def edited_effects(run: Run, effects: list[Effect]) -> list[Effect]:
     """The effects, each with `.edited`: for a call made with a reviewer's edits, what changed
     and the price asked ("amount 5.00 → 20.00, by sam (asked at $5.00)"), as the plan says
     it; "" for the others. The row itself holds what was sent and what it cost."""
-    approved = gate_lines.approved_calls(run) if effects else {}
+    approved = recorded.approved_calls(run) if effects else {}
     for effect in effects:
-        effect.edited = gate_lines.edited(approved.get((effect.stage, effect.call_id)), effect)
+        effect.edited = recorded.edited(approved.get((effect.stage, effect.call_id)), effect)
     return effects
 
 

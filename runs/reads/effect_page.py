@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from runs.events import LedgerEdited, TargetAsked, read, where
+from runs.gates import recorded
 from runs.models import Effect, Event, Run, StoredPlan
 from runs.pipeline import UnknownPipeline, registry
-from runs.planning import gate_lines
 from runs.planning.planner import EffectLine, Plan
 from runs.planning.replay import UNSETTLED
 
@@ -119,5 +119,5 @@ def effect_page(effect: Effect) -> EffectPage:
         target=_target_name(tool) or effect.target,
         asked=_last_asked(effect),
         line=_plan_line(run, effect),
-        edited=gate_lines.edited(gate_lines.approved_calls(run).get(where), effect),
+        edited=recorded.edited(recorded.approved_calls(run).get(where), effect),
     )

@@ -6,18 +6,17 @@ whether the worker has gone silent. Pure reads: nothing here asks a target."""
 
 from __future__ import annotations
 
-import contextlib
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.conf import settings
 from django.utils import timezone
 
 from runs.events import read
+from runs.gates.acts import third_person
 from runs.gates.reopen import Refusal, refusals
+from runs.ledger import leases
 from runs.models import Effect, Event, Run, StoredPlan
-from runs.pipeline import UnknownPipeline, registry
+from runs.planning.plan import MadeAgain
 from runs.planning.planner import Plan
 from runs.planning.replay import STOPPING, Action, StopKind
 
@@ -28,8 +27,6 @@ PLAN_TRIGGERS = (
     Event.Type.NEEDS_APPROVAL,
     Event.Type.LEDGER_EDITED,
 )
-# planner._made_again's sentence: "run-7 already made publish_article (publish) as art-1; …"
-MADE_AGAIN = re.compile(r"already made (?P<tool>[\w.-]+) \((?P<call>[^)]*)\) as (?P<made>\S+);")
 
 
 @dataclass(frozen=True)
@@ -79,32 +76,19 @@ class Decision:
         return [o for o in (self.strict, self.upgrade) if o is not None]
 
 
-def _third_person(verb: str) -> str:
-    if verb.endswith(("s", "sh", "ch", "x", "z")):
-        return verb + "es"
-    return verb + "s"
-
-
 def _made_again(plan: Plan) -> list[str]:
     """The upgrade's irreversible acts, from the planner's warnings: "publishes a second
-    article (the first, art-1, stays)"."""
-    try:
-        pipeline = registry.get(plan.pipeline)
-    except UnknownPipeline:
-        pipeline = None
+    article (the first, art-1, stays)". A plan stored before its warnings were records says
+    its sentence as it is."""
     acts = []
     for warning in plan.upgrade.warnings:
-        found = MADE_AGAIN.search(warning)
-        if found is None:
+        if not isinstance(warning, MadeAgain):
             acts.append(warning)
             continue
-        name, made = found["tool"], found["made"]
-        verb = "make"
-        if pipeline is not None:
-            with contextlib.suppress(KeyError):  # a tool the pipeline no longer declares
-                verb = pipeline.tool(name).verb or verb
-        noun = name.removeprefix(f"{verb}_").replace("_", " ")
-        acts.append(f"{_third_person(verb)} a second {noun} (the first, {made}, stays)")
+        noun = warning.tool.removeprefix(f"{warning.verb}_").replace("_", " ")
+        acts.append(
+            f"{third_person(warning.verb)} a second {noun} (the first, {warning.made_as}, stays)"
+        )
     return acts
 
 
@@ -171,9 +155,10 @@ def _blockers(plan: Plan) -> list[Blocker]:
                 refused=line.kind == StopKind.REFUSED_CONFIRMED,
             )
         )
-    # What blocks the plan without being one call (a ledger row its events do not explain);
-    # a call's own reason said again ("tool (call): what it answered") is not listed twice.
-    said = {b.text for b in found} | {f"{e.tool} ({e.call_id}): {e.answer}" for e in lines}
+    # Each call's reason in full, beside its line; but a refused confirmed call's reason says
+    # no more than its line (what the target answered): it is not listed twice. (A plan
+    # stored before lines kept their reason lists it twice.)
+    said = {e.reason for e in lines if e.kind == StopKind.REFUSED_CONFIRMED}
     found += [Blocker(text=text) for text in plan.blockers if text not in said]
     return found
 
@@ -195,13 +180,13 @@ def plan_pending(run: Run, stored: StoredPlan | None, plan: Plan | None) -> bool
 
 def silent_for(run: Run, now: datetime | None = None) -> int | None:
     """Seconds since the worker holding an active run last renewed its lease, once that is
-    more than a third of the lease's TTL (it renews every third): before the sweeper's
+    longer than it goes between renewals (leases.renewal_interval): before the sweeper's
     verdict, which comes when the lease has run out."""
     lease = getattr(run, "lease", None)
     if not run.is_active or lease is None or not lease.holder or lease.heartbeat_at is None:
         return None
     silence = ((now or timezone.now()) - lease.heartbeat_at).total_seconds()
-    return int(silence) if silence > float(settings.RESUMER_LEASE_TTL) / 3 else None
+    return int(silence) if silence > leases.renewal_interval(leases.ttl_seconds()) else None
 
 
 def closed_out(run: Run) -> dict | None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from runs.dashboard.stops import MAX_CHARS, RESOLVED, sentence
 from runs.models import EventType, ReplayPolicy
 from runs.planning.replay import Action
+from runs.reads.stops import MAX_CHARS, RESOLVED, sentence
 
 LEASE_RAN_OUT = {
     "reason": "the worker stopped renewing its lease",
@@ -22,6 +22,7 @@ UNKNOWN_PUBLISH = {
     "tool": "publish_article",
     "status": "unknown",
     "error": "outcome unknown: OutcomeUnknown: publish did not answer in time",
+    "timed_out": True,
 }
 
 
@@ -88,9 +89,23 @@ def test_a_charge_with_an_unknown_outcome_needs_a_supervisor():
         "tool": "charge_card",
         "status": "unknown",
         "error": "outcome unknown: ConnectionResetError: peer went away",
+        "timed_out": False,
     }
     text = sentence(EventType.FAILED, "publish", payload, policy=ReplayPolicy.NEVER)
     assert text == "promote-charge outcome unknown: a supervisor must decide"
+
+
+def test_a_timed_out_call_says_so_from_its_field_whatever_its_error_says():
+    payload = {**UNKNOWN_PUBLISH, "error": "outcome unknown: OutcomeUnknown: gone"}
+    text = sentence(EventType.FAILED, "publish", payload, policy=ReplayPolicy.RECONCILE_FIRST)
+    assert text == "publish timed out; the plan asks the target whether it happened"
+
+
+def test_a_call_failed_before_timed_out_was_recorded_says_its_outcome_is_unknown():
+    # Written before FAILED carried `timed_out`: the error's words are not read for it.
+    payload = {key: value for key, value in UNKNOWN_PUBLISH.items() if key != "timed_out"}
+    text = sentence(EventType.FAILED, "publish", payload, policy=ReplayPolicy.RECONCILE_FIRST)
+    assert text == "publish outcome unknown; the plan asks the target whether it happened"
 
 
 def test_an_unknown_outcome_a_supervisor_resolved_since_says_the_ledger_has_it():
@@ -101,7 +116,15 @@ def test_an_unknown_outcome_a_supervisor_resolved_since_says_the_ledger_has_it()
     assert text == "promote-charge timed out; its outcome is in the ledger now"
 
 
+def test_a_failed_verification_names_the_failed_rules_from_their_field():
+    payload = {"failed_rules": ["image.count == 3", "image.alt != ''"]}
+    assert sentence(EventType.FAILED, "visual", payload) == (
+        "visual output failed its checks: image.count == 3, image.alt != ''"
+    )
+
+
 def test_a_failed_verification_names_the_rules_that_failed():
+    # As written before FAILED carried `failed_rules`: read from each rule's `passed`.
     payload = {
         "error": "verification failed",
         "rules": [

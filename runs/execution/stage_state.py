@@ -1,0 +1,48 @@
+"""What the parts of a stage's context share: its calls (durable_call.py) and its gates
+(asking.py) write with the same writer under the same lease, add to the same usage, and hold
+their decisions against the same approved plan, whose first departure is recorded once,
+whoever finds it. context.py builds one per stage job and hands it to each part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from runs.events import PlanDeviated
+from runs.execution.hooks import CallHooks
+from runs.ledger import leases
+from runs.ledger.append import RunMove, Writer, append
+from runs.models import Run
+from runs.pipeline import Context, Pipeline, Stage
+from runs.planning import contract
+from runs.planning.contract import Contract, Usage
+
+
+@dataclass(slots=True)
+class StageState:
+    # What a tool's key function and the hooks are handed: the stage's context, not a part.
+    ctx: Context
+    writer: Writer
+    # The lease as this worker knows it: fences each external call without a read.
+    held: leases.HeldLease | None
+    run: Run
+    pipeline: Pipeline
+    spec: Stage
+    hooks: CallHooks
+    # What this stage used: recorded in its VERIFIED event, summed against the plan.
+    usage: Usage
+    # The approved plan this resumed work is bound by (None on a first execution), and
+    # whether it was already departed from (by this stage or an earlier one).
+    contract: Contract | None
+    deviated: bool
+
+    def deviate(self, reason: str, **details: Any) -> None:
+        """Append PLAN_DEVIATED, once per approved plan, with what was used against it."""
+        used = contract.used_since(self.run, self.contract)
+        used.add(self.usage)
+        deviated = PlanDeviated(
+            stage=self.spec.name, reason=reason, **self.contract.verdict_payload(used), **details
+        )
+        append(self.writer, deviated, move=RunMove(deviated=True))
+        self.deviated = True
