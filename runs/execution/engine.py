@@ -39,6 +39,7 @@ from runs.ledger.checkpoints import write_checkpoint
 from runs.models import Artifact, Checkpoint, Event, Run
 from runs.pipeline import Pipeline, Stage, StageOutput, registry
 from runs.planning import contract
+from runs.tools import model
 
 __all__ = ["Outcome", "StageContext", "StageStopped", "execute", "start_run", "worker_identity"]
 
@@ -104,6 +105,15 @@ def start_run(
 # --- Executing a stage ---------------------------------------------------------------------
 
 
+def warm_up() -> None:
+    """Load now what a stage job needs and a command line leaves to its first use: the
+    pipelines, and the model SDK their model tools call (runs/tools/model.py). Every stage
+    job does it before it takes its lease, so no stage waits on imports while it holds one
+    (a worker does it before its first job too; the tests' fork server before it forks)."""
+    registry.names()
+    model.sdk()
+
+
 def execute(
     run_pk: int,
     stage_name: str,
@@ -118,6 +128,7 @@ def execute(
     database and starts over: the run's ticket is still pending (or was consumed, and the
     second try finds nothing to do), so the run simply goes on once it answers."""
     holder = holder or worker_identity()
+    warm_up()
     while True:
         try:
             done = _execute(run_pk, stage_name, ticket, holder, hooks or CallHooks())

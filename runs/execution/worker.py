@@ -27,10 +27,9 @@ from rq.worker import SimpleWorker
 
 from runs import notify
 from runs.execution import outage, sweeper
+from runs.execution.engine import warm_up
 from runs.gates import timeouts as gate_timeouts
 from runs.models import IdempotentRequest
-from runs.pipeline import registry
-from runs.tools import model
 
 log = logging.getLogger("runs.worker")
 
@@ -81,15 +80,6 @@ class SweeperThread(threading.Thread):
                 self.scheduler.enqueue_scheduled_jobs()
             finally:
                 self.scheduler.release_locks()
-
-
-def warm_up() -> None:
-    """Load now what a stage job needs and a command line leaves to its first use: the
-    pipelines, and the model SDK their model tools call (runs/tools/model.py). A worker does
-    it before its first job, so no stage waits on imports while it holds its lease (the tests'
-    fork server too, before it forks: its workers inherit it)."""
-    registry.names()
-    model.sdk()
 
 
 # Seconds between pings while Redis is away: the first wait and the longest (as outage.py's

@@ -77,7 +77,7 @@ def sdk() -> ModuleType:
     """The `openai` SDK, imported at the first call, not with the pipelines that declare a
     model tool: it takes most of a second to import, which every command line that loads them
     (`start_run --help`, `check`) would pay. A worker imports it before its first job
-    (execution/worker.py, warm_up)."""
+    (execution/engine.py, warm_up) and every stage job before it takes its lease."""
     import openai
 
     return openai
