@@ -42,11 +42,10 @@ def acknowledge(run_pk: int, reason: str, *, actor: str) -> Event:
             .values_list("seq", flat=True)
             .first()
         )
-        token = leases.acquire(run.pk, actor, takeover=True)
-        event = append(
-            Writer(run.pk, token, actor),
-            Acknowledged(deviation_seq=deviation, reason=reason, by=actor),
-            move=RunMove(deviated=False),
-        )
-        leases.release(run.pk, token)
+        with leases.taken_over(run.pk, actor) as token:
+            event = append(
+                Writer(run.pk, token, actor),
+                Acknowledged(deviation_seq=deviation, reason=reason, by=actor),
+                move=RunMove(deviated=False),
+            )
     return event

@@ -77,7 +77,6 @@ def close_out(run_pk: int, reason: str, *, actor: str) -> Event:
         ]
         # A stopped run holds no lease (an interrupted one's worker is gone): taking it over
         # fences anyone left, as an approval does.
-        token = leases.acquire(run.pk, actor, takeover=True)
         closed = ClosedOut(
             reason=reason,
             by=actor,
@@ -85,11 +84,11 @@ def close_out(run_pk: int, reason: str, *, actor: str) -> Event:
             unsettled=unsettled,
             gates_closed=waiting,
         )
-        event = append(
-            Writer(run.pk, token, actor),
-            closed,
-            move=RunMove(Run.Status.CLOSED, ticket="", queued_at=None),
-        )
-        gate_rows.close_open(run, event)
-        leases.release(run.pk, token)
+        with leases.taken_over(run.pk, actor) as token:
+            event = append(
+                Writer(run.pk, token, actor),
+                closed,
+                move=RunMove(Run.Status.CLOSED, ticket="", queued_at=None),
+            )
+            gate_rows.close_open(run, event)
     return event

@@ -106,34 +106,39 @@ def _approve(run: Run, action: str, fingerprint: str, *, actor: str, batch: str)
                 "read the fresh plan and approve again",
                 compute_plan(locked),
             )
-        token = leases.acquire(run.pk, actor, takeover=True)
-        writer = Writer(run.pk, token, actor)
-        strict = action == ApprovalMode.STRICT
-        approved = PlanApproved(
-            stage=plan.next_stage,
-            action=action,
-            fingerprint=plan.fingerprint,
-            checkpoint=plan.checkpoint,
-            next_stage=plan.next_stage if strict else plan.upgrade.branch_stage,
-            reexecute=plan.stages_reexecuted if strict else plan.upgrade.stages_rerun,
-            by=actor,
-            batch=batch,
-        )
-        append(writer, approved)
-        # Whichever way it goes on, the approved run's ledger now records what the plan's
-        # reconcile queries found (a superseded parent too: its history says what it made).
-        _record_reconciliations(writer, plan)
-        if action == ApprovalMode.STRICT:
-            approval = _strict(writer, locked, plan)
-        else:
-            approval = _upgrade(writer, locked, plan, actor)
-        leases.release(run.pk, token)
+        with leases.taken_over(run.pk, actor) as token:
+            approval = _apply(Writer(run.pk, token, actor), locked, plan, action, actor, batch)
     # The rows were read before the approval's own appends; hand back what they are now
     # (status resuming or superseded, the stage it resumes at) to the CLI and the views.
     approval.run.refresh_from_db()
     if approval.branch is not None:
         approval.branch.refresh_from_db()
     return approval
+
+
+def _apply(
+    writer: Writer, locked: Run, plan: Plan, action: str, actor: str, batch: str
+) -> Approval:
+    """The approval's writes under the lease taken over for them: PLAN_APPROVED, what the
+    plan's reconcile queries found, then the resume or the branch."""
+    strict = action == ApprovalMode.STRICT
+    approved = PlanApproved(
+        stage=plan.next_stage,
+        action=action,
+        fingerprint=plan.fingerprint,
+        checkpoint=plan.checkpoint,
+        next_stage=plan.next_stage if strict else plan.upgrade.branch_stage,
+        reexecute=plan.stages_reexecuted if strict else plan.upgrade.stages_rerun,
+        by=actor,
+        batch=batch,
+    )
+    append(writer, approved)
+    # Whichever way it goes on, the approved run's ledger now records what the plan's
+    # reconcile queries found (a superseded parent too: its history says what it made).
+    _record_reconciliations(writer, plan)
+    if strict:
+        return _strict(writer, locked, plan)
+    return _upgrade(writer, locked, plan, actor)
 
 
 def _approved_before(run: Run, action: str, fingerprint: str) -> bool:
