@@ -313,6 +313,8 @@ class NeedsApproval(RunEvent):
     idempotency_key: str = ""
     error: str
     reconcile: list[dict[str, Any]] | None = None
+    # Why, for machines (a replay.StopKind code; "" before codes were written here).
+    kind: str = ""
 
 
 @_vocabulary
@@ -359,6 +361,38 @@ class ToolResult(RunEvent):
     reason: str = ""
     error: str = ""
     exchanges: list[dict[str, Any]] | None = None
+    # A stage run again in the same run returned what it recorded before, without a call
+    # (the result itself is in the earlier TOOL_RESULT: runs/planning/replay_log.py).
+    replayed: bool = False
+
+
+@_vocabulary
+class Diverged(RunEvent):
+    """A stage run again in the same run asked for a call it had made, with another request:
+    what differs, and whether the stage stopped before anything was sent."""
+
+    type = EventType.DIVERGED
+    idempotency_key: str = ""
+    call: str
+    tool: str
+    policy: str
+    # The key the call was made under before ("" for a SAFE call).
+    recorded_key: str = ""
+    # Each difference: {"path": "messages[0].content", "recorded": …, "asked": …}, cut short.
+    diff: list[dict[str, Any]]
+    stopped: bool
+    reason: str
+
+
+@_vocabulary
+class ValueRecorded(RunEvent):
+    """A value a stage took from the world (ctx.now(), ctx.uuid()), replayed whenever the
+    stage runs again in the same run."""
+
+    type = EventType.VALUE_RECORDED
+    # "now-1", "uuid-2": its kind and the how-manieth of its kind in the stage.
+    name: str
+    value: str
 
 
 @_vocabulary

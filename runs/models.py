@@ -274,6 +274,13 @@ class EventType(models.TextChoices):
     # An operator closed a stopped run out, with a reason: it is never resumed
     # (runs/planning/close_out.py).
     CLOSED_OUT = "CLOSED_OUT", "Closed out"
+    # A stage run again in the same run asked for a call it had made with another request
+    # (another key, other arguments, another conversation): what differs, and whether the
+    # stage stopped before anything was sent (runs/planning/replay_log.py).
+    DIVERGED = "DIVERGED", "Diverged"
+    # A value a stage took from the world once (ctx.now(), ctx.uuid()), replayed whenever
+    # the stage runs again in the same run.
+    VALUE_RECORDED = "VALUE_RECORDED", "Value recorded"
 
 
 class Event(AppendOnlyModel):

@@ -12,15 +12,19 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
+from enum import StrEnum
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
-
-from django.conf import settings
-from django.utils.module_loading import import_string
+from uuid import UUID
 
 from runs.models import Checkpoint, Effect, GateRole, ReplayPolicy, Run
+
+# The registry of pipelines lives in runs/registry.py; the engine names it from here too.
+from runs.registry import Registry as Registry
+from runs.registry import UnknownPipeline as UnknownPipeline
+from runs.registry import registry as registry
 
 # A human in the pipeline API lives in runs/review.py; pipelines import it from here too.
 from runs.review import Confirm as Confirm
@@ -44,10 +48,6 @@ def delivery_key(account: str, platform: str, object_id: str, revision: str) -> 
     if not all(parts):
         raise ValueError("a delivery key needs account, platform, object id and revision")
     return hashlib.sha256(KEY_SEPARATOR.join(parts).encode()).hexdigest()
-
-
-class UnknownPipeline(LookupError):
-    pass
 
 
 class InvalidInput(ValueError):
@@ -173,6 +173,17 @@ class Context(Protocol):
         """A human's answer about `call_id` (a call or an ask) once this stage used it."""
         ...
 
+    def now(self) -> datetime:
+        """The time (UTC), recorded the first time the stage asks and the same whenever the
+        stage runs again in this run (after a gate's answer, on a strict resume): a clock in
+        a prompt keeps the prompt, and its model turns, what they were."""
+        ...
+
+    def uuid(self) -> UUID:
+        """A random UUID, recorded on first use and the same whenever the stage runs again
+        in this run, as now() is."""
+        ...
+
     def ask(
         self,
         gate_id: str,
@@ -291,6 +302,17 @@ class Call:
     tool: str
 
 
+class OnDivergence(StrEnum):
+    """What a stage run again in the same run does when it asks for a call it made before
+    with another request (runs/planning/replay_log.py). The divergence is recorded either
+    way; STOP stops before a call that costs money or is never guessed about
+    (replay.guards_divergence) and leaves the run for a human, with a plan that offers a new
+    branch or closing the run out; RECORD makes the new request and goes on."""
+
+    STOP = "stop"
+    RECORD = "record"
+
+
 @dataclass(frozen=True)
 class Stage:
     name: str
@@ -301,6 +323,8 @@ class Stage:
     calls: tuple[Call, ...] = ()
     # The gates the stage asks with ctx.ask, for plans before it runs.
     asks: tuple[str, ...] = ()
+    # What a divergence does in this stage ("" = the pipeline's on_divergence).
+    on_divergence: str = ""
 
 
 @dataclass(frozen=True)
@@ -323,6 +347,7 @@ class Pipeline:
     tools: tuple[Tool, ...]
     inputs: tuple[Input, ...] = ()
     description: str = ""
+    on_divergence: str = OnDivergence.STOP
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.stages]
@@ -333,6 +358,16 @@ class Pipeline:
             missing = set(stage.tools) - tool_names
             if missing:
                 raise ValueError(f"stage {stage.name} uses undeclared tools {sorted(missing)}")
+        for said in (
+            self.on_divergence,
+            *(s.on_divergence for s in self.stages if s.on_divergence),
+        ):
+            if said not in OnDivergence.__members__.values():
+                raise ValueError(f"on_divergence must be one of {[str(o) for o in OnDivergence]}")
+
+    def divergence(self, stage: str) -> str:
+        """What a divergence does in `stage`: the stage's choice, else the pipeline's."""
+        return self.stage(stage).on_divergence or self.on_divergence
 
     @cached_property
     def stage_names(self) -> tuple[str, ...]:
@@ -410,31 +445,3 @@ class Pipeline:
             if changed & set(stage.consumes):
                 return stage.name
         return ""
-
-
-class Registry:
-    def __init__(self) -> None:
-        self._pipelines: dict[str, Pipeline] | None = None
-
-    def _load(self) -> dict[str, Pipeline]:
-        if self._pipelines is None:
-            loaded = {}
-            for path in settings.RESUMER_PIPELINES:
-                pipeline = import_string(path)
-                loaded[pipeline.name] = pipeline
-            self._pipelines = loaded
-        return self._pipelines
-
-    def get(self, name: str) -> Pipeline:
-        try:
-            return self._load()[name]
-        except KeyError:
-            raise UnknownPipeline(
-                f"unknown pipeline {name!r}; registered: {', '.join(sorted(self._load())) or 'none'}"
-            ) from None
-
-    def names(self) -> list[str]:
-        return sorted(self._load())
-
-
-registry = Registry()

@@ -131,6 +131,9 @@ def test_every_event_the_writers_write_reads_back_as_written(facts, demo_service
         EventType.BRANCHED,
         EventType.PLAN_DEVIATED,
         EventType.ACKNOWLEDGED,
+        # A stage run again in the same run (tests/execution/test_reentry_workers.py).
+        EventType.DIVERGED,
+        EventType.VALUE_RECORDED,
     }
 
 

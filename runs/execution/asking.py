@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from runs.execution.durable_call import Returned, StageStopped, request_hash
+from runs.execution.durable_call import Returned, StageStopped
 from runs.execution.stage_state import StageState
 from runs.gates import arguments, forms
 from runs.gates import rows as gate_rows
@@ -23,6 +23,7 @@ from runs.ledger.canonical import canonical_json
 from runs.ledger.chain import digest
 from runs.models import Gate, GateKind, GateRole
 from runs.pipeline import CallRejected, KeyParts, OnTimeout, Tool
+from runs.planning.replay_log import request_hash
 from runs.review import OnReject, Review
 
 # The question is the gate page's heading; what the reviewer reads goes in details.

@@ -1,18 +1,21 @@
 """StageContext: what a stage function sees (pipeline.Context is its type for pipeline code).
 It reads the run's pinned inputs and its upstream checkpoints here; it holds its tool calls
-(durable_call.py), its gates (asking.py) and its agent loops (agent_loop.py) as parts, which
+(durable_call.py), its gates (asking.py), what an earlier attempt recorded (reentry.py: the
+replayed calls and values, now() and uuid()) and its agent loops (agent_loop.py) as parts, which
 share one StageState (stage_state.py), and hands each method of pipeline.Context to its part.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 from runs.execution.agent_loop import AgentLoops, Conversation
 from runs.execution.asking import Asking
 from runs.execution.durable_call import DurableCalls
 from runs.execution.hooks import CallHooks
+from runs.execution.reentry import Reentry
 from runs.execution.stage_state import StageState
 from runs.ledger import artifacts, leases
 from runs.ledger.append import Writer
@@ -20,6 +23,7 @@ from runs.ledger.checkpoints import latest_checkpoint
 from runs.models import Checkpoint, GateRole, Run
 from runs.pipeline import OnTimeout, Pipeline
 from runs.planning.contract import Contract, Usage
+from runs.planning.replay_log import ReplayLog
 from runs.review import Review
 
 
@@ -38,6 +42,8 @@ class StageContext:
         held: leases.HeldLease | None = None,
         contract: Contract | None = None,
         deviated: bool = False,
+        replay: ReplayLog | None = None,
+        replay_after: int = 0,
     ) -> None:
         self.writer = writer
         self.held = held
@@ -60,10 +66,14 @@ class StageContext:
             usage=self.usage,
             contract=contract,
             deviated=deviated,
+            replay=replay,
+            replay_after=replay_after,
         )
         self._gates = Asking(self.state)
+        # What an earlier attempt of this stage in this run recorded, replayed.
+        self._reentry = Reentry(self.state)
         # A call that needs a human's confirmation asks the gates first.
-        self._calls = DurableCalls(self.state, self._gates.confirmed)
+        self._calls = DurableCalls(self.state, self._gates.confirmed, self._reentry)
         self._loops = AgentLoops(run, stage, self.inputs, self.call)
         # The checkpoints this stage read, by stage. While it holds the lease nobody else
         # verifies a stage of this run, so the newest checkpoint of a stage stays the one
@@ -104,6 +114,12 @@ class StageContext:
 
     def review(self, call_id: str) -> Review | None:
         return self._gates.review(call_id)
+
+    def now(self) -> datetime:
+        return self._reentry.now()
+
+    def uuid(self) -> UUID:
+        return self._reentry.uuid()
 
     def ask(
         self,

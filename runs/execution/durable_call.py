@@ -7,7 +7,8 @@
         then the call is made, fenced by the lease, then its outcome (external id) written.
 
 A call whose outcome is not known is recorded as unknown, never guessed about. SAFE calls are
-recorded too, but need no effect row: they are simply made again.
+recorded too, with no effect row; a stage run again in the same run replays their results and
+checks every call it made before for divergence (reentry.py).
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from django.db import transaction
 
 from runs import tracing
 from runs.events import Failed, NeedsApproval, ToolCalled, ToolResult
-from runs.execution.stage_state import StageState
+from runs.execution.reentry import Reentry
+from runs.execution.stage_state import StageState, StageStopped
 from runs.ledger import effects, leases, payload_summary
 from runs.ledger.append import LeaseLost, LedgerError, RunMove, append, deferred_commit
-from runs.ledger.chain import digest
 from runs.ledger.effects import (
     Intent,
     MorePayload,
@@ -39,11 +40,8 @@ from runs.ledger.effects import (
 from runs.ledger.exchanges import exchanges_payload, recording
 from runs.models import Effect, ReplayPolicy, Run
 from runs.pipeline import KeyConflict, KeyParts, Tool, ToolRejected, timed_out
-from runs.planning.replay import Action, Decision, decide_on, first_action
-
-
-class StageStopped(Exception):
-    """The stage cannot go on; the run's new status and its event are already written."""
+from runs.planning.replay import Action, Decision, decide, decide_on, first_action
+from runs.planning.replay_log import request_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,16 +57,12 @@ class Returned:
 Confirmed = Callable[[str, Tool, dict[str, Any]], tuple[dict[str, Any], KeyParts | None] | Returned]
 
 
-def request_hash(tool: str, args: dict[str, Any]) -> str:
-    return digest({"tool": tool, "args": args})
-
-
 class DurableCalls:
     """The tool calls of a stage (its StageContext holds them): every call goes through the
     effect ledger, under the run's lease, held against the approved plan if one binds the
     work."""
 
-    def __init__(self, state: StageState, confirmed: Confirmed) -> None:
+    def __init__(self, state: StageState, confirmed: Confirmed, reentry: Reentry) -> None:
         # What the calls use of the shared state, each a reference of their own: one
         # attribute lookup on the hot path. Whether the work departed from its plan is read
         # off the state itself, where the gates see the same answer.
@@ -85,6 +79,8 @@ class DurableCalls:
         self.contract = state.contract
         # The gates' answer before a call that needs a human's confirmation (asking.py).
         self._confirmed = confirmed
+        # What an earlier attempt of this stage in this run recorded (reentry.py).
+        self._reentry = reentry
 
     def call(self, call_id: str, tool_name: str, args: dict[str, Any]) -> Any:
         if tool_name not in self._spec.tools:
@@ -98,7 +94,15 @@ class DurableCalls:
     # SAFE calls ---------------------------------------------------------------------------
 
     def _call_safe(self, call_id: str, tool: Tool, args: dict[str, Any]) -> Any:
-        self._keep_contract(call_id, tool, Action.RERUN)
+        before = self._reentry.first_use(call_id, tool, "", args)
+        # A diverged request (recorded by first_use) is made with what it asks now.
+        replaying = before is not None and before.replays(request_hash(tool.name, args))
+        action = decide(tool=tool.name, call_id=call_id, policy=tool.policy, recorded=None, made=replaying).action  # fmt: skip
+        self._keep_contract(call_id, tool, action)
+        if replaying:
+            # The facts the stage had, and the reviewer saw: never fetched again in this run.
+            append(self.writer, self._result(call_id, tool, replayed=True), flush=False)
+            return before.result
         # Neither of a SAFE call's events waits for the disk (append's flush): lost in a
         # database crash, the call is simply made again, which is what SAFE means.
         append(
@@ -137,6 +141,7 @@ class DurableCalls:
             args, edited = confirmed
         parts = edited or tool.key(self.ctx, args)
         key = parts.key
+        self._reentry.first_use(call_id, tool, key, args)
         tracing.note(key=key, action=Action.CALL)  # a decision below says otherwise
         req_hash = request_hash(tool.name, args)
         fields = {

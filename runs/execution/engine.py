@@ -39,6 +39,7 @@ from runs.ledger.checkpoints import write_checkpoint
 from runs.models import Artifact, Checkpoint, Event, Run
 from runs.pipeline import Pipeline, Stage, StageOutput, registry
 from runs.planning import contract
+from runs.planning.replay_log import EMPTY
 from runs.tools import model
 
 __all__ = ["Outcome", "StageContext", "StageStopped", "execute", "start_run", "worker_identity"]
@@ -268,7 +269,16 @@ def _run_stage(
     stage = pipeline.stage(stage_name)
     bound, deviated = contract.active(run)
     ctx = StageContext(
-        writer, run, pipeline, stage_name, hooks, held=held, contract=bound, deviated=deviated
+        writer,
+        run,
+        pipeline,
+        stage_name,
+        hooks,
+        held=held,
+        contract=bound,
+        deviated=deviated,
+        replay=EMPTY if _entered_afresh(run, newest) else None,
+        replay_after=newest.last_seq if newest is not None and newest.run_id == run.pk else 0,
     )
     ctx.read_upstream(newest)
     try:
@@ -295,6 +305,16 @@ def _run_stage(
         return Outcome.VERIFICATION_FAILED
     _checkpoint(ctx, pipeline, stage, output, results)
     return Outcome.VERIFIED
+
+
+def _entered_afresh(run: Run, newest: Checkpoint | None) -> bool:
+    """Whether nothing happened in the run between the event the stage's ticket came with
+    (the run's creation, or the previous stage's VERIFIED, as the take read it) and this
+    STARTED: then the stage has no earlier attempt to replay, and reads none (the first
+    execution of a stage costs no query; a re-entry reads its log: replay_log.py)."""
+    if run.last_seq == 2:
+        return True  # RUN_CREATED, then this STARTED
+    return newest is not None and newest.run_id == run.pk and run.last_seq == newest.last_seq + 1
 
 
 def _fail(writer: Writer, failed: Failed) -> None:

@@ -17,6 +17,11 @@ from runs.models import Run
 from runs.pipeline import Context, Pipeline, Stage
 from runs.planning import contract
 from runs.planning.contract import Contract, Usage
+from runs.planning.replay_log import ReplayLog, replay_log
+
+
+class StageStopped(Exception):
+    """The stage cannot go on; the run's new status and its event are already written."""
 
 
 @dataclass(slots=True)
@@ -36,6 +41,19 @@ class StageState:
     # whether it was already departed from (by this stage or an earlier one).
     contract: Contract | None
     deviated: bool
+    # What this stage recorded in this run before this attempt (replay_log.py): None until
+    # first needed, when it is read (a stage the engine knows is entered afresh is handed
+    # the empty log, and reads nothing).
+    replay: ReplayLog | None = None
+    # Where that read may start: the checkpoint the stage came after (its events are later).
+    replay_after: int = 0
+
+    def replayed(self) -> ReplayLog:
+        """What this stage's earlier attempts in this run recorded, read once per attempt;
+        before this attempt writes anything it replays, so the read is of earlier ones."""
+        if self.replay is None:
+            self.replay = replay_log(self.run.pk, self.spec.name, after_seq=self.replay_after)
+        return self.replay
 
     def deviate(self, reason: str, **details: Any) -> None:
         """Append PLAN_DEVIATED, once per approved plan, with what was used against it."""

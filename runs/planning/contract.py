@@ -179,6 +179,10 @@ class Contract:
 
     def difference(self, stage: str, call_id: str, tool: str, policy: str, action: str) -> Difference | None:  # fmt: skip
         """How the engine's decision for one call departs from the plan's line, if it does."""
+        if action == Action.REPLAY:
+            # A result this run recorded, handed back without touching anything outside: the
+            # call it replays was held to the plan (or departed from it) when it was made.
+            return None
         planned = self.lines.get(f"{stage}/{call_id}", "")
         if planned and _kind(planned) == _kind(action):
             return None

@@ -22,7 +22,7 @@ from runs.ledger.chain import digest
 from runs.ledger.checkpoints import latest_checkpoint, manifest_problems
 from runs.models import Checkpoint, Effect, Event, Gate, Run
 from runs.pipeline import Call, Pipeline, registry
-from runs.planning import gate_lines, made_again, model_lines
+from runs.planning import divergence, gate_lines, made_again, model_lines
 from runs.planning.plan import ArtifactLine, Cost, DriftLine, EffectLine, Plan, Upgrade
 from runs.planning.replay import (
     CALLING,
@@ -31,6 +31,7 @@ from runs.planning.replay import (
     decide_on,
     first_action,
 )
+from runs.planning.replay_log import EMPTY, replay_logs
 
 __all__ = ["Action", "Plan", "compute_plan", "fresh_cost"]
 
@@ -107,13 +108,14 @@ def _effect_line(
     gate: Gate | None,
     edited_by: str,
     confirmed_by: str,
+    made: bool = False,
 ) -> EffectLine:
     """The resume action for one expected call (replay.decide_on, asking the target where the
     decision needs it; who recorded a failed effect, read from its events), priced by the
     arguments it is made with (a reviewer's edits, if its confirmation was answered so); a
     line that stops says why in `reason`, the plan's blocker."""
     decision, answer = decide_on(
-        tool, call_id, effect, edited_by=edited_by, confirmed_by=confirmed_by
+        tool, call_id, effect, edited_by=edited_by, confirmed_by=confirmed_by, made=made
     )
     price = tool.price_of(recorded.call_args(gate, effect))
     line = EffectLine(
@@ -211,17 +213,21 @@ def _expected_lines(
     disagreeing = _disagreeing(effects, said)
     refused = reopen.confirmed_calls(run, effects.values(), said)
     approved = recorded.approved_calls(run, stages)
+    # What each stage recorded in this run: its SAFE calls' results are replayed when it
+    # runs again (replay_log.py), the same value the engine acts on.
+    logs = replay_logs(run.pk, stages, after_seq=after_seq)
     lines, blockers = [], []
     for stage_name in stages:
         stage = pipeline.stage(stage_name)
-        known = {c.call_id for c in stage.calls}
+        log = logs.get(stage_name, EMPTY)
         calls = list(stage.calls)
         # Calls the stage made that its declaration does not list are still accounted for.
-        calls += [
-            Call(call_id, e.tool)
-            for (s, call_id), e in effects.items()
-            if s == stage_name and call_id not in known
-        ]
+        known = {c.call_id for c in calls}
+        for (s, call_id), e in effects.items():
+            if s == stage_name and call_id not in known:
+                calls.append(Call(call_id, e.tool))
+                known.add(call_id)
+        calls += [Call(c.call_id, c.tool) for c in log.calls.values() if c.call_id not in known]
         for call in calls:
             reason = disagreeing.get((stage_name, call.call_id))
             if reason:
@@ -239,6 +245,7 @@ def _expected_lines(
                 approved.get((stage_name, call.call_id)),
                 said[key].edited_by if key in said else "",
                 refused[key].by if key in refused else "",
+                made=log.answered(call.call_id),
             )
             lines.append(line)
             if line.reason:
@@ -314,9 +321,15 @@ def compute_plan(run: Run) -> Plan:
     rerun = list(pipeline.stages_from(next_stage)) if next_stage else []
     skipped = [s for s in stages_all if s not in rerun]
     lines, blockers, refused = _expected_lines(run, pipeline, rerun, after_seq)
+    diverged = divergence.stopped(run)
+    if diverged is not None:
+        lines = divergence.block(lines, diverged)
+        blockers.append(diverged.reason)
 
     drift, unresolved = _drift(run, pipeline)
-    upgrade = unresolved or _upgrade(run, pipeline, chosen, drift, resumable, lines)
+    upgrade = unresolved or _upgrade(
+        run, pipeline, chosen, drift, resumable, lines, diverged.stage if diverged else ""
+    )
 
     plan = Plan(
         run=run.public_id,
@@ -385,13 +398,17 @@ def _upgrade(
     drift: list[DriftLine],
     resumable: bool,
     strict_lines: list[EffectLine],
+    diverged: str = "",
 ) -> Upgrade:
-    if not drift:
+    """The branch an upgrade would start: from the first stage a drifted input affects, or
+    the stage that diverged (which a branch runs afresh), whichever comes first."""
+    if not drift and not diverged:
         return Upgrade(False, "no input has changed since this run pinned its inputs")
     changed = [d.input for d in drift]
-    first = pipeline.first_affected(changed)
-    if not first:
+    affected = [s for s in (pipeline.first_affected(changed), diverged) if s]
+    if not affected:
         return Upgrade(False, f"no stage consumes the changed input(s) {', '.join(changed)}")
+    first = min(affected, key=pipeline.index)
     point = _branch_point(run, pipeline, chosen, pipeline.index(first))
     branch_stage = pipeline.next_stage(point.stage) if point else pipeline.stage_names[0]
     rerun = list(pipeline.stages_from(branch_stage))
@@ -410,8 +427,11 @@ def _upgrade(
     return Upgrade(
         available=resumable,
         reason=(
-            f"{', '.join(f'{d.input} {d.pinned} → {d.current}' for d in drift)}: a new branch "
-            f"re-runs {first} and everything after it"
+            ", ".join(
+                [f"{d.input} {d.pinned} → {d.current}" for d in drift]
+                + [f"{diverged} diverged"] * bool(diverged)
+            )
+            + f": a new branch re-runs {first} and everything after it"
         )
         if resumable
         else "the run is not resumable",

@@ -7,7 +7,9 @@ each call. No other code decides replay, so an approved plan and the engine cann
 about the same facts; when the facts change between the two (a reconcile answer that flips),
 the engine's decision differs from the plan's line and the contract check sees it.
 
-    no effect yet ........................................ CALL (SAFE: RERUN)
+    SAFE ................................................. RERUN
+        made before in this stage, its result recorded ... REPLAY the recorded result
+    no effect yet ........................................ CALL
     confirmed ............................................ REUSE the recorded result
     abandoned by a supervisor ............................ SKIP
     failed (nothing happened):
@@ -49,6 +51,8 @@ class Action(StrEnum):
     SKIP = "skip"  # a supervisor abandoned it
     BLOCKED = "blocked"  # a human must decide first
     REFUSE = "refuse"  # the delivery key was used for a different request
+    # SAFE, made before by this stage in this run: its recorded result, no call (replay_log.py)
+    REPLAY = "replay"
 
 
 class StopKind(models.TextChoices):
@@ -71,6 +75,9 @@ class StopKind(models.TextChoices):
     # The target refused the request a human confirmed: sending it again repeats the refusal;
     # the human is asked again, or the run is closed out (runs/gates/reopen.py).
     REFUSED_CONFIRMED = "refused-confirmed", "the target refused the request a human confirmed"
+    # The stage, run again, asked for a call it had made with another request: a strict
+    # resume would ask the same again (replay_log.py).
+    DIVERGED = "diverged", "the stage asked again with another request than it recorded"
 
 
 def stop_label(kind: str) -> str:
@@ -165,12 +172,18 @@ def decide(
     unanswered: str = "",
     verb: str = "call",
     target: str = "",
+    made: bool = False,
 ) -> Decision:
     """The action for one call. `request_hash` is the request about to be made (the engine
     knows it; the planner passes "" and assumes the recorded request is repeated). `answer` is
     required exactly when asks_target() says so, unless the target could not be asked:
-    `unanswered` then says why, and nobody guesses."""
+    `unanswered` then says why, and nobody guesses. `made`: the stage made this very request
+    before in this run and recorded its result (replay_log.py)."""
     if policy == ReplayPolicy.SAFE:
+        if made:
+            # Replayed, not made again: the stage goes on with the facts it had (the facts a
+            # reviewer was shown), though SAFE would allow a re-run.
+            return Decision(Action.REPLAY, "recorded result replayed")
         return Decision(Action.RERUN, "pure computation")
     if recorded is None:
         return Decision(Action.CALL, "not attempted yet")
@@ -268,6 +281,7 @@ def decide_on(
     ask: Callable[[Any], Reconciliation] | None = None,
     edited_by: str = "",
     confirmed_by: str = "",
+    made: bool = False,
 ) -> tuple[Decision, Reconciliation | None]:
     """decide() on what the ledger holds about `effect` (an Effect row, or None), asking the
     target where the decision needs it: the one way the engine, the planner and an approval
@@ -292,6 +306,7 @@ def decide_on(
         unanswered=unanswered,
         verb=tool.verb,
         target=effect.target if effect is not None else "",
+        made=made,
     )
     return decision, answer
 
@@ -299,3 +314,16 @@ def decide_on(
 def first_action(tool: Tool) -> Action:
     """What happens to a call nothing has been recorded for: SAFE re-runs, the others call."""
     return decide(tool=tool.name, call_id="", policy=tool.policy, recorded=None).action
+
+
+def guards_divergence(tool: Tool, args: dict[str, Any]) -> bool:
+    """Whether a call asked for again with another request than it recorded stops its stage
+    before anything is sent (unless the pipeline chose to record and go on): a tool never
+    guessed about, a model (another conversation is billed again), or an IDEMPOTENT call that
+    costs money (another request is another key: charged again). A SAFE or free call is
+    recorded and made."""
+    if tool.policy in GUARDED_POLICIES:
+        return True
+    if tool.policy != ReplayPolicy.IDEMPOTENT:
+        return False
+    return tool.metered is not None or tool.price_of(args) > 0

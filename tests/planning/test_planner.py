@@ -118,12 +118,13 @@ def test_planner_reads_only_the_events_after_the_checkpoint(in_process):
         plan = compute_plan(run)
 
     event_reads = [q["sql"] for q in queries.captured_queries if '"runs_event"' in q["sql"]]
-    # Two reads of the log, each bounded below by the checkpoint's seq (the (run, seq)
-    # index): its last events, and the events of the effects the plan acts on (each row is
-    # checked against them); and one read of the candidate checkpoints' own VERIFIED events,
-    # each by its (run, seq).
+    # Three reads of the log, each bounded below by the checkpoint's seq (the (run, seq)
+    # index): its last events, the events of the effects the plan acts on (each row is
+    # checked against them), and what the stages it runs again recorded (their replayed
+    # calls); and one read of the candidate checkpoints' own VERIFIED events, each by its
+    # (run, seq).
     tails = [sql for sql in event_reads if '"runs_event"."seq" >' in sql]
-    assert len(tails) == 2
+    assert len(tails) == 3
     assert all(f'"runs_event"."seq" > {chosen.last_seq}' in tail for tail in tails)
     [sealing] = [sql for sql in event_reads if sql not in tails]
     assert sealing.count('"runs_event"."seq" = ') == len(ALL_STAGES) - 1
