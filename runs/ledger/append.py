@@ -37,14 +37,14 @@ from runs.ledger.rows import (
     new_event,
     refusal,
 )
-from runs.ledger.sql import (
+from runs.ledger.sql import for_connection
+from runs.ledger.sql.shapes import (
     EVENT_COLUMNS,
     CheckpointSeal,
     EffectWrite,
     EventRow,
     KeyTaken,
     Write,
-    for_connection,
 )
 from runs.models import Checkpoint, Event, Lease, Run
 

@@ -17,7 +17,8 @@ from django.db.models.functions import Now
 from runs.events import Reconciled, RunEvent, ToolCalled
 from runs.ledger.append import KeyTaken, RunMove, Writer, append, deferred_commit
 from runs.ledger.maintenance import ledger_writes
-from runs.ledger.sql import EffectClaim, EffectSettle, for_connection
+from runs.ledger.sql import for_connection
+from runs.ledger.sql.shapes import EffectClaim, EffectSettle
 from runs.models import Effect, Event
 from runs.pipeline import Reconciliation
 
