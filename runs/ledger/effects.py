@@ -14,7 +14,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from runs.events import Reconciled, RunEvent, ToolCalled
+from runs.events import Reconciled, RunEvent, ToolCalled, effect_names
 from runs.ledger.append import KeyTaken, RunMove, Writer, append, deferred_commit
 from runs.ledger.maintenance import ledger_writes
 from runs.ledger.sql import for_connection
@@ -181,10 +181,7 @@ def record_found(
         writer,
         effect,
         Reconciled(
-            stage=effect.stage,
-            idempotency_key=effect.delivery_key,
-            call=effect.call_id,
-            tool=effect.tool,
+            **effect_names(effect),
             found=True,
             external_id=answer.external_id,
             detail=answer.detail,
