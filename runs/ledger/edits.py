@@ -69,13 +69,7 @@ def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: 
                     updated_at=Now(),
                 )
             # The facts the stored plan was computed from changed: compute it again.
-            announce_stop(
-                run.pk,
-                run.status,
-                seq=event.seq,
-                previous_status=run.status,
-                event_type=event.type,
-            )
+            announce_stop(event, run.status, previous_status=run.status)
     except leases.LeaseBusy:
         raise LedgerError(f"{run.public_id} is leased by a worker right now") from None
     return event
