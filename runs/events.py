@@ -42,13 +42,15 @@ from django.db.models import Q
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 
-from runs.models import Artifact, Event, EventType
+from runs.models import Artifact, Effect, Event, EventType, Gate
 
 __all__ = [
     "CLASSES",
     "RunEvent",
     "Unreadable",
+    "effect_names",
     "flag",
+    "gate_names",
     "holding",
     "present",
     "read",
@@ -582,6 +584,26 @@ class GateReopened(RunEvent):
     refused: dict[str, Any]
     by: str
     timeout_seconds: float | None
+
+
+# --- naming the row an event is about -----------------------------------------------------
+
+
+def effect_names(effect: Effect) -> dict[str, Any]:
+    """The fields by which an event about an effect names it: its stage, its call and tool,
+    and its delivery key as the event's idempotency key."""
+    return {
+        "stage": effect.stage,
+        "idempotency_key": effect.delivery_key,
+        "call": effect.call_id,
+        "tool": effect.tool,
+    }
+
+
+def gate_names(gate: Gate) -> dict[str, Any]:
+    """The fields by which an event about a gate names it: its stage, its id, its kind and
+    the subject it asks about."""
+    return {"stage": gate.stage, "gate": gate.gate_id, "kind": gate.kind, "subject": gate.subject}
 
 
 # --- reading a stored event -------------------------------------------------------------

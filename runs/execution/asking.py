@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from runs.execution.durable_call import Returned, StageStopped
-from runs.execution.stage_state import StageState
+from runs.execution.stage_state import StagePart, StageState
 from runs.gates import arguments, forms
 from runs.gates import rows as gate_rows
 from runs.gates.decision import GateAction, call_subject, decide, question_subject, shape
@@ -35,21 +35,11 @@ class StageWaiting(StageStopped):
     """The stage asked a human: GATE_OPENED is written and the run waits for the answer."""
 
 
-class Asking:
+class Asking(StagePart):
     """The gates of a stage (its StageContext holds them)."""
 
     def __init__(self, state: StageState) -> None:
-        # What the gates use of the shared state, each a reference of their own; whether the
-        # work departed from its plan is read off the state, where the calls see it too.
-        self.state = state
-        self.ctx = state.ctx
-        self.writer = state.writer
-        self.run = state.run
-        self.pipeline = state.pipeline
-        self.stage = state.spec.name
-        self.hooks = state.hooks
-        self.usage = state.usage
-        self.contract = state.contract
+        super().__init__(state)
         # The answers this run of the stage used, by gate id (ctx.review).
         self._reviews: dict[str, Review] = {}
 

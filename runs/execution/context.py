@@ -7,11 +7,10 @@ share one StageState (stage_state.py), and hands each method of pipeline.Context
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from collections.abc import Callable
 from typing import Any
-from uuid import UUID
 
-from runs.execution.agent_loop import AgentLoops, Conversation
+from runs.execution.agent_loop import AgentLoops
 from runs.execution.asking import Asking
 from runs.execution.durable_call import DurableCalls
 from runs.execution.hooks import CallHooks
@@ -20,11 +19,29 @@ from runs.execution.stage_state import StageState
 from runs.ledger import artifacts, leases
 from runs.ledger.append import Writer
 from runs.ledger.checkpoints import latest_checkpoint
-from runs.models import Checkpoint, GateRole, Run
-from runs.pipeline import OnTimeout, Pipeline
+from runs.models import Checkpoint, Run
+from runs.pipeline import Pipeline
 from runs.planning.contract import Contract, Usage
 from runs.planning.replay_log import ReplayLog
-from runs.review import Review
+
+
+class _Handed:
+    """A method of pipeline.Context that a part of the context owns, written once, on the
+    part: read on a context it is the part's bound method; read on the class, the part's
+    function, whose parameters tests/test_pipeline_context.py holds to the protocol's."""
+
+    def __init__(self, part: str, method: Callable[..., Any]) -> None:
+        self.part = part
+        self.method = method
+        self.__doc__ = method.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, ctx: Any, owner: type | None = None) -> Callable[..., Any]:
+        if ctx is None:
+            return self.method
+        return getattr(getattr(ctx, self.part), self.name)
 
 
 class StageContext:
@@ -112,64 +129,11 @@ class StageContext:
     def call(self, call_id: str, tool_name: str, **args: Any) -> Any:
         return self._calls.call(call_id, tool_name, args)
 
-    def review(self, call_id: str) -> Review | None:
-        return self._gates.review(call_id)
-
-    def now(self) -> datetime:
-        return self._reentry.now()
-
-    def uuid(self) -> UUID:
-        return self._reentry.uuid()
-
-    def ask(
-        self,
-        gate_id: str,
-        question: str,
-        *,
-        form: Any = None,
-        initial: dict[str, Any] | None = None,
-        role: str = GateRole.OPERATOR,
-        quorum: int = 1,
-        timeout: timedelta | None = None,
-        on_timeout: OnTimeout | None = None,
-        escalate_to: str = "",
-        details: str = "",
-    ) -> dict[str, Any]:
-        return self._gates.ask(
-            gate_id,
-            question,
-            form=form,
-            initial=initial,
-            role=role,
-            quorum=quorum,
-            timeout=timeout,
-            on_timeout=on_timeout,
-            escalate_to=escalate_to,
-            details=details,
-        )
-
-    def converse(
-        self,
-        loop_id: str = "",
-        *,
-        model: str,
-        task: str,
-        facts: dict[str, Any] | None = None,
-        tools: dict[str, dict[str, Any]] | None = None,
-        model_tool: str = "model",
-        max_turns: int = 8,
-        params: dict[str, Any] | None = None,
-    ) -> Conversation:
-        return self._loops.converse(
-            loop_id,
-            model=model,
-            task=task,
-            facts=facts,
-            tools=tools,
-            model_tool=model_tool,
-            max_turns=max_turns,
-            params=params,
-        )
+    review = _Handed("_gates", Asking.review)
+    ask = _Handed("_gates", Asking.ask)
+    converse = _Handed("_loops", AgentLoops.converse)
+    now = _Handed("_reentry", Reentry.now)
+    uuid = _Handed("_reentry", Reentry.uuid)
 
     # The approved plan, for the engine's verdict at the stage's end.
 

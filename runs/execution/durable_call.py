@@ -25,7 +25,7 @@ from django.db import transaction
 from runs import tracing
 from runs.events import Failed, NeedsApproval, ToolCalled, ToolResult
 from runs.execution.reentry import Reentry
-from runs.execution.stage_state import StageState, StageStopped
+from runs.execution.stage_state import StagePart, StageState, StageStopped
 from runs.ledger import effects, leases, payload_summary
 from runs.ledger.append import LeaseLost, LedgerError, RunMove, append, deferred_commit
 from runs.ledger.effects import (
@@ -57,33 +57,20 @@ class Returned:
 Confirmed = Callable[[str, Tool, dict[str, Any]], tuple[dict[str, Any], KeyParts | None] | Returned]
 
 
-class DurableCalls:
+class DurableCalls(StagePart):
     """The tool calls of a stage (its StageContext holds them): every call goes through the
     effect ledger, under the run's lease, held against the approved plan if one binds the
     work."""
 
     def __init__(self, state: StageState, confirmed: Confirmed, reentry: Reentry) -> None:
-        # What the calls use of the shared state, each a reference of their own: one
-        # attribute lookup on the hot path. Whether the work departed from its plan is read
-        # off the state itself, where the gates see the same answer.
-        self.state = state
-        self.ctx = state.ctx
-        self.writer = state.writer
-        self.held = state.held
-        self.run = state.run
-        self.pipeline = state.pipeline
-        self.stage = state.spec.name
-        self._spec = state.spec
-        self.hooks = state.hooks
-        self.usage = state.usage
-        self.contract = state.contract
+        super().__init__(state)
         # The gates' answer before a call that needs a human's confirmation (asking.py).
         self._confirmed = confirmed
         # What an earlier attempt of this stage in this run recorded (reentry.py).
         self._reentry = reentry
 
     def call(self, call_id: str, tool_name: str, args: dict[str, Any]) -> Any:
-        if tool_name not in self._spec.tools:
+        if tool_name not in self.spec.tools:
             raise LedgerError(f"stage {self.stage} may not call tool {tool_name!r}")
         tool = self.pipeline.tool(tool_name)
         with tracing.tool_call(self, call_id, tool):  # a span when tracing is on

@@ -1,7 +1,8 @@
 """What the parts of a stage's context share: its calls (durable_call.py) and its gates
 (asking.py) write with the same writer under the same lease, add to the same usage, and hold
 their decisions against the same approved plan, whose first departure is recorded once,
-whoever finds it. context.py builds one per stage job and hands it to each part.
+whoever finds it. context.py builds one per stage job and hands it to each part, which reads
+it as a `StagePart`.
 """
 
 from __future__ import annotations
@@ -64,3 +65,22 @@ class StageState:
         )
         append(self.writer, deviated, move=RunMove(deviated=True))
         self.deviated = True
+
+
+class StagePart:
+    """A part of a stage's context (its calls, its gates): what it uses of the shared state,
+    each a reference of its own, so the hot path looks each up once. Whether the work departed
+    from its plan is read off the state itself, where every part sees the same answer."""
+
+    def __init__(self, state: StageState) -> None:
+        self.state = state
+        self.ctx = state.ctx
+        self.writer = state.writer
+        self.held = state.held
+        self.run = state.run
+        self.pipeline = state.pipeline
+        self.spec = state.spec
+        self.stage = state.spec.name
+        self.hooks = state.hooks
+        self.usage = state.usage
+        self.contract = state.contract

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import DateTimeField, ExpressionWrapper, Value
 from django.db.models.functions import Now
 
-from runs.events import Failed, GateOpened, GateReopened, HumanAnswered, read
+from runs.events import Failed, GateOpened, GateReopened, HumanAnswered, gate_names, read
 from runs.ledger.append import RunMove, Writer, append
 from runs.models import Effect, Event, Gate, GateStatus, Run
 
@@ -109,10 +109,7 @@ def record_answer(
         else None
     )
     answered = HumanAnswered(
-        stage=gate.stage,
-        gate=gate.gate_id,
-        kind=gate.kind,
-        subject=gate.subject,
+        **gate_names(gate),
         by=writer.actor,
         answer=answer,
         diff=diff,
@@ -171,10 +168,7 @@ def reopen(writer: Writer, gate: Gate, refused: Effect) -> Event:
         "error": refused.error[:2000],
     }
     reopened = GateReopened(
-        stage=gate.stage,
-        gate=gate.gate_id,
-        kind=gate.kind,
-        subject=gate.subject,
+        **gate_names(gate),
         refused=attempt,
         by=writer.actor,
         timeout_seconds=timeout,

@@ -37,14 +37,14 @@ from runs.ledger.rows import (
     new_event,
     refusal,
 )
-from runs.ledger.sql import (
+from runs.ledger.sql import for_connection
+from runs.ledger.sql.shapes import (
     EVENT_COLUMNS,
     CheckpointSeal,
     EffectWrite,
     EventRow,
     KeyTaken,
     Write,
-    for_connection,
 )
 from runs.models import Checkpoint, Event, Lease, Run
 
@@ -209,7 +209,7 @@ def _appended(
     return event
 
 
-def _after_append(event: Event, head: Head, new: NewEvent) -> None:
+def _after_append(event: Event | EventRow, head: Head, new: NewEvent) -> None:
     """A run that stopped where a human resolves it (or waits for one at a gate), or whose
     resumed work departed from its plan, is announced once the append's transaction commits (signals.run_stopped): its plan
     is computed then, and people are told. The ledger does not know who listens."""
@@ -218,26 +218,15 @@ def _after_append(event: Event, head: Head, new: NewEvent) -> None:
         or new.status == Run.Status.WAITING
         or new.run_fields.get("deviated")
     ):
-        announce_stop(
-            head.pk,
-            new.status,
-            seq=event.seq,
-            previous_status=head.status,
-            event_type=new.type,
-        )
+        announce_stop(event, new.status, previous_status=head.status)
 
 
-def announce_stop(
-    run_id: int,
-    status: str | None,
-    *,
-    seq: int = 0,
-    previous_status: str = "",
-    event_type: str = "",
-) -> None:
-    """Send signals.run_stopped once the transaction commits, so a rolled-back write tells
-    nobody; `robust`, so a receiver's failure never undoes the stop. Also called by a ledger
-    edit, whose facts change while the run waits (its status does not move)."""
+def announce_stop(event: Event | EventRow, status: str | None, *, previous_status: str) -> None:
+    """Send signals.run_stopped for `event`'s run, which it left in `status`, once the
+    transaction commits, so a rolled-back write tells nobody; `robust`, so a receiver's
+    failure never undoes the stop. Also called by a ledger edit, whose facts change while the
+    run waits (its status does not move)."""
+    run_id, seq, event_type = event.run_id, event.seq, event.type
     transaction.on_commit(
         lambda: signals.run_stopped.send(
             sender=Run,

@@ -71,7 +71,8 @@ def encoded_event_hash(
     for the insert, and encoding the payload a second time, inside the content, cost every
     append as much again. The text is the one canonical_json() gives the content: keys in
     sorted order, each value encoded alone (test_ledger checks the two agree). Its keywords
-    are the event row's columns (sql.EventRow), so a row's fields can be passed as they are."""
+    are the event row's columns (sql/shapes.py's EventRow), so a row's fields can be passed
+    as they are."""
     enc = CANONICAL.encode
     # The encoder takes a fast path for a str only; an int goes through a new iterencode
     # each time, three per event, where JSON's text for an int is its decimal digits.

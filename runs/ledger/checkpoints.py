@@ -15,7 +15,8 @@ from runs.events import Verified
 from runs.ledger import derived
 from runs.ledger.append import RunMove, Writer, append
 from runs.ledger.chain import manifest_hash, manifest_ok
-from runs.ledger.sql import ARTIFACT_COLUMNS, CheckpointSeal, boundary_for
+from runs.ledger.sql import boundary_for
+from runs.ledger.sql.shapes import ARTIFACT_COLUMNS, CheckpointSeal
 from runs.models import Artifact, Checkpoint, Event, Run
 
 __all__ = [

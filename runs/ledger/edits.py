@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models.functions import Now
 
-from runs.events import LedgerEdited
+from runs.events import LedgerEdited, effect_names
 from runs.ledger import leases
 from runs.ledger.append import LedgerError, Writer, announce_stop, append
 from runs.ledger.maintenance import ledger_writes
@@ -53,11 +53,8 @@ def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: 
     try:
         with leases.writing(run.pk, actor, wait=EDIT_LEASE_WAIT) as token:
             edited = LedgerEdited(
-                stage=effect.stage,
-                idempotency_key=effect.delivery_key,
+                **effect_names(effect),
                 effect=effect.pk,
-                call=effect.call_id,
-                tool=effect.tool,
                 before=before,
                 after=after,
                 reason=reason,
@@ -72,13 +69,7 @@ def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: 
                     updated_at=Now(),
                 )
             # The facts the stored plan was computed from changed: compute it again.
-            announce_stop(
-                run.pk,
-                run.status,
-                seq=event.seq,
-                previous_status=run.status,
-                event_type=event.type,
-            )
+            announce_stop(event, run.status, previous_status=run.status)
     except leases.LeaseBusy:
         raise LedgerError(f"{run.public_id} is leased by a worker right now") from None
     return event

@@ -14,10 +14,11 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from runs.events import Reconciled, RunEvent, ToolCalled
+from runs.events import Reconciled, RunEvent, ToolCalled, effect_names
 from runs.ledger.append import KeyTaken, RunMove, Writer, append, deferred_commit
 from runs.ledger.maintenance import ledger_writes
-from runs.ledger.sql import EffectClaim, EffectSettle, for_connection
+from runs.ledger.sql import for_connection
+from runs.ledger.sql.shapes import EffectClaim, EffectSettle
 from runs.models import Effect, Event
 from runs.pipeline import Reconciliation
 
@@ -180,10 +181,7 @@ def record_found(
         writer,
         effect,
         Reconciled(
-            stage=effect.stage,
-            idempotency_key=effect.delivery_key,
-            call=effect.call_id,
-            tool=effect.tool,
+            **effect_names(effect),
             found=True,
             external_id=answer.external_id,
             detail=answer.detail,

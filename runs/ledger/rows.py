@@ -19,7 +19,7 @@ from runs import ids
 from runs.events import RunEvent, Succeeded, stored_body
 from runs.ledger import artifacts as artifact_store
 from runs.ledger.chain import canonical_json, encoded_event_hash, head_anchor
-from runs.ledger.sql import CheckpointSeal, EffectWrite, EventRow, Moves
+from runs.ledger.sql.shapes import CheckpointSeal, EffectWrite, EventRow, Moves
 from runs.models import Run
 from runs.pipeline import registry
 

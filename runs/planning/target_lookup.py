@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from runs import events
-from runs.events import TargetAsked, read
+from runs.events import TargetAsked, effect_names, read
 from runs.ledger import edits, leases
 from runs.ledger.append import LedgerError, Writer, append
 from runs.ledger.edits import edit_effect
@@ -51,11 +51,8 @@ def ask_target(effect_pk: int, *, actor: str) -> Event:
     try:
         with leases.writing(run.pk, actor, wait=edits.EDIT_LEASE_WAIT) as token:
             asked = TargetAsked(
-                stage=effect.stage,
-                idempotency_key=effect.delivery_key,
+                **effect_names(effect),
                 effect=effect.pk,
-                call=effect.call_id,
-                tool=effect.tool,
                 target=effect.target,
                 by=actor,
                 found=bool(answer and answer.found),

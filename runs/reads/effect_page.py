@@ -17,20 +17,16 @@ from runs.planning.replay import UNSETTLED
 
 @dataclass(frozen=True)
 class Asked:
-    """One recorded answer of the effect's target."""
+    """One recorded answer of the effect's target: its event's seq, and what it said."""
 
     seq: int
-    by: str
-    found: bool
-    matches: bool
-    external_id: str
-    detail: str
-    error: str
+    said: TargetAsked
 
     @property
     def recordable(self) -> bool:
         """One click records it: it says what the target holds, or that it holds nothing."""
-        return not self.error and (self.matches or not self.found)
+        said = self.said
+        return not said.error and (said.matches or not said.found)
 
 
 @dataclass
@@ -82,16 +78,7 @@ def _last_asked(effect: Effect) -> Asked | None:
     )
     if row is None or row.type != Event.Type.TARGET_ASKED:
         return None
-    said = read(row)
-    return Asked(
-        seq=row.seq,
-        by=str(said.by),
-        found=bool(said.found),
-        matches=bool(said.matches),
-        external_id=str(said.external_id),
-        detail=str(said.detail),
-        error=str(said.error),
-    )
+    return Asked(seq=row.seq, said=read(row))
 
 
 def _plan_line(run: Run, effect: Effect) -> EffectLine | None:

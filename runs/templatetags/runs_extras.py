@@ -141,24 +141,11 @@ def line_action(line: Any) -> str:
 register.filter("stop_label", stop_label)
 
 
-@register.filter
-def role_label(user) -> str:
-    return roles.label(user)
-
-
-@register.filter
-def can_approve(user) -> bool:
-    return roles.can_approve(user)
-
-
-@register.filter
-def can_edit_ledger(user) -> bool:
-    return roles.can_edit_ledger(user)
-
-
-@register.filter
-def can_manage_queues(user) -> bool:
-    return roles.can_manage_queues(user)
+# Who may do what, as access/roles.py answers it.
+register.filter("role_label", roles.label)
+register.filter("can_approve", roles.can_approve)
+register.filter("can_edit_ledger", roles.can_edit_ledger)
+register.filter("can_manage_queues", roles.can_manage_queues)
 
 
 @register.filter

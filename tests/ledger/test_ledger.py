@@ -22,7 +22,7 @@ from runs.ledger.append import LeaseLost, LedgerError, RunMove, Writer, append, 
 from runs.ledger.chain import canonical_json, event_hash, hashed_content
 from runs.ledger.checkpoints import write_checkpoint
 from runs.ledger.maintenance import maintenance
-from runs.ledger.sql import EffectClaim
+from runs.ledger.sql.shapes import EffectClaim
 from runs.ledger.verify import verify_chain
 from runs.models import Artifact, Checkpoint, Effect, Event, Run
 from tests.support.events import called, result, started

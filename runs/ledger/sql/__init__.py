@@ -24,41 +24,13 @@ from django.core.exceptions import ImproperlyConfigured
 from runs.ledger.sql.base import AppendSQL
 from runs.ledger.sql.boundary import BoundarySQL
 from runs.ledger.sql.postgresql import PostgreSQLAppend
-from runs.ledger.sql.shapes import (
-    ARTIFACT_COLUMNS,
-    EFFECT_COLUMNS,
-    EVENT_COLUMNS,
-    SETTLE_COLUMNS,
-    CheckpointSeal,
-    EffectClaim,
-    EffectSettle,
-    EffectWrite,
-    EventRow,
-    KeyTaken,
-    Moves,
-    Write,
-    Written,
-)
 from runs.ledger.sql.sqlite import SQLiteAppend
 
 __all__ = [
-    "ARTIFACT_COLUMNS",
-    "EFFECT_COLUMNS",
-    "EVENT_COLUMNS",
-    "SETTLE_COLUMNS",
     "AppendSQL",
     "BoundarySQL",
-    "CheckpointSeal",
-    "EffectClaim",
-    "EffectSettle",
-    "EffectWrite",
-    "EventRow",
-    "KeyTaken",
-    "Moves",
     "PostgreSQLAppend",
     "SQLiteAppend",
-    "Write",
-    "Written",
     "boundary_for",
     "for_connection",
 ]
