@@ -242,6 +242,8 @@ class Tool:
     args: type[BaseModel] | None = None
     # price(args) -> Decimal: a call priced by its arguments (a charge's amount), not `cost`.
     price: Callable[[dict[str, Any]], Decimal] | None = None
+    # What an agent loop tells its model the tool does (else the `args` model's docstring).
+    description: str = ""
 
     @property
     def confirmation(self) -> Confirm | None:
