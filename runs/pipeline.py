@@ -23,6 +23,7 @@ from django.utils.module_loading import import_string
 from runs.models import Checkpoint, Effect, GateRole, ReplayPolicy, Run
 
 # A human in the pipeline API lives in runs/review.py; pipelines import it from here too.
+from runs.review import Ask as Ask
 from runs.review import Confirm as Confirm
 from runs.review import OnReject as OnReject
 from runs.review import OnTimeout as OnTimeout
@@ -201,16 +202,22 @@ class Context(Protocol):
         model: str,
         task: str,
         facts: dict[str, Any] | None = None,
-        tools: dict[str, dict[str, Any]] | None = None,
+        tools: Any = None,
         model_tool: str = "model",
         max_turns: int = 8,
         params: dict[str, Any] | None = None,
+        system: str = "",
+        output_type: type[BaseModel] | None = None,
+        tool_choice: str | None = None,
+        output_retries: int = 1,
     ) -> Any:
-        """An agent loop (runs/execution/agent_loop.py): the model is asked with the facts
-        first, may request the named tools (each request goes through call(), with that
-        tool's policy, key and gates), and answers. Every turn is a recorded call: on a
-        resume the recorded turns and tool results are replayed, never asked again. Returns
-        a Conversation (its final text, its messages, its turns)."""
+        """An agent loop (runs/execution/agent_loop.py): the model is asked with `system`
+        and the facts first, may request the tools offered (pipeline tools, by name, as Tool
+        or as the function a tool() wraps, each through call() with its policy, key and
+        gates; an Ask, a question to a human), and answers: in text, or as `output_type`
+        (validated; an invalid answer is asked again, `output_retries` times), through a
+        final-answer tool under tool_choice="required". Every turn is a recorded call.
+        Returns a Conversation (final text, output, messages, turns, tool calls)."""
         ...
 
 

@@ -7,7 +7,7 @@ share one StageState (stage_state.py), and hands each method of pipeline.Context
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runs.execution.agent_loop import AgentLoops, Conversation
 from runs.execution.asking import Asking
@@ -21,6 +21,9 @@ from runs.models import Checkpoint, GateRole, Run
 from runs.pipeline import OnTimeout, Pipeline
 from runs.planning.contract import Contract, Usage
 from runs.review import Review
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
 class StageContext:
@@ -64,7 +67,7 @@ class StageContext:
         self._gates = Asking(self.state)
         # A call that needs a human's confirmation asks the gates first.
         self._calls = DurableCalls(self.state, self._gates.confirmed)
-        self._loops = AgentLoops(run, stage, self.inputs, self.call)
+        self._loops = AgentLoops(self)
         # The checkpoints this stage read, by stage. While it holds the lease nobody else
         # verifies a stage of this run, so the newest checkpoint of a stage stays the one
         # read: a stage that reads its upstream twice reads it once.
@@ -139,10 +142,14 @@ class StageContext:
         model: str,
         task: str,
         facts: dict[str, Any] | None = None,
-        tools: dict[str, dict[str, Any]] | None = None,
+        tools: Any = None,
         model_tool: str = "model",
         max_turns: int = 8,
         params: dict[str, Any] | None = None,
+        system: str = "",
+        output_type: type[BaseModel] | None = None,
+        tool_choice: str | None = None,
+        output_retries: int = 1,
     ) -> Conversation:
         return self._loops.converse(
             loop_id,
@@ -153,6 +160,10 @@ class StageContext:
             model_tool=model_tool,
             max_turns=max_turns,
             params=params,
+            system=system,
+            output_type=output_type,
+            tool_choice=tool_choice,
+            output_retries=output_retries,
         )
 
     # The approved plan, for the engine's verdict at the stage's end.
