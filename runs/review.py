@@ -102,7 +102,7 @@ class Ask:
     """A tool an agent loop offers its model to ask a human (ctx.converse(tools=[Ask(...)])):
     the model calls it with {"question": ...}; the loop asks it as a gate (ctx.ask: the run
     waits with no worker, and the answer queues the stage again) and hands the answer back as
-    the tool's result ({"answer": ...})."""
+    the tool's result ({"answer": ...}; an `on_timeout` default answer has that shape)."""
 
     name: str = "ask_human"
     description: str = (
