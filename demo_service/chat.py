@@ -2,7 +2,8 @@
 a deterministic function of the request, with real `usage` numbers, so a test can tell a
 reused completion from a billed one and a plan's token figures from what a resume spent.
 
-What it answers:
+What it answers (a model named "script:<name>" answers as that script says instead:
+demo_service/scripts.py):
 
     tools offered, no tool result yet ... a tool call: the first tool, its arguments taken
                                           from the JSON object of facts in the system message
@@ -29,6 +30,7 @@ import time
 from decimal import Decimal
 from typing import Any
 
+from demo_service import scripts
 from demo_service.idempotency import Invalid
 
 # Dollars per million tokens, for every demo model.
@@ -126,7 +128,12 @@ def complete(body: dict[str, Any], key: str) -> tuple[dict[str, Any], Decimal]:
     tools = body.get("tools") or []
     prompt = "\n".join(_text(m) for m in messages)
     message: dict[str, Any] = {"role": "assistant"}
-    if tools and not any(m.get("role") == "tool" for m in messages):
+    if model.startswith(scripts.PREFIX):
+        # A model a test or a developer scripted (demo_service/scripts.py).
+        message = scripts.answer(model, body, messages)
+        said = _text(message)
+        finish = "tool_calls" if message.get("tool_calls") else "stop"
+    elif tools and not any(m.get("role") == "tool" for m in messages):
         call = _tool_call(tools[0], _facts(messages), prompt)
         message |= {"content": None, "tool_calls": [call]}
         finish, said = "tool_calls", json.dumps(call)

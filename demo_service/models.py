@@ -21,10 +21,15 @@ class Operation(models.TextChoices):
     CHARGE = "charge"
     # The demo's language model (demo_service/chat.py): never deduplicated, like any model API.
     CHAT = "chat"
+    # The mail and calendar an assistant acts on (examples/email_assistant.py).
+    MEETING = "meeting"
+    MAIL = "mail"
     FIND_RENDER = "render.lookup"
     FIND_ASSET = "upload.lookup"
     FIND_ARTICLE = "publish.lookup"
     FIND_CHARGE = "charge.lookup"
+    FIND_MEETING = "meeting.lookup"
+    FIND_MAIL = "mail.lookup"
 
 
 PRICES = {
@@ -37,7 +42,9 @@ PRICES = {
 # like most real CMSs, does not: two publishes make two articles, and only a lookup by the
 # delivery key it stores with the article tells whether a publish happened. That is what
 # makes publish a RECONCILE_FIRST tool.
-KEYED_OPERATIONS = frozenset({Operation.RENDER, Operation.UPLOAD, Operation.CHARGE})
+KEYED_OPERATIONS = frozenset(
+    {Operation.RENDER, Operation.UPLOAD, Operation.CHARGE, Operation.MEETING, Operation.MAIL}
+)
 
 
 class IdempotentResponse(models.Model):
@@ -218,6 +225,85 @@ class CardLimit(models.Model):
 
     def as_json(self) -> dict[str, Any]:
         return {"account": self.account, "limit": str(self.limit)}
+
+
+class Meeting(models.Model):
+    """The calendar: one row per meeting scheduled (an Idempotency-Key schedules it once)."""
+
+    delivery_key = models.CharField(max_length=255, blank=True)
+    attendees = models.JSONField(default=list)
+    subject = models.CharField(max_length=300)
+    day = models.DateField()
+    start_time = models.CharField(max_length=5)
+    duration_minutes = models.PositiveIntegerField()
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        indexes = [
+            # GET /v1/calendar?day=: the day's meetings; reconcile by key.
+            models.Index(fields=["day"], name="svc_meeting_day_idx"),
+            models.Index(fields=["delivery_key"], name="svc_meeting_key_idx"),
+        ]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": f"mtg-{self.pk}",
+            "object": "meeting",
+            "delivery_key": self.delivery_key,
+            "attendees": self.attendees,
+            "subject": self.subject,
+            "day": self.day.isoformat(),
+            "start_time": self.start_time,
+            "duration_minutes": self.duration_minutes,
+        }
+
+
+class Mail(models.Model):
+    """The outbox: one row per email sent (an Idempotency-Key sends it once)."""
+
+    delivery_key = models.CharField(max_length=255, blank=True)
+    to = models.CharField(max_length=254)
+    subject = models.CharField(max_length=300)
+    body = models.TextField()
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        indexes = [models.Index(fields=["delivery_key"], name="svc_mail_key_idx")]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": f"mail-{self.pk}",
+            "object": "mail",
+            "delivery_key": self.delivery_key,
+            "to": self.to,
+            "subject": self.subject,
+            "body": self.body,
+        }
+
+
+class Script(models.Model):
+    """A script the scripted model follows (demo_service/scripts.py): its conversations,
+    each a list of steps; `shared`: one list every conversation follows."""
+
+    name = models.CharField(max_length=100, unique=True)
+    conversations = models.JSONField()
+    shared = models.BooleanField(default=False)
+    created_at = models.DateTimeField(db_default=Now())
+
+
+class ScriptConversation(models.Model):
+    """Which of a script's conversations a conversation follows, known by its opening (the
+    sha256 of the messages before the model's first answer)."""
+
+    script = models.ForeignKey(Script, on_delete=models.CASCADE, related_name="openings")
+    opening = models.CharField(max_length=64)
+    number = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["script", "opening"], name="svc_script_opening"),
+            models.UniqueConstraint(fields=["script", "number"], name="svc_script_number"),
+        ]
 
 
 class MeterEntry(models.Model):

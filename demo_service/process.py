@@ -105,7 +105,7 @@ class ServiceClient:
 
     def marks(self) -> dict[str, int]:
         """The newest row number of each collection ("render", "upload", "publish",
-        "charge") and of the meter ("meter"): pass one back as `after`."""
+        "charge", "meeting", "mail") and of the meter ("meter"): pass one back as `after`."""
         return self._control("GET", "/_marks")
 
     def meter(
@@ -141,6 +141,31 @@ class ServiceClient:
 
     def charges(self, **filters: Any) -> list[dict[str, Any]]:
         return self._control("GET", "/v1/charges", params=filters)["data"]
+
+    def meetings(self, **filters: Any) -> list[dict[str, Any]]:
+        return self._control("GET", "/v1/meetings", params=filters)["data"]
+
+    def mail(self, **filters: Any) -> list[dict[str, Any]]:
+        return self._control("GET", "/v1/mail", params=filters)["data"]
+
+    def schedule(self, meeting: dict[str, Any]) -> dict[str, Any]:
+        """Put a meeting in the calendar, as its owner would (a day the agent finds busy)."""
+        return self._control("POST", "/v1/meetings", json=meeting)
+
+    def script(
+        self,
+        name: str,
+        steps: list[dict[str, Any]] | None = None,
+        *,
+        conversations: list[list[dict[str, Any]]] | None = None,
+    ) -> str:
+        """Register a script for the scripted model (demo_service/scripts.py): `steps` that
+        every conversation follows, or one list of steps per conversation. Returns the model
+        name that follows it."""
+        body = {"name": name, **({"steps": steps} if steps is not None else {})}
+        if conversations is not None:
+            body["conversations"] = conversations
+        return self._control("POST", "/v1/scripts", json=body)["model"]
 
     def publish(self, article: dict[str, Any]) -> dict[str, Any]:
         """Publish as anyone may (by hand, or a request that arrives late)."""

@@ -1,10 +1,11 @@
-"""The four systems' operations: validate a request body, execute it, return the object as
-JSON and what it cost. Each runs inside idempotency.handle_create's transaction."""
+"""The systems' operations: validate a request body, execute it, return the object as JSON
+and what it cost. Each runs inside idempotency.handle_create's transaction."""
 
 from __future__ import annotations
 
 import hashlib
 import re
+from datetime import date
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -15,12 +16,15 @@ from demo_service.models import (
     Asset,
     CardLimit,
     Charge,
+    Mail,
+    Meeting,
     Operation,
     Render,
     content_hash,
 )
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}")
+CLOCK_RE = re.compile(r"([01][0-9]|2[0-3]):[0-5][0-9]")
 MAX_CONTENT_CHARS = 5 * 1024 * 1024
 
 
@@ -146,3 +150,46 @@ def find_article(key: str, account: str, platform: str, chash: str) -> Article |
     if by_key is not None or not chash:
         return by_key
     return scope.filter(content_hash=chash, delivery_key="").order_by("pk").first()
+
+
+def day_of(value: object) -> date:
+    """A calendar day, as YYYY-MM-DD."""
+    try:
+        return date.fromisoformat(str(value))
+    except ValueError:
+        raise Invalid(f"day {value!r} must be a date such as 2030-01-07") from None
+
+
+def schedule_meeting(body: dict[str, Any], key: str) -> tuple[dict[str, Any], Decimal]:
+    _only(body, "attendees", "subject", "day", "start_time", "duration_minutes")
+    attendees = body.get("attendees")
+    if not isinstance(attendees, list) or not attendees or len(attendees) > 50:
+        raise Invalid("attendees must be a list of 1 to 50 addresses")
+    if not all(isinstance(a, str) and 0 < len(a) <= 254 for a in attendees):
+        raise Invalid("each attendee is an address of at most 254 characters")
+    start = _text(body, "start_time", limit=5)
+    if not CLOCK_RE.fullmatch(start):
+        raise Invalid("start_time must be a time of day such as 14:00")
+    minutes = body.get("duration_minutes")
+    if not isinstance(minutes, int) or isinstance(minutes, bool) or not 5 <= minutes <= 480:
+        raise Invalid("duration_minutes must be a whole number from 5 to 480")
+    row = Meeting.objects.create(
+        delivery_key=key,
+        attendees=attendees,
+        subject=_text(body, "subject", limit=300),
+        day=day_of(body.get("day")),
+        start_time=start,
+        duration_minutes=minutes,
+    )
+    return row.as_json(), Decimal(0)
+
+
+def send_mail(body: dict[str, Any], key: str) -> tuple[dict[str, Any], Decimal]:
+    _only(body, "to", "subject", "body")
+    row = Mail.objects.create(
+        delivery_key=key,
+        to=_text(body, "to", limit=254),
+        subject=_text(body, "subject", limit=300),
+        body=_text(body, "body", limit=100_000),
+    )
+    return row.as_json(), Decimal(0)

@@ -12,7 +12,7 @@ from django.db.models import Count, Max, QuerySet, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from demo_service import chat, faults, systems
+from demo_service import chat, faults, scripts, systems
 from demo_service.idempotency import Invalid, error, handle_create, handle_lookup, parse_body
 from demo_service.models import (
     Article,
@@ -21,9 +21,13 @@ from demo_service.models import (
     Charge,
     Fault,
     IdempotentResponse,
+    Mail,
+    Meeting,
     MeterEntry,
     Operation,
     Render,
+    Script,
+    ScriptConversation,
 )
 
 # --- the four systems ------------------------------------------------------------------------
@@ -98,6 +102,65 @@ def chat_completions(request: HttpRequest) -> JsonResponse:
     return handle_create(request, Operation.CHAT, chat.complete)
 
 
+@require_http_methods(["GET", "POST"])
+def scripts_view(request: HttpRequest) -> JsonResponse:
+    """POST registers a script for the scripted model (demo_service/scripts.py), replacing
+    one of the same name; GET lists them."""
+    if request.method == "POST":
+        try:
+            script = scripts.register(parse_body(request))
+        except Invalid as exc:
+            return error(400, "invalid_request", str(exc))
+        return JsonResponse(_script_json(script), status=201)
+    return JsonResponse({"data": [_script_json(s) for s in Script.objects.order_by("name")]})
+
+
+@require_GET
+def script(request: HttpRequest, name: str) -> JsonResponse:
+    found = Script.objects.filter(name=name).first()
+    if found is None:
+        return error(404, "not_found", f"no script named {name!r}")
+    return JsonResponse(_script_json(found))
+
+
+def _script_json(script: Script) -> dict:
+    return {
+        "name": script.name,
+        "model": f"{scripts.PREFIX}{script.name}",
+        "conversations": script.conversations,
+        "shared": script.shared,
+        "opened": script.openings.count(),
+    }
+
+
+# --- the mail and calendar an assistant acts on ----------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+def meetings(request: HttpRequest) -> JsonResponse:
+    if request.method == "POST":
+        return handle_create(request, Operation.MEETING, systems.schedule_meeting)
+    return _listing(request, Meeting.objects.all(), ("delivery_key",))
+
+
+@require_http_methods(["GET", "POST"])
+def mail(request: HttpRequest) -> JsonResponse:
+    if request.method == "POST":
+        return handle_create(request, Operation.MAIL, systems.send_mail)
+    return _listing(request, Mail.objects.all(), ("delivery_key", "to"))
+
+
+@require_GET
+def calendar(request: HttpRequest) -> JsonResponse:
+    """GET /v1/calendar?day=2030-01-07: the meetings of one day, earliest first."""
+    try:
+        day = systems.day_of(request.GET.get("day", ""))
+    except Invalid as exc:
+        return error(400, "invalid_request", str(exc))
+    rows = Meeting.objects.filter(day=day).order_by("start_time", "pk")
+    return JsonResponse({"day": day.isoformat(), "meetings": [r.as_json() for r in rows]})
+
+
 # --- reconcile lookups by delivery key ---------------------------------------------------------
 
 
@@ -154,6 +217,26 @@ def charge_by_key(request: HttpRequest, key: str) -> JsonResponse:
 @require_GET
 def health(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"ok": True})
+
+
+@require_GET
+def meeting_by_key(request: HttpRequest, key: str) -> JsonResponse:
+    return handle_lookup(
+        request,
+        Operation.FIND_MEETING,
+        key,
+        lambda: Meeting.objects.filter(delivery_key=key).order_by("pk").first(),
+    )
+
+
+@require_GET
+def mail_by_key(request: HttpRequest, key: str) -> JsonResponse:
+    return handle_lookup(
+        request,
+        Operation.FIND_MAIL,
+        key,
+        lambda: Mail.objects.filter(delivery_key=key).order_by("pk").first(),
+    )
 
 
 @require_http_methods(["GET", "POST", "DELETE"])
@@ -237,6 +320,8 @@ def marks(request: HttpRequest) -> JsonResponse:
                 ("upload", Asset),
                 ("publish", Article),
                 ("charge", Charge),
+                ("meeting", Meeting),
+                ("mail", Mail),
                 ("meter", MeterEntry),
             )
         }
@@ -254,13 +339,17 @@ STATE_MODELS = (
     MeterEntry,
     Fault,
     CardLimit,
+    Meeting,
+    Mail,
+    Script,
+    ScriptConversation,
 )
 
 
 @require_POST
 def reset(request: HttpRequest) -> JsonResponse:
-    """Forget everything: objects, stored responses, meter, faults and card limits (a clean
-    outside world for the next test)."""
+    """Forget everything: objects, stored responses, meter, faults, card limits and scripts
+    (a clean outside world for the next test)."""
     with transaction.atomic():
         for model in STATE_MODELS:
             model.objects.all().delete()

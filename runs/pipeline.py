@@ -21,12 +21,20 @@ from uuid import UUID
 
 from runs.models import Checkpoint, Effect, GateRole, ReplayPolicy, Run
 
+# What a call comes to besides a result lives in runs/outcomes.py; pipelines import it here.
+from runs.outcomes import CallRejected as CallRejected
+from runs.outcomes import KeyConflict as KeyConflict
+from runs.outcomes import OutcomeUnknown as OutcomeUnknown
+from runs.outcomes import ToolRejected as ToolRejected
+from runs.outcomes import timed_out as timed_out
+
 # The registry of pipelines lives in runs/registry.py; the engine names it from here too.
 from runs.registry import Registry as Registry
 from runs.registry import UnknownPipeline as UnknownPipeline
 from runs.registry import registry as registry
 
 # A human in the pipeline API lives in runs/review.py; pipelines import it from here too.
+from runs.review import Ask as Ask
 from runs.review import Confirm as Confirm
 from runs.review import OnReject as OnReject
 from runs.review import OnTimeout as OnTimeout
@@ -79,51 +87,6 @@ class Reconciliation:
     external_id: str = ""
     result: Any = None
     detail: str = ""
-
-
-class ToolRejected(Exception):
-    """The target answered and refused: nothing happened there, a new attempt is safe."""
-
-
-class KeyConflict(ToolRejected):
-    """The target refused this delivery key for a different request (HTTP 409 and the like):
-    nothing happened, and the same key would get the same answer. The run stops with it, and
-    a resume of the effect waits for a human."""
-
-
-class CallRejected(ToolRejected):
-    """A human rejected a call that required their confirmation: it was not made. Raised by
-    ctx.call into the stage, which may go on without it; unhandled, the stage fails with the
-    reason."""
-
-    def __init__(self, message: str, *, reason: str = "", by: str = "") -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.by = by
-
-
-class OutcomeUnknown(Exception):
-    """An external call neither confirmed nor refused (a time-out, a dropped connection): the
-    engine records the effect's outcome as unknown and never guesses. `timed_out=True` says
-    the answer did not come in the time allowed; the run's FAILED records it (timed_out())."""
-
-    def __init__(self, *args: object, timed_out: bool = False) -> None:
-        super().__init__(*args)
-        self.timed_out = timed_out
-
-
-def timed_out(exc: BaseException) -> bool:
-    """Whether a call's failure was a time-out: an error that says so (OutcomeUnknown and the
-    HTTP tool's TargetUnavailable carry `timed_out`), or a TimeoutError (a socket's, which
-    libraries such as requests keep as the cause of their own)."""
-    seen: BaseException | None = exc
-    for _ in range(10):  # a cause chain is short; a cycle must not hang the engine
-        if seen is None:
-            return False
-        if isinstance(seen, TimeoutError) or getattr(seen, "timed_out", False) is True:
-            return True
-        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
-    return False
 
 
 class Context(Protocol):
@@ -212,16 +175,22 @@ class Context(Protocol):
         model: str,
         task: str,
         facts: dict[str, Any] | None = None,
-        tools: dict[str, dict[str, Any]] | None = None,
+        tools: Any = None,
         model_tool: str = "model",
         max_turns: int = 8,
         params: dict[str, Any] | None = None,
+        system: str = "",
+        output_type: type[BaseModel] | None = None,
+        tool_choice: str | None = None,
+        output_retries: int = 1,
     ) -> Any:
-        """An agent loop (runs/execution/agent_loop.py): the model is asked with the facts
-        first, may request the named tools (each request goes through call(), with that
-        tool's policy, key and gates), and answers. Every turn is a recorded call: on a
-        resume the recorded turns and tool results are replayed, never asked again. Returns
-        a Conversation (its final text, its messages, its turns)."""
+        """An agent loop (runs/execution/agent_loop.py): the model is asked with `system`
+        and the facts first, may request the tools offered (pipeline tools, by name, as Tool
+        or as the function a tool() wraps, each through call() with its policy, key and
+        gates; an Ask, a question to a human), and answers: in text, or as `output_type`
+        (validated; an invalid answer is asked again, `output_retries` times), through a
+        final-answer tool under tool_choice="required". Every turn is a recorded call.
+        Returns a Conversation (final text, output, messages, turns, tool calls)."""
         ...
 
 
@@ -253,6 +222,8 @@ class Tool:
     args: type[BaseModel] | None = None
     # price(args) -> Decimal: a call priced by its arguments (a charge's amount), not `cost`.
     price: Callable[[dict[str, Any]], Decimal] | None = None
+    # What an agent loop tells its model the tool does (else the `args` model's docstring).
+    description: str = ""
 
     @property
     def confirmation(self) -> Confirm | None:

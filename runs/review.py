@@ -3,7 +3,8 @@ that needs a human first, and `OnTimeout`, what a gate's deadline does; then wha
 learns of the answer: `Review`, which `ctx.review(call_id)` returns once a confirmed call (or a question)
 used its answer, and `OnReject`, what a rejected confirmation does in the stage. An agent
 loop can tell its model what the reviewer changed, or hand the reviewer's feedback back to
-it instead of failing the stage."""
+it instead of failing the stage; `Ask` is a tool of an agent loop with which the model asks
+the human a question."""
 
 from __future__ import annotations
 
@@ -94,3 +95,21 @@ class Confirm:
 
     def required(self, ctx: StageContext, args: dict[str, Any]) -> bool:
         return True if self.when is None else bool(self.when(ctx, args))
+
+
+@dataclass(frozen=True)
+class Ask:
+    """A tool an agent loop offers its model to ask a human (ctx.converse(tools=[Ask(...)])):
+    the model calls it with {"question": ...}; the loop asks it as a gate (ctx.ask: the run
+    waits with no worker, and the answer queues the stage again) and hands the answer back as
+    the tool's result ({"answer": ...}; an `on_timeout` default answer has that shape)."""
+
+    name: str = "ask_human"
+    description: str = (
+        "Ask the human you work for a question when you need information only they have. "
+        "Their answer is this tool's result."
+    )
+    role: str = GateRole.OPERATOR
+    timeout: timedelta | None = None
+    on_timeout: OnTimeout | None = None
+    escalate_to: str = ""

@@ -280,3 +280,49 @@ def test_a_state_that_is_not_one_is_refused_and_changes_nothing(demo_service):
     assert refused.status_code == 400
     assert "not a state document" in refused.json()["error"]["message"]
     assert len(demo_service.articles()) == 1
+
+
+MEETING = {
+    "attendees": ["ana@example.com"],
+    "subject": "Review",
+    "day": "2030-01-08",
+    "start_time": "14:00",
+    "duration_minutes": 30,
+}
+
+
+def test_a_meeting_is_scheduled_once_under_its_key_and_shows_in_its_days_calendar(demo_service):
+    post(demo_service, "/v1/meetings", MEETING, KEY)
+    post(demo_service, "/v1/meetings", MEETING, KEY)
+
+    day = get(demo_service, "/v1/calendar", day="2030-01-08").json()
+    assert [(m["subject"], m["start_time"]) for m in day["meetings"]] == [("Review", "14:00")]
+    assert get(demo_service, "/v1/calendar", day="2030-01-09").json()["meetings"] == []
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/meetings", {**MEETING, "start_time": "25:00"}),
+        ("/v1/meetings", {**MEETING, "attendees": []}),
+        ("/v1/meetings", {**MEETING, "day": "next tuesday"}),
+        ("/v1/mail", {"to": "ana@example.com", "subject": "Hi"}),
+    ],
+)
+def test_a_meeting_or_mail_that_is_not_one_is_400_and_nothing_is_made(demo_service, path, body):
+    assert post(demo_service, path, body, KEY).status_code == 400
+    assert demo_service.meetings() == [] and demo_service.mail() == []
+
+
+def test_a_calendar_asked_for_a_day_that_is_no_date_is_400(demo_service):
+    assert get(demo_service, "/v1/calendar", day="soon").status_code == 400
+
+
+def test_a_mail_is_sent_once_under_its_key_and_found_by_it(demo_service):
+    mail = {"to": "ana@example.com", "subject": "Hi", "body": "See you."}
+    post(demo_service, "/v1/mail", mail, KEY)
+    post(demo_service, "/v1/mail", mail, KEY)
+
+    [sent] = demo_service.mail()
+    assert (sent["to"], sent["delivery_key"]) == ("ana@example.com", KEY)
+    assert get(demo_service, f"/v1/mail/by-key/{KEY}").json()["id"] == sent["id"]

@@ -91,7 +91,7 @@ class StageContext:
         self._reentry = Reentry(self.state)
         # A call that needs a human's confirmation asks the gates first.
         self._calls = DurableCalls(self.state, self._gates.confirmed, self._reentry)
-        self._loops = AgentLoops(run, stage, self.inputs, self.call)
+        self._loops = AgentLoops(self)
         # The checkpoints this stage read, by stage. While it holds the lease nobody else
         # verifies a stage of this run, so the newest checkpoint of a stage stays the one
         # read: a stage that reads its upstream twice reads it once.

@@ -36,6 +36,12 @@ class DecisionForm(forms.Form):
     notes = forms.CharField(required=False, widget=forms.Textarea, max_length=2000)
 
 
+class AnswerForm(forms.Form):
+    """What an agent loop's question (runs.review.Ask) asks: the answer, as text."""
+
+    answer = forms.CharField(widget=forms.Textarea, max_length=4000)
+
+
 def _type_of(field: forms.Field) -> str:
     # Most specific first: a TypedChoiceField is a ChoiceField, a BooleanField is not text.
     for name in ("choice", "boolean", "integer", "decimal", "text"):
