@@ -17,7 +17,7 @@ import pytest
 
 from runs import engine
 from runs.gates import answers
-from runs.models import Checkpoint, Effect, Gate, GateStatus, Run
+from runs.models import Checkpoint, Effect, Event, Gate, GateStatus, Run
 from runs.pipeline import registry
 from tests.support.processes import wait_for
 from tests.support.state import run_status
@@ -124,6 +124,11 @@ def test_the_email_assistant_runs_end_to_end_with_ana_in_the_loop(assistant, wor
     made = [m for m in demo_service.meetings() if m["delivery_key"]]
     assert [(m["subject"], m["duration_minutes"]) for m in made] == [("Launch plan", 30)]
     assert [(m["to"], m["body"]) for m in demo_service.mail()] == [(BO, REPLY["content"])]
+    # Each gate's answer ran the loop again, on the calendar it had read and the turns it
+    # had: every model turn made once (one effect per call id), no divergence.
+    turns = Effect.objects.filter(run=run, stage="respond", tool="model")
+    assert turns.count() == len(set(turns.values_list("call_id", flat=True)))
+    assert not Event.objects.filter(run=run, type=Event.Type.DIVERGED).exists()
 
 
 def test_the_agent_is_at_most_half_a_hand_written_loop_and_writes_no_json_schema(assistant):
