@@ -22,9 +22,15 @@ from runs.planning.plan import Cost, EffectLine
 from runs.planning.replay import CALLING, Action, Decision
 
 
+def may_bill_twice(tool: Tool, decision: Decision) -> bool:
+    """Whether the resume retries under the key a call its target may have billed already
+    (the tool's caveat: model APIs do not deduplicate)."""
+    return bool(tool.caveat) and decision.action == Action.RETRY_SAME_KEY
+
+
 def answer(tool: Tool, decision: Decision) -> str:
     """The line's answer, with the tool's caveat where the resume retries under the key."""
-    if tool.caveat and decision.action == Action.RETRY_SAME_KEY:
+    if may_bill_twice(tool, decision):
         return f"{decision.answer}; {tool.caveat}" if decision.answer else tool.caveat
     return decision.answer
 
@@ -49,11 +55,13 @@ def last_answer(pipeline: Pipeline, tool: Tool, stage: str, call_id: str) -> dic
 def price(pipeline: Pipeline, lines: list[EffectLine], cost: Cost) -> Decimal:
     """Add the estimated tokens of the metered calls the lines make to `cost`; return the
     money they are estimated to cost (the caller adds it to the total)."""
-    metered = Decimal(0)
+    metered = twice = Decimal(0)
     for line in lines:
         if line.action not in CALLING:
             continue
         tool = pipeline.tool(line.tool)
+        cost.billed_twice += line.may_bill_twice
+        twice += Decimal(line.cost) if line.may_bill_twice else 0
         if tool.metered is None:
             continue
         result = last_answer(pipeline, tool, line.stage, line.call_id)
@@ -61,11 +69,14 @@ def price(pipeline: Pipeline, lines: list[EffectLine], cost: Cost) -> Decimal:
             continue  # never answered yet: nothing to estimate from ($0, no tokens)
         money, tokens = tool.metered(result)
         metered += money
+        twice += money if line.may_bill_twice else 0
         for kind, n in tokens.items():
             if n:
                 cost.tokens[kind] = cost.tokens.get(kind, 0) + int(n)
     if metered or cost.tokens:
         cost.metered_money = str(metered.quantize(Decimal("0.0001")))
+    if twice:
+        cost.billed_twice_money = str(twice.quantize(Decimal("0.0001")))
     return metered
 
 

@@ -46,6 +46,9 @@ class EffectLine:
     # page knows which blocker is whose without reading its words; "" otherwise, and in plans
     # stored before it.
     reason: str = ""
+    # A retry under the same key at a target that does not deduplicate (a model): the first
+    # request may have been billed too (model_lines.may_bill_twice).
+    may_bill_twice: bool = False
 
 
 @dataclass
@@ -73,6 +76,11 @@ class Cost:
     # (prompt, completion, cached), and the part of `money` those tokens cost. Estimates.
     tokens: dict[str, int] = field(default_factory=dict)
     metered_money: str = "0"
+    # The part of `money` spent on retries a target may bill a second time (a model's:
+    # model_lines.may_bill_twice), and how many they are: a plan that says "makes nothing
+    # twice" beside them would contradict its own lines.
+    billed_twice: int = 0
+    billed_twice_money: str = "0"
 
 
 @dataclass

@@ -134,6 +134,7 @@ def _effect_line(
         kind=str(decision.kind or ""),
         edited=recorded.edited(gate, effect),
         reason=decision.reason,
+        may_bill_twice=model_lines.may_bill_twice(tool, decision),
     )
     return line
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 
 from django.utils import timezone
 
@@ -101,7 +102,14 @@ def _strict(plan: Plan) -> Option:
     note = [f"reuses {reused}"] if reused else []
     if retried:
         note.append(f"retries {retried} with the same key")
-    note.append("makes nothing twice")
+    twice = plan.cost_resume.billed_twice
+    if twice:
+        # Said in the box as its line says it: a model does not deduplicate a retry.
+        money = plan.cost_resume.billed_twice_money
+        more = f" (up to ${money} more)" if Decimal(money) else ""
+        note.append(f"{twice} may be billed twice{more}")
+    else:
+        note.append("makes nothing twice")
     return Option(
         "strict",
         True,

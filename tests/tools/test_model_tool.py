@@ -22,6 +22,7 @@ from runs.ledger.checkpoints import latest_checkpoint
 from runs.models import Artifact, Effect, Event, Run
 from runs.planning.planner import compute_plan
 from runs.planning.resume import approve
+from runs.reads.decision import decision
 from runs.tools.model import BILLED_TWICE, Price, request_of, spec_of
 from tests.support.plans import blob_file
 
@@ -130,9 +131,14 @@ def test_a_lost_answer_is_retried_under_the_same_key_and_may_be_billed_twice(
     assert run.status == Run.Status.FAILED
     effect = Effect.objects.get(run=run, call_id="generate")
     assert effect.status == Effect.Status.UNKNOWN
-    line = lines(compute_plan(run))["draft/generate"]
+    plan = compute_plan(run)
+    line = lines(plan)["draft/generate"]
     assert line.action == "retry-same-key"
-    assert BILLED_TWICE in line.answer
+    assert BILLED_TWICE in line.answer and line.may_bill_twice
+    # The decision box says what the line says, in words and money; never "nothing twice".
+    strict = decision(run, plan, None).strict
+    assert "1 may be billed twice" in strict.note and plan.cost_resume.billed_twice == 1
+    assert "makes nothing twice" not in strict.note
 
     run = resumed(run)
 
