@@ -315,8 +315,10 @@ class NeedsApproval(RunEvent):
     idempotency_key: str = ""
     error: str
     reconcile: list[dict[str, Any]] | None = None
-    # Why, for machines (a replay.StopKind code; "" before codes were written here).
+    # Why, for machines (a replay.StopKind code; "" before codes were written here), and the
+    # call it stopped before where it names one (a divergence).
     kind: str = ""
+    call: str = ""
 
 
 @_vocabulary

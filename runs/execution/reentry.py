@@ -91,7 +91,11 @@ class Reentry:
             append(state.writer, event)
             return
         stopping = NeedsApproval(
-            stage=stage, idempotency_key=divergence.key, error=reason, kind=StopKind.DIVERGED
+            stage=stage,
+            idempotency_key=divergence.key,
+            error=reason,
+            kind=StopKind.DIVERGED,
+            call=call_id,
         )
         with transaction.atomic():
             append(state.writer, event)

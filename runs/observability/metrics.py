@@ -51,7 +51,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from runs import events
-from runs.events import Failed, Interrupted, PlanApproved, ToolResult
+from runs.events import Diverged, Failed, Interrupted, PlanApproved, ToolResult
 from runs.models import Delivery, Event, Gate, Run
 from runs.pipeline import registry
 
@@ -62,13 +62,24 @@ STAGE_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 360
 DETECTION_BUCKETS = (0.5, 1, 2, 5, 10, 15, 20, 30, 45, 60, 120, 300, 900)
 
 Type = Event.Type
-COUNTED = (Type.TOOL_RESULT, Type.FAILED, Type.PLAN_APPROVED, Type.PLAN_KEPT, Type.PLAN_DEVIATED)
+COUNTED = (
+    Type.TOOL_RESULT,
+    Type.FAILED,
+    Type.PLAN_APPROVED,
+    Type.PLAN_KEPT,
+    Type.PLAN_DEVIATED,
+    Type.DIVERGED,
+)
 
 
 def _outcome() -> Case:
     """A tool call's outcome from its TOOL_RESULT or FAILED event."""
     return Case(
+        # A divergence: the stage stopped before the call, or recorded it and went on.
+        When(Q(type=Type.DIVERGED) & events.flag("stopped", Diverged), then=Value("stopped")),
+        When(type=Type.DIVERGED, then=Value("recorded")),
         When(events.flag("reused", ToolResult), then=Value("reused")),
+        When(events.flag("replayed", ToolResult), then=Value("replayed")),
         When(events.flag("skipped", ToolResult), then=Value("skipped")),
         When(
             events.present("status", ToolResult, Failed),
@@ -181,7 +192,7 @@ class ResumerCollector(Collector):
             .exclude(Q(type=Type.FAILED) & ~events.present("call", Failed))
             .values("type", "stage", pipeline=F("run__pipeline"))
             .annotate(
-                tool=events.text("tool", ToolResult, Failed),
+                tool=events.text("tool", ToolResult, Failed, Diverged),
                 outcome=_outcome(),
                 action=events.text("action", PlanApproved),
                 n=Count("pk"),
@@ -192,6 +203,7 @@ class ResumerCollector(Collector):
         modes: dict[tuple, int] = defaultdict(int)
         verdicts: dict[tuple, int] = defaultdict(int)
         stops: dict[tuple, int] = defaultdict(int)
+        diverged: dict[tuple, int] = defaultdict(int)
         for row in rows:
             pipeline, kind = row["pipeline"], row["type"]
             if kind in (Type.TOOL_RESULT, Type.FAILED):
@@ -201,13 +213,16 @@ class ResumerCollector(Collector):
                 modes[pipeline, row["action"] or ""] += row["n"]
             elif kind == Type.INTERRUPTED:
                 stops[pipeline, row["stage"]] += row["n"]
+            elif kind == Type.DIVERGED:
+                diverged[pipeline, row["tool"] or "", row["outcome"]] += row["n"]
             else:
                 verdict = "kept" if kind == Type.PLAN_KEPT else "deviated"
                 verdicts[pipeline, verdict] += row["n"]
         yield _counter(
             "resumer_tool_calls",
             "Tool calls by outcome: ok (SAFE), confirmed, failed (rejected), unknown, conflict; "
-            "reused and skipped were answered from the ledger without a call.",
+            "reused and skipped were answered from the ledger without a call, replayed from "
+            "what the stage recorded earlier in the run.",
             ["pipeline", "tool", "policy", "outcome"],
             calls,
         )
@@ -222,6 +237,13 @@ class ResumerCollector(Collector):
             "Resumed work held against its plan: kept (PLAN_KEPT) or deviated (PLAN_DEVIATED).",
             ["pipeline", "verdict"],
             verdicts,
+        )
+        yield _counter(
+            "resumer_divergences",
+            "Calls a stage run again in the same run asked for with another request than it "
+            "recorded (DIVERGED): stopped before the call, or recorded and made.",
+            ["pipeline", "tool", "outcome"],
+            diverged,
         )
         yield _counter(
             "resumer_interruptions",

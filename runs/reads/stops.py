@@ -21,9 +21,9 @@ from typing import Any
 
 from django.db import models
 
-from runs.events import Failed, Interrupted, read_payload
+from runs.events import Failed, Interrupted, NeedsApproval, read_payload
 from runs.models import EventType, GateKind, GateRole, ReplayPolicy
-from runs.planning.replay import Action
+from runs.planning.replay import Action, StopKind
 
 
 class ReasonKind(models.TextChoices):
@@ -172,6 +172,11 @@ def sentence(
             text = f"{stage or 'the stage'} failed" + (
                 f": {_first_sentence(error)}" if error else ""
             )
+    elif isinstance(said, NeedsApproval) and said.kind == StopKind.DIVERGED:
+        text = (
+            f"diverged at {call or in_stage}: run again, it asked for another request than "
+            "it recorded; nothing was sent"
+        )
     elif event_type == EventType.NEEDS_APPROVAL:
         text = "stopped for a decision" + (f": {_first_sentence(error)}" if error else "")
     elif event_type == EventType.PLAN_DEVIATED:

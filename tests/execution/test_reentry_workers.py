@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 
 from demo import faults
 from runs.gates import answers
@@ -27,6 +29,7 @@ from tests.execution import reentry_pipelines as rp
 from tests.support.pipelines import registered
 from tests.support.processes import Workers, wait_for
 from tests.support.state import run_status
+from tests.support.web import client_as
 
 pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
 
@@ -168,6 +171,16 @@ def test_a_clock_in_the_prompt_diverges_on_reentry_and_stops_before_billing_agai
     assert (line.action, line.kind) == (Action.BLOCKED, StopKind.DIVERGED)
     assert diverged.payload["reason"] in plan.blockers
     assert plan.upgrade.available and plan.upgrade.branch_stage == "draft"
+    # Said where people look: the inbox's reason, the run page, /metrics.
+    inbox = client_as("operator").get(reverse("runs:inbox")).content.decode()
+    assert "diverged at turn-1" in inbox
+    page = client_as("viewer").get(reverse("runs:run", args=[run.pk])).content.decode()
+    assert "Diverged" in page and "turn-1" in page
+    scraped = Client().get("/metrics", REMOTE_ADDR="127.0.0.1").content.decode()
+    assert (
+        'resumer_divergences_total{outcome="stopped",pipeline="reentry-clock",tool="model"} 1.0'
+        in scraped
+    )
 
 
 def test_the_recorded_clock_replays_and_bills_nothing_twice(workers, demo_service):
