@@ -44,6 +44,12 @@ def json_value(value: Any) -> str:
 
 
 @register.filter
+def is_structured(value: Any) -> bool:
+    """A JSON object or list (a typed input's value), which a page shows indented."""
+    return isinstance(value, dict | list)
+
+
+@register.filter
 def argument_rules(call: Any, name: str) -> str:
     """An editable argument's kind and rules as its gate recorded them: "decimal, > 0"."""
     about = (call.get("arguments") or {}).get(name) if isinstance(call, dict) else None
