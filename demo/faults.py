@@ -92,7 +92,9 @@ class CallPoint:
         if kind == "crash" and when in GATE_WHEN:
             return cls._gate(pipeline, stage, call, when)
         known_calls = {c.call_id for c in pipeline.stage(stage).calls}
-        if call not in known_calls:
+        # A stage that declares no calls (Stage.calls) cannot be checked: its point is taken
+        # as given, and fires if the stage makes that call.
+        if known_calls and call not in known_calls:
             raise InvalidInput(
                 f"{kind} point: stage {stage} has no call {call!r} "
                 f"(it has {', '.join(sorted(known_calls))})"
@@ -107,7 +109,7 @@ class CallPoint:
         gates = set(spec.asks) | {
             c.call_id for c in spec.calls if pipeline.tool(c.tool).confirmation is not None
         }
-        if gate not in gates:
+        if gates and gate not in gates:
             raise InvalidInput(
                 f"crash point: stage {stage} has no gate {gate!r} "
                 f"(it has {', '.join(sorted(gates)) or 'none'})"
@@ -165,7 +167,7 @@ def _network(pipeline: Pipeline, value: Any) -> dict[str, str]:
     for point, mode in value.items():
         stage, _, call = str(point).partition("/")
         CallPoint.parse(f"{stage}/{call}/before", pipeline, kind="network")
-        tool = next(c.tool for c in pipeline.stage(stage).calls if c.call_id == call)
+        tool = next((c.tool for c in pipeline.stage(stage).calls if c.call_id == call), "")
         if tool not in SERVICE_OPERATIONS:
             raise InvalidInput(
                 f"network fault {point}: {tool} does not call the demo service (these do: "

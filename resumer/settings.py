@@ -61,10 +61,14 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 # start-up (runs/checks.py). A module of your own only has to be importable (PYTHONPATH).
 RESUMER_PIPELINES = env_list("RESUMER_PIPELINES", "demo.pipeline.content_pipeline")
 USES_DEMO = any(path.split(".")[0] == "demo" for path in RESUMER_PIPELINES)
-# Called around every tool call a worker makes (runs/execution/hooks.py); with the demo, its fault
-# injection, which acts only on runs started with faults (manage.py start_run_with_faults).
+# Fault injection for any pipeline (manage.py start_run_with_faults): the demo's fault hooks
+# around every call and the demo app, whose table keeps each run's faults. On with the demo
+# pipeline; RESUMER_FAULTS=1 turns it on for your own (web, command line and every worker).
+RESUMER_FAULTS = env_bool("RESUMER_FAULTS", USES_DEMO)
+# Called around every tool call a worker makes (runs/execution/hooks.py); with fault injection,
+# the demo's hooks, which act only on runs started with faults.
 RESUMER_CALL_HOOKS = os.environ.get(
-    "RESUMER_CALL_HOOKS", "demo.faults.FaultHooks" if USES_DEMO else ""
+    "RESUMER_CALL_HOOKS", "demo.faults.FaultHooks" if RESUMER_FAULTS else ""
 ).strip()
 USES_DEMO = USES_DEMO or RESUMER_CALL_HOOKS.split(".")[0] == "demo"
 

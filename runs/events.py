@@ -46,6 +46,7 @@ from runs.models import Artifact, Effect, Event, EventType, Gate
 
 __all__ = [
     "CLASSES",
+    "TOKEN_KINDS",
     "RunEvent",
     "Unreadable",
     "effect_names",
@@ -58,10 +59,12 @@ __all__ = [
     "shown",
     "shown_payload",
     "sql_text",
+    "sql_text_at",
     "sql_true",
     "stored_body",
     "summarize",
     "text",
+    "text_at",
     "where",
 ]
 
@@ -344,13 +347,22 @@ class ToolCalled(RunEvent):
     reconcile: list[dict[str, Any]] | None = None
 
 
+# The kinds of tokens a metered call's usage counts (a model's: the cached are part of the
+# prompt).
+TOKEN_KINDS = ("prompt", "completion", "cached")
+
+
 @_vocabulary
 class ToolResult(RunEvent):
     """What a call came to: a SAFE call's result, an effect's outcome, a confirmed effect
     reused, an abandoned one skipped."""
 
     type = EventType.TOOL_RESULT
-    SHAPES = ("5007080: safe, confirmed, reused, skipped", "ccba6ab: a metered call's usage")
+    SHAPES = (
+        "5007080: safe, confirmed, reused, skipped",
+        "ccba6ab: a metered call's usage",
+        "h45b: and its model, for spend by model",
+    )
     idempotency_key: str = ""
     call: str
     tool: str
@@ -358,7 +370,9 @@ class ToolResult(RunEvent):
     external_id: str | None = None
     result: Any = None
     cost: str = ""
+    # A metered call's tokens (prompt, completion, cached) and the model that used them.
     usage: dict[str, int] = field(default_factory=dict)
+    model: str = ""
     duration_ms: int | None = None
     reused: bool = False
     skipped: bool = False
@@ -632,9 +646,11 @@ ROW_FIELDS = (
     "branch",
     "duration_ms",
     "cost",
+    "model",
 )
-# A ledger edit's values before and after (three fields today); a few scalar entries each.
-CHANGE_FIELDS = ("before", "after")
+# A ledger edit's values before and after (three fields today), and a metered call's usage
+# (three token counts): a few scalar entries each.
+CHANGE_FIELDS = ("before", "after", "usage")
 CHANGE_ENTRIES = 4
 NAME_CHARS = 40
 TEXT_CHARS = 200
@@ -660,7 +676,7 @@ def _short(value: Any) -> Any:
 
 def summarize(payload: dict[str, Any]) -> dict[str, Any]:
     """The row's fields of `payload`. Bounded whatever the payload holds: at most
-    len(ROW_FIELDS) + 2 * CHANGE_ENTRIES values of TEXT_CHARS characters."""
+    len(ROW_FIELDS) + len(CHANGE_FIELDS) * CHANGE_ENTRIES values of TEXT_CHARS characters."""
     summary = {}
     for key in ROW_FIELDS:
         value = _short(payload.get(key))
@@ -767,6 +783,13 @@ def text(name: str, *classes: type[RunEvent]) -> Coalesce:
     return Coalesce(KT(f"payload__{key}"), KT(f"payload__summary__{key}"))
 
 
+def text_at(name: str, key: str, *classes: type[RunEvent]) -> Coalesce:
+    """Entry `key` of field `name` (an object) as text, inline or in a stored payload's
+    summary: a metered call's tokens of one kind (`text_at("usage", "prompt", ToolResult)`)."""
+    field_key = _key(classes, name)
+    return Coalesce(KT(f"payload__{field_key}__{key}"), KT(f"payload__summary__{field_key}__{key}"))
+
+
 def flag(name: str, *classes: type[RunEvent]) -> Q:
     """Field `name` is true, inline or in a stored payload's summary."""
     key = _key(classes, name)
@@ -782,6 +805,10 @@ def present(name: str, *classes: type[RunEvent]) -> Q:
 # JSON in raw SQL, per vendor: a field as text, and a field that is JSON true (NULL when
 # absent). SQLite keeps JSON true as 1.
 SQL_TEXT = {"postgresql": "({col} ->> '{key}')", "sqlite": "json_extract({col}, '$.{key}')"}
+SQL_TEXT_AT = {
+    "postgresql": "({col} #>> '{{{key},{entry}}}')",
+    "sqlite": "json_extract({col}, '$.{key}.{entry}')",
+}
 SQL_TRUE = {
     "postgresql": "(({col} -> '{key}') = 'true'::jsonb)",
     "sqlite": "(json_extract({col}, '$.{key}') = 1)",
@@ -791,6 +818,16 @@ SQL_TRUE = {
 def sql_text(vendor: str, column: str, cls: type[RunEvent], name: str) -> str:
     """A raw SQL expression: field `name` of `cls` in the payload `column`, as text."""
     return SQL_TEXT[vendor].format(col=column, key=_key((cls,), name))
+
+
+def sql_text_at(vendor: str, column: str, cls: type[RunEvent], name: str, key: str) -> str:
+    """A raw SQL expression: entry `key` of field `name` (an object) of `cls`, as text, inline
+    or in a stored payload's summary."""
+    field_key = _key((cls,), name)
+    inline = SQL_TEXT_AT[vendor].format(col=column, key=field_key, entry=key)
+    path = ("summary," if vendor == "postgresql" else "summary.") + field_key
+    summary = SQL_TEXT_AT[vendor].format(col=column, key=path, entry=key)
+    return f"COALESCE({inline}, {summary})"
 
 
 def sql_true(vendor: str, column: str, cls: type[RunEvent], name: str) -> str:

@@ -19,6 +19,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
+# A pipeline's inputs live in runs/inputs.py; pipelines import them from here too.
+from runs.inputs import Input as Input
+from runs.inputs import InvalidInput as InvalidInput
 from runs.models import Checkpoint, Effect, GateRole, ReplayPolicy, Run
 
 # What a call comes to besides a result lives in runs/outcomes.py; pipelines import it here.
@@ -56,10 +59,6 @@ def delivery_key(account: str, platform: str, object_id: str, revision: str) -> 
     if not all(parts):
         raise ValueError("a delivery key needs account, platform, object id and revision")
     return hashlib.sha256(KEY_SEPARATOR.join(parts).encode()).hexdigest()
-
-
-class InvalidInput(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -299,19 +298,6 @@ class Stage:
 
 
 @dataclass(frozen=True)
-class Input:
-    """A versioned input a run pins when it starts (`facts` = `v3`)."""
-
-    name: str
-    # current(inputs) -> the version a new run would get now.
-    current: Callable[[dict[str, str]], str]
-    # validate(value, inputs) raises InvalidInput when the version does not exist.
-    validate: Callable[[str, dict[str, str]], None] | None = None
-    versioned: bool = True
-    help: str = ""
-
-
-@dataclass(frozen=True)
 class Pipeline:
     name: str
     stages: tuple[Stage, ...]
@@ -368,23 +354,29 @@ class Pipeline:
     def stages_from(self, stage: str) -> tuple[str, ...]:
         return self.stage_names[self.index(stage) :] if stage else ()
 
-    def resolve_inputs(self, given: dict[str, str]) -> dict[str, str]:
-        """Pin every declared input: given values are validated, missing ones get current()."""
+    def resolve_inputs(self, given: dict[str, Any]) -> dict[str, Any]:
+        """Pin every declared input: given values are validated (typed ones against their
+        schema), missing ones get current(). Raises InvalidInput before anything is written."""
         declared = {i.name: i for i in self.inputs}
         unknown = set(given) - set(declared)
         if unknown:
             raise InvalidInput(
                 f"unknown input(s) {', '.join(sorted(unknown))} for pipeline {self.name}; "
-                f"it takes: {', '.join(declared) or 'none'}"
+                f"it takes: {', '.join(declared) or 'none'}",
+                input=sorted(unknown)[0],
             )
-        pinned: dict[str, str] = {}
+        pinned: dict[str, Any] = {}
         for spec in self.inputs:  # declared order, so later inputs may depend on earlier ones
             value = given.get(spec.name)
-            if value is None or value == "":
-                value = spec.current(pinned)
-            elif spec.validate is not None:
-                spec.validate(value, pinned)
-            pinned[spec.name] = str(value)
+            if value is not None and value != "":
+                pinned[spec.name] = spec.pin(value, pinned)
+            elif spec.current is None:
+                raise InvalidInput(
+                    f"input {spec.name} is required: {spec.help or 'give it a value'}",
+                    input=spec.name,
+                )
+            else:
+                pinned[spec.name] = spec.pin(spec.current(pinned), pinned, given=False)
         return pinned
 
     def drift(
@@ -396,10 +388,11 @@ class Pipeline:
         possible without it."""
         changed = {}
         for spec in self.inputs:
-            if not spec.versioned or spec.name not in pinned:
+            if not spec.versioned or spec.current is None or spec.name not in pinned:
                 continue
             try:
                 now = spec.current(pinned)
+                now = spec.pin(now, pinned, given=False) if spec.schema is not None else now
             except Exception as exc:
                 if unresolved is None:
                     raise

@@ -21,10 +21,12 @@ LONG_FUNCTIONS = {("planning/replay.py", "decide")}
 # RunsConfig.ready imports what it connects and registers: the apps must be loaded first.
 # A heavy library only some code paths use is imported where it is used, so that a command
 # line's start does not pay for it (bench/cli_start.py): the model SDK at a model tool's first
-# call, the OTLP exporter when tracing is on, psycopg's loader on PostgreSQL only.
+# call, the model price table at the first price, the OTLP exporter when tracing is on,
+# psycopg's loader on PostgreSQL only.
 LATE_IMPORTS = {
     ("apps.py", "ready"),
     ("tools/model.py", "sdk"),
+    ("tools/model.py", "price_table"),
     ("tracing.py", "_exporter_from_environment"),
     ("ledger/sql/driver.py", "__init__"),
 }

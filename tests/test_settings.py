@@ -284,6 +284,16 @@ def test_resumer_pipelines_from_the_environment_leave_the_demo_out(tmp_path):
     }
 
 
+def test_resumer_faults_brings_fault_injection_to_your_own_pipelines(tmp_path):
+    env = {"RESUMER_PIPELINES": "acme.pipelines.blog", "RESUMER_FAULTS": "1"}
+    found = shell_json(PIPELINE_SETTINGS, env=env, var_dir=tmp_path)
+    assert found == {
+        "pipelines": ["acme.pipelines.blog"],
+        "hooks": "demo.faults.FaultHooks",
+        "demo": True,
+    }
+
+
 def test_a_pipeline_entry_that_does_not_import_stops_manage_py_at_start_up(tmp_path):
     result = manage("check", env={"RESUMER_PIPELINES": "acme.nowhere.blog"}, var_dir=tmp_path)
     assert result.returncode != 0

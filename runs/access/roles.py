@@ -20,6 +20,14 @@ VIEWER = "viewer"
 OPERATOR = "operator"
 SUPERVISOR = "supervisor"
 ROLES = (VIEWER, OPERATOR, SUPERVISOR)
+# What each role may do, in the words `manage.py create_user --help` says them.
+MAY = {
+    VIEWER: "reads every run, plan, gate, event and artifact",
+    OPERATOR: "also starts runs, approves resumes, answers gates (those for operators), "
+    "reads stage logs and the workers page",
+    SUPERVISOR: "also answers any gate, edits the effect ledger in the admin (staff), "
+    "manages the queues",
+}
 
 AnyUser = AbstractBaseUser | AnonymousUser
 
@@ -69,6 +77,19 @@ def label(user: AnyUser) -> str:
         if role in held:
             return role
     return "no role"
+
+
+def set_role(user: User, role: str) -> None:
+    """Give `user` exactly `role`: its other role groups are taken away, and it is staff (the
+    admin's way in) only as a supervisor. Other groups a deployment made are left alone."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
+    group, _ = Group.objects.get_or_create(name=role)
+    user.is_staff = role == SUPERVISOR
+    user.save(update_fields=["is_staff"])
+    user.groups.remove(*Group.objects.filter(name__in=ROLES).exclude(name=role))
+    user.groups.add(group)
+    user.__dict__.pop("_resumer_roles", None)
 
 
 def ensure_user(username: str, password: str, role: str) -> tuple[User, bool]:

@@ -126,7 +126,7 @@ def create_run(request: HttpRequest, body: StartIn) -> JsonResponse:
                 422, f"there is no pipeline {body.pipeline!r}", kind="invalid-input"
             ) from None
         except InvalidInput as exc:
-            raise Problem(422, str(exc), kind="invalid-input") from None
+            raise Problem(422, str(exc), kind="invalid-input", input=exc.input) from None
         found = find_run(run.public_id)
         return 201, RunDetailOut.model_validate(detail(found)).model_dump(mode="json")
 

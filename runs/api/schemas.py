@@ -107,10 +107,14 @@ class RunDetailOut(RunOut):
 
 
 class StartIn(Schema):
+    """The pipeline and its inputs: a version or value as text, a typed input as its JSON
+    (an object or a list, checked against the input's schema; its text is taken too). A bad
+    input is a 422 naming it in `input`; no run is made."""
+
     pipeline: Annotated[str, StringConstraints(min_length=1, max_length=64)]
-    inputs: dict[Annotated[str, StringConstraints(max_length=64)], Short] = Field(
-        default_factory=dict, max_length=50
-    )
+    inputs: dict[
+        Annotated[str, StringConstraints(max_length=64)], Short | dict[str, Any] | list[Any]
+    ] = Field(default_factory=dict, max_length=50)
 
 
 class EventOut(Schema):

@@ -3,7 +3,8 @@
 Per stage, over the last N runs of a pipeline:
 
 * how long an attempt takes: STARTED to the VERIFIED or FAILED that ends it (median, p95);
-* what it spends: the cost each TOOL_RESULT records (a reused effect records 0);
+* what it spends: the cost and model tokens each TOOL_RESULT records (a reused effect records
+  none);
 * how often it is interrupted or fails;
 * what resumes saved: the stages a strict resume skipped, and the confirmed effects a
   re-executed stage reused instead of calling again.
@@ -25,7 +26,7 @@ from enum import StrEnum
 
 from django.db import connection
 
-from runs.events import ToolResult, sql_text, sql_true
+from runs.events import ToolResult, sql_text, sql_text_at, sql_true
 from runs.models import Effect, Event, ReplayPolicy, Run
 from runs.pipeline import Pipeline, UnknownPipeline, registry
 
@@ -65,6 +66,7 @@ class StageStats:
     timed: int = 0  # attempts that ended VERIFIED or FAILED: the duration's sample
     spent: Decimal = ZERO
     paid_calls: int = 0
+    tokens: int = 0  # model tokens (prompt and completion) of those calls
     # Saved by checkpoints: how many strict resumes skipped this stage, and the paid calls
     # (and their cost) the stage had made in that run before each of them.
     skipped: int = 0
@@ -124,6 +126,10 @@ class PipelineStats:
     @property
     def saved_money(self) -> Decimal:
         return sum((s.saved_money for s in self.stages), ZERO)
+
+    @property
+    def tokens(self) -> int:
+        return sum(s.tokens for s in self.stages)
 
     @property
     def saved_calls(self) -> int:
@@ -210,14 +216,15 @@ SELECT o.stage, o.attempts, o.verified, o.failed, o.interrupted, o.lost_in_queue
 FROM outcomes o LEFT JOIN pct p ON p.stage = o.stage
 """
 
-# Money spent and paid calls: every TOOL_RESULT that was a call (not a reused effect, not an
-# abandoned one), at the cost it recorded. The same pass counts the reused effects, at the
+# Money spent, model tokens used and paid calls: every TOOL_RESULT that was a call (not a reused
+# effect, not an abandoned one), at the cost and usage it recorded. The same pass counts the reused effects, at the
 # cost recorded on the effect itself (a reused result records 0): what memoizing them saved.
 SPEND_SQL = """
 WITH {recent}
 SELECT e.stage,
   SUM(CASE WHEN {reused} OR {skipped} THEN 0 ELSE 1 END) AS calls,
   SUM(CASE WHEN {reused} OR {skipped} THEN 0 ELSE {cost} END) AS spent,
+  SUM(CASE WHEN {reused} OR {skipped} THEN 0 ELSE {tokens} END) AS tokens,
   SUM(CASE WHEN {reused} THEN 1 ELSE 0 END) AS reused,
   SUM(CASE WHEN {reused} THEN COALESCE(f.cost, 0) ELSE 0 END) AS reused_money
 FROM {event_t} e
@@ -271,6 +278,11 @@ def _payload_exprs() -> dict[str, str]:
         "skipped": sql_true(vendor, col, ToolResult, "skipped"),
         "cost": _dialect().money.format(x=sql_text(vendor, col, ToolResult, "cost")),
         "call": sql_text(vendor, col, ToolResult, "call"),
+        # A metered call's prompt and completion tokens (the cached are part of the prompt).
+        "tokens": " + ".join(
+            f"COALESCE(CAST({sql_text_at(vendor, col, ToolResult, 'usage', kind)} AS BIGINT), 0)"
+            for kind in ("prompt", "completion")
+        ),
     }
 
 
@@ -330,10 +342,10 @@ def pipeline_stats(pipeline: Pipeline, window: int = DEFAULT_WINDOW) -> Pipeline
             s.median_ms = None if median is None else int(median)
             s.p95_ms = None if p95 is None else int(p95)
 
-    for stage, calls, spent, reused, reused_money in spend_rows(pipeline, window):
+    for stage, calls, spent, tokens, reused, reused_money in spend_rows(pipeline, window):
         if stage in stages:
             s = stages[stage]
-            s.paid_calls, s.spent = int(calls or 0), _money(spent)
+            s.paid_calls, s.spent, s.tokens = int(calls or 0), _money(spent), int(tokens or 0)
             s.reused_calls, s.reused_money = int(reused or 0), _money(reused_money)
 
     order = list(pipeline.stage_names)

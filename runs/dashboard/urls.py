@@ -12,6 +12,7 @@ from runs.dashboard import (
     gate_views,
     inbox_views,
     pipeline_views,
+    start_views,
     views,
     worker_views,
 )
@@ -101,6 +102,8 @@ urlpatterns = [
 pipeline_urlpatterns = [
     path("", pipeline_views.pipeline_index, name="index"),
     path("<pipeline:name>/", views.pipeline_detail, name="detail"),
+    path("<pipeline:name>/start/", start_views.start_form, name="start"),
+    path("<pipeline:name>/runs/", start_views.start, name="start_run"),
 ]
 
 # Mounted at /workers/ by resumer/urls.py, as the "workers" namespace.

@@ -300,6 +300,8 @@ class DurableCalls(StagePart):
                 external_id=external_id,
                 cost=str(cost),
                 usage=tokens,
+                # A metered tool's result names the model billed (runs/tools/model.py).
+                model=str(result.get("model") or "") if tool.metered else "",
                 duration_ms=_ms(started),
                 result=payload_summary.cut_strings(result),
             ),

@@ -108,11 +108,13 @@ def start_run(
 
 def warm_up() -> None:
     """Load now what a stage job needs and a command line leaves to its first use: the
-    pipelines, and the model SDK their model tools call (runs/tools/model.py). Every stage
-    job does it before it takes its lease, so no stage waits on imports while it holds one
-    (a worker does it before its first job too; the tests' fork server before it forks)."""
+    pipelines, the model SDK their model tools call and the price table they price with
+    (runs/tools/model.py). Every stage job does it before it takes its lease, so no stage
+    waits on imports while it holds one (a worker does it before its first job too; the
+    tests' fork server before it forks)."""
     registry.names()
     model.sdk()
+    model.price_table()
 
 
 def execute(

@@ -8,9 +8,9 @@ exactly once, in every process's name, and survives restarts. So the counters ar
 events (monotonic: the log is append-only), the histograms are SQL-bucketed over event pairs,
 and the gauges are counts of rows now. Every web replica serves the same figures.
 
-Six queries per scrape whatever the number of runs, each a GROUP BY that returns at most
-one row per label set: runs, open gates, the counted events, stage durations, detection
-latencies, notification deliveries. The event queries scan the event table (it has no index
+Seven queries per scrape whatever the number of runs, each a GROUP BY that returns at most
+one row per label set: runs, open gates, the counted events, model spend, stage durations,
+detection latencies, notification deliveries. The event queries scan the event table (it has no index
 on type, on purpose: the hot path pays for every index), which stays in the milliseconds for
 thousands of runs; docs/monitoring.md says what to do past that. Payload fields are read
 through runs/events.py's query helpers (JSON key lookups that Django compiles for SQLite and
@@ -25,10 +25,12 @@ from collections.abc import Iterable, Iterator
 from datetime import timedelta
 
 from django.db.models import (
+    BigIntegerField,
     Case,
     CharField,
     Count,
     DateTimeField,
+    DecimalField,
     DurationField,
     ExpressionWrapper,
     F,
@@ -51,9 +53,12 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from runs import events
-from runs.events import Diverged, Failed, Interrupted, PlanApproved, ToolResult
+from runs.events import TOKEN_KINDS, Diverged, Failed, Interrupted, PlanApproved, ToolResult
 from runs.models import Delivery, Event, Gate, Run
 from runs.pipeline import registry
+
+# A TOOL_RESULT's cost (text of a decimal), summed as money.
+MONEY = DecimalField(max_digits=20, decimal_places=6)
 
 # Stage durations (STARTED → VERIFIED of one attempt), seconds.
 STAGE_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
@@ -70,6 +75,34 @@ COUNTED = (
     Type.PLAN_DEVIATED,
     Type.DIVERGED,
 )
+
+
+# The counters of events(): each one's help and labels.
+EVENT_COUNTERS = {
+    "resumer_tool_calls": (
+        "Tool calls by outcome: ok (SAFE), confirmed, failed (rejected), unknown, conflict; "
+        "reused and skipped were answered from the ledger without a call, replayed from what "
+        "the stage recorded earlier in the run.",
+        ["pipeline", "tool", "policy", "outcome"],
+    ),
+    "resumer_resumes": (
+        "Approved resumes (PLAN_APPROVED) by mode: strict or upgrade.",
+        ["pipeline", "mode"],
+    ),
+    "resumer_plan_verdicts": (
+        "Resumed work held against its plan: kept (PLAN_KEPT) or deviated (PLAN_DEVIATED).",
+        ["pipeline", "verdict"],
+    ),
+    "resumer_divergences": (
+        "Calls a stage run again in the same run asked for with another request than it "
+        "recorded (DIVERGED): stopped before the call, or recorded and made.",
+        ["pipeline", "tool", "outcome"],
+    ),
+    "resumer_interruptions": (
+        "Runs interrupted (worker lost, job lost, database lost) by the stage they were in.",
+        ["pipeline", "stage"],
+    ),
+}
 
 
 def _outcome() -> Case:
@@ -124,6 +157,7 @@ class ResumerCollector(Collector):
         yield from self.runs()
         yield from self.gates()
         yield from self.events()
+        yield from self.model_spend()
         yield self.stage_durations()
         yield self.detection_latency()
         yield self.deliveries()
@@ -218,39 +252,52 @@ class ResumerCollector(Collector):
             else:
                 verdict = "kept" if kind == Type.PLAN_KEPT else "deviated"
                 verdicts[pipeline, verdict] += row["n"]
-        yield _counter(
-            "resumer_tool_calls",
-            "Tool calls by outcome: ok (SAFE), confirmed, failed (rejected), unknown, conflict; "
-            "reused and skipped were answered from the ledger without a call, replayed from "
-            "what the stage recorded earlier in the run.",
-            ["pipeline", "tool", "policy", "outcome"],
-            calls,
+        counted = {"resumer_tool_calls": calls, "resumer_resumes": modes}
+        counted |= {"resumer_plan_verdicts": verdicts, "resumer_divergences": diverged}
+        counted["resumer_interruptions"] = stops
+        for name, values in counted.items():
+            doc, labels = EVENT_COUNTERS[name]
+            yield _counter(name, doc, labels, values)
+
+    def model_spend(self) -> Iterator[Metric]:
+        """Metered calls (a model's) by pipeline and model: their tokens by kind and the
+        money they cost, from each call's TOOL_RESULT (a call reused on a resume records
+        none: it was not billed again)."""
+        rows = (
+            Event.objects.filter(events.present("usage", ToolResult), type=Type.TOOL_RESULT)
+            .annotate(model_name=events.text("model", ToolResult))
+            .values("model_name", pipeline=F("run__pipeline"))
+            .annotate(
+                n=Count("pk"),
+                money=Sum(Cast(events.text("cost", ToolResult), MONEY)),
+                **{
+                    kind: Sum(Cast(events.text_at("usage", kind, ToolResult), BigIntegerField()))
+                    for kind in TOKEN_KINDS
+                },
+            )
+            .order_by()
         )
-        yield _counter(
-            "resumer_resumes",
-            "Approved resumes (PLAN_APPROVED) by mode: strict or upgrade.",
-            ["pipeline", "mode"],
-            modes,
+        labels = ["pipeline", "model"]
+        calls = CounterMetricFamily(
+            "resumer_model_calls", "Model calls answered (and billed).", labels=labels
         )
-        yield _counter(
-            "resumer_plan_verdicts",
-            "Resumed work held against its plan: kept (PLAN_KEPT) or deviated (PLAN_DEVIATED).",
-            ["pipeline", "verdict"],
-            verdicts,
+        tokens = CounterMetricFamily(
+            "resumer_model_tokens",
+            "Tokens model calls used, by kind: prompt, completion, cached (part of the prompt).",
+            labels=[*labels, "kind"],
         )
-        yield _counter(
-            "resumer_divergences",
-            "Calls a stage run again in the same run asked for with another request than it "
-            "recorded (DIVERGED): stopped before the call, or recorded and made.",
-            ["pipeline", "tool", "outcome"],
-            diverged,
+        money = CounterMetricFamily(
+            "resumer_model_spend_dollars",
+            "What model calls cost, in the price table's dollars.",
+            labels=labels,
         )
-        yield _counter(
-            "resumer_interruptions",
-            "Runs interrupted (worker lost, job lost, database lost) by the stage they were in.",
-            ["pipeline", "stage"],
-            stops,
-        )
+        for row in sorted(rows, key=lambda r: (r["pipeline"], r["model_name"] or "")):
+            values = [row["pipeline"], row["model_name"] or ""]
+            calls.add_metric(values, row["n"])
+            money.add_metric(values, float(row["money"] or 0))
+            for kind in TOKEN_KINDS:
+                tokens.add_metric([*values, kind], int(row[kind] or 0))
+        yield from (calls, tokens, money)
 
     def stage_durations(self) -> Metric:
         """STARTED → VERIFIED of each stage attempt that verified, bucketed in SQL."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from runs.events import read
+from runs.events import TOKEN_KINDS, read
 from runs.models import ApprovalMode, Event, Run
 from runs.planning.replay import CALLING, GUARDED_POLICIES, STOPPING, Action
 
@@ -30,9 +30,6 @@ def _kind(action: str) -> str:
     if action in STOPPING:
         return "stop"
     return "no call"
-
-
-TOKEN_KINDS = ("prompt", "completion", "cached")
 
 
 @dataclass

@@ -17,6 +17,7 @@ from runs.planning.planner import Plan
 from runs.reads.artifacts import ArtifactRow, artifact_rows
 from runs.reads.decision import Decision, decision
 from runs.reads.gates import open_gate_of
+from runs.reads.spend import RunSpend, run_spend
 
 TIMELINE_PAGE_SIZE = 100
 # The newest stage logs the page lists: a run stops and is resumed a few times at most.
@@ -158,6 +159,8 @@ class RunFacts:
     checkpoints: list[Checkpoint]
     artifacts: list[ArtifactRow]
     effects: list[Effect]
+    # What its model calls consumed: tokens and money per call, per stage and in all.
+    spend: RunSpend
 
     @property
     def checkpoint_stages(self) -> set[str]:
@@ -166,12 +169,13 @@ class RunFacts:
 
 def run_facts(run: Run) -> RunFacts:
     """What the run has verified, stored and done outside: one query per kind, and one for
-    the confirmations that say which effects a reviewer edited."""
+    the confirmations that say which effects a reviewer edited, one for its model calls."""
     checkpoints = list(Checkpoint.objects.filter(run=run).order_by("last_seq"))
     return RunFacts(
         checkpoints=checkpoints,
         artifacts=artifact_rows(checkpoints),
         effects=edited_effects(run, list(Effect.objects.filter(run=run).order_by("id"))),
+        spend=run_spend(run),
     )
 
 
@@ -281,6 +285,13 @@ def money(amount: Decimal) -> str:
     return f"{whole}.{cents.ljust(2, '0')}"
 
 
+def model_tokens(usage: Usage) -> str:
+    """ " (1,234 model tokens)": what metered calls used (prompt and completion; the cached
+    tokens are part of the prompt), or "" where no call was metered."""
+    used = usage.tokens.get("prompt", 0) + usage.tokens.get("completion", 0)
+    return f" ({used:,} model tokens)" if used else ""
+
+
 @dataclass(frozen=True)
 class PlanVerdict:
     """Whether the resumed work kept the plan it was approved with (PLAN_KEPT or
@@ -298,19 +309,20 @@ class PlanVerdict:
     def summary(self) -> str:
         used, promised = self.used, self.promised
         calls = f"{used.tool_calls} call{'s' if used.tool_calls != 1 else ''}"
+        spent = f"${money(used.money)}{model_tokens(used)}"
         if self.kept:
             if used.tool_calls == promised.tool_calls and used.money == promised.money:
-                return f"Plan kept: {calls}, ${money(used.money)}, as approved"
+                return f"Plan kept: {calls}, {spent}, as approved"
             # An upper bound kept: less than promised (a reuse in place of a call).
             return (
                 f"Plan kept: {used.tool_calls} of {promised.tool_calls} promised "
                 f"call{'s' if promised.tool_calls != 1 else ''}, "
-                f"${money(used.money)} of ${money(promised.money)}"
+                f"${money(used.money)} of ${money(promised.money)}{model_tokens(used)}"
             )
         return (
             f"Plan deviated: {self.reason or 'the resumed work departed from the plan'} "
             f"(approved: {promised.tool_calls} calls, ${money(promised.money)}; "
-            f"so far: {calls}, ${money(used.money)})"
+            f"so far: {calls}, {spent})"
         )
 
 

@@ -115,6 +115,15 @@ def at_stake(planned: str, policy: str, verb: str = "call") -> str:
     return ""
 
 
+def _stopped_for_a_decision(said: NeedsApproval, in_stage: str) -> str:
+    if said.kind == StopKind.DIVERGED:
+        return (
+            f"diverged at {said.call or in_stage}: run again, it asked for another request "
+            "than it recorded; nothing was sent"
+        )
+    return "stopped for a decision" + (f": {_first_sentence(said.error)}" if said.error else "")
+
+
 def waiting_sentence(stage: str, gate_id: str, kind: str, role: str, call: dict | None) -> str:
     """Why a waiting run needs a human, from the gate it waits at."""
     call = call if isinstance(call, dict) else {}
@@ -172,13 +181,8 @@ def sentence(
             text = f"{stage or 'the stage'} failed" + (
                 f": {_first_sentence(error)}" if error else ""
             )
-    elif isinstance(said, NeedsApproval) and said.kind == StopKind.DIVERGED:
-        text = (
-            f"diverged at {call or in_stage}: run again, it asked for another request than "
-            "it recorded; nothing was sent"
-        )
-    elif event_type == EventType.NEEDS_APPROVAL:
-        text = "stopped for a decision" + (f": {_first_sentence(error)}" if error else "")
+    elif isinstance(said, NeedsApproval):
+        text = _stopped_for_a_decision(said, in_stage)
     elif event_type == EventType.PLAN_DEVIATED:
         text = "deviated from its approved plan" + (
             f": {_first_sentence(reason)}" if reason else ""

@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 
 from runs.access import roles
-from runs.events import LedgerEdited
+from runs.events import TOKEN_KINDS, LedgerEdited
 from runs.planning.planner import Action
 from runs.planning.replay import StopKind, stop_label
 from runs.reads import run_page
@@ -41,6 +41,19 @@ def json_value(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, default=str)
+
+
+@register.filter
+def is_structured(value: Any) -> bool:
+    """A JSON object or list (a typed input's value), which a page shows indented."""
+    return isinstance(value, dict | list)
+
+
+@register.filter
+def by_kind(tokens: Any) -> list[tuple[str, int]]:
+    """A usage's tokens in one order, prompt, completion, cached (the kinds it counts)."""
+    found = tokens if isinstance(tokens, dict) else {}
+    return [(kind, found[kind]) for kind in TOKEN_KINDS if found.get(kind)]
 
 
 @register.filter

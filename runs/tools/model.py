@@ -21,8 +21,9 @@ off (max_retries=0), so Resumer's replay policy governs. Replay is IDEMPOTENT-li
     429, no connection .. retried inside the call (nothing was billed), within `attempts`
 
 The usage (prompt, completion and cached tokens) is read from the answer and recorded in the
-call's event; the money comes from the price table (`prices=`, else settings
-RESUMER_MODEL_PRICES) and flows into the stage's usage, the plan and the contract. Each
+call's event with the model; the money comes from the tool's `prices=`, else settings
+RESUMER_MODEL_PRICES, else genai-prices' maintained table (a model none of them knows costs
+$0), and flows into the stage's usage, the plan and the contract. Each
 exchange is recorded like an HTTP tool's (Authorization never is), and the messages with the
 answer are stored as a content-addressed artifact, the conversation: context for people and
 for a later turn, never evidence (the planner, replay and the contract do not read it).
@@ -81,6 +82,31 @@ def sdk() -> ModuleType:
     import openai
 
     return openai
+
+
+def price_table() -> ModuleType:
+    """genai-prices, the maintained table of model prices (a snapshot pinned with the
+    package; it is never fetched over the network here), imported at the first price it is
+    asked for: a command line that never prices a call does not pay for it. A worker loads it
+    with the SDK (execution/engine.py, warm_up)."""
+    import genai_prices
+
+    return genai_prices
+
+
+def catalogue_cost(model: str, tokens: Mapping[str, int]) -> Decimal:
+    """What the price table says these tokens of `model` cost (prompt tokens include the
+    cached ones, as the model APIs count them); $0 for a model it does not know."""
+    table = price_table()
+    usage = table.Usage(
+        input_tokens=tokens.get("prompt", 0),
+        output_tokens=tokens.get("completion", 0),
+        cache_read_tokens=tokens.get("cached", 0) or None,
+    )
+    try:
+        return Decimal(table.calc_price(usage, model).total_price)
+    except (LookupError, ValueError):  # a model (or a provider) the table does not list
+        return Decimal(0)
 
 
 class ModelRejected(ToolRejected):
@@ -161,9 +187,12 @@ class ModelTool:
         return Price.of(found) if found is not None else None
 
     def metered(self, result: dict[str, Any]) -> tuple[Decimal, dict[str, int]]:
+        """What the call's tokens cost: the tool's `prices=`, else RESUMER_MODEL_PRICES, else
+        the maintained price table (genai-prices); $0 for a model none of them knows."""
         tokens = dict(result.get("usage") or {})
-        price = self.price(str(result.get("model", "")))
-        money = price.cost(tokens) if price is not None else Decimal(0)
+        model = str(result.get("model", ""))
+        price = self.price(model)
+        money = price.cost(tokens) if price is not None else catalogue_cost(model, tokens)
         return money.quantize(Decimal("0.0001")), tokens
 
     # --- the call -------------------------------------------------------------------------

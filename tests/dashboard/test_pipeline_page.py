@@ -23,6 +23,7 @@ from demo.management.commands.seed_demo import run_inline
 from runs import engine
 from runs.access import roles
 from runs.dashboard import stats
+from runs.events import read
 from runs.execution import sweeper
 from runs.ledger import leases
 from runs.ledger.append import Writer, append
@@ -143,6 +144,18 @@ def test_money_spent_is_what_each_paid_tool_result_recorded(facts):
         paid = paid_results(stage=s.stage)
         assert (s.paid_calls, s.spent) == (len(paid), cost(paid)), s.stage
     assert figures.spent == cost(paid_results())
+
+
+def test_model_tokens_per_stage_are_what_each_paid_model_call_recorded(viewer, facts):
+    executed()
+    resumed_inline({"timeout": "research/search-1/after"})  # its first turn reused
+    figures = content()
+    for s in figures.stages:
+        used = [read(e).usage for e in paid_results(stage=s.stage)]
+        assert s.tokens == sum(u.get("prompt", 0) + u.get("completion", 0) for u in used)
+    assert by_stage(figures)["research"].tokens > 0
+    html = viewer.get(PAGE).content.decode()
+    assert f"{by_stage(figures)['draft'].tokens} model tokens" in html
 
 
 def test_a_strict_resume_saves_the_skipped_stages_and_the_reused_effects(facts):

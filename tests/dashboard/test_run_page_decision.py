@@ -325,6 +325,21 @@ def test_a_kept_upper_bound_says_how_much_of_the_promise_was_used():
     assert (money(Decimal("5")), money(Decimal("0.0010"))) == ("5.00", "0.001")
 
 
+def test_a_verdict_says_the_model_tokens_the_resumed_work_used():
+    def usage(money: str, prompt: int, completion: int) -> Usage:
+        tokens = {"prompt": prompt, "completion": completion, "cached": 40}
+        return Usage({"model": 2}, {}, Decimal(money), tokens, Decimal(money))
+
+    kept = PlanVerdict(
+        True, 9, "f" * 64, "strict", usage("0.01", 900, 334), usage("0.01", 900, 334), ""
+    )
+    assert kept.summary == "Plan kept: 2 calls, $0.01 (1,234 model tokens), as approved"
+    deviated = PlanVerdict(
+        False, 9, "f" * 64, "strict", usage("0.01", 900, 334), usage("0.02", 2000, 500), "a retry"
+    )
+    assert deviated.summary.endswith("so far: 2 calls, $0.02 (2,500 model tokens))")
+
+
 def test_a_silent_worker_shows_before_the_sweeper_s_verdict(facts, settings):
     settings.RESUMER_LEASE_TTL = 30
     run = engine.start_run("content", {}, actor="test", enqueue=False)

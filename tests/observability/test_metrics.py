@@ -5,6 +5,7 @@ strict resume on a real worker) the counters moved by exactly what happened."""
 from __future__ import annotations
 
 from collections import Counter
+from decimal import Decimal
 
 import pytest
 from django.db import connection
@@ -12,7 +13,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from runs.models import ApprovalMode, Run
+from demo import faults
+from demo.management.commands.seed_demo import run_inline
+from runs.events import read
+from runs.models import ApprovalMode, Event, Run
 from runs.planning.planner import compute_plan
 from runs.planning.resume import approve
 from tests.observability.scrape import by, moved, scrape, total
@@ -77,6 +81,26 @@ def test_only_get_and_never_cached(db):
 # --- cost -----------------------------------------------------------------------------------
 
 
+def test_model_tokens_and_money_are_series_by_pipeline_and_model(in_process, settings):
+    run = faults.start_run("content", {}, actor="test", enqueue=False)
+    run = run_inline(run.pk)
+    rows = Event.objects.filter(run=run, type=Event.Type.TOOL_RESULT)
+    calls = [said for said in map(read, rows) if said.usage]
+    assert calls and run.status == Run.Status.SUCCEEDED
+
+    samples = scrape()
+
+    labels = {"pipeline": "content", "model": settings.DEMO_MODEL}
+    assert total(samples, "resumer_model_calls_total", **labels) == len(calls)
+    for kind in ("prompt", "completion", "cached"):
+        used = sum(said.usage[kind] for said in calls)
+        assert total(samples, "resumer_model_tokens_total", kind=kind, **labels) == used
+    spent = sum(Decimal(said.cost) for said in calls)
+    assert total(samples, "resumer_model_spend_dollars_total", **labels) == pytest.approx(
+        float(spent)
+    )
+
+
 def test_a_scrape_costs_the_same_queries_with_one_run_or_three(in_process):
     resumed_inline({"timeout": "visual/render-cover/after"})
     with CaptureQueriesContext(connection) as one:
@@ -86,7 +110,7 @@ def test_a_scrape_costs_the_same_queries_with_one_run_or_three(in_process):
     with CaptureQueriesContext(connection) as three:
         third = scrape()
 
-    assert len(one) == len(three) == 6
+    assert len(one) == len(three) == 7
     # And the counters are counts: three identical stories, three times the figures.
     for name in (
         "resumer_tool_calls_total",

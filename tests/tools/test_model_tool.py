@@ -23,7 +23,7 @@ from runs.models import Artifact, Effect, Event, Run
 from runs.planning.planner import compute_plan
 from runs.planning.resume import approve
 from runs.reads.decision import decision
-from runs.tools.model import BILLED_TWICE, Price, request_of, spec_of
+from runs.tools.model import BILLED_TWICE, ModelTool, Price, request_of, spec_of
 from tests.support.plans import blob_file
 
 SECRET = "sk-test-never-record-me-4242"
@@ -87,6 +87,29 @@ def test_money_comes_from_the_price_table_cached_tokens_at_their_own_price():
     )
     # Quantized to four places, like every cost the effect ledger keeps.
     assert money == Decimal("0.0008") and tokens["completion"] == 50
+
+
+MILLION_EACH = {"prompt": 1_000_000, "completion": 1_000_000, "cached": 0}
+
+
+def priced(model: str, **declared) -> Decimal:
+    return ModelTool("model", "http://127.0.0.1:1/v1", **declared).metered(
+        {"model": model, "usage": MILLION_EACH}
+    )[0]
+
+
+def test_a_model_no_table_of_ours_prices_is_priced_by_the_maintained_table(settings):
+    settings.RESUMER_MODEL_PRICES = {}
+    # genai-prices 0.2.5: gpt-4o-mini at $0.15 per million prompt tokens, $0.60 completion.
+    assert priced("gpt-4o-mini") == Decimal("0.75")
+    # A model it does not know costs nothing (its tokens are still counted).
+    assert priced("demo-writer-1") == Decimal(0)
+
+
+def test_the_settings_table_and_a_tools_own_prices_win_over_the_maintained_one(settings):
+    settings.RESUMER_MODEL_PRICES = {"gpt-4o-mini": {"prompt": "1", "completion": "2"}}
+    assert priced("gpt-4o-mini") == Decimal("3")
+    assert priced("gpt-4o-mini", prices={"gpt-4o": Price("5", "5")}) == Decimal("10")
 
 
 # --- in the demo pipeline ---------------------------------------------------------------------

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import textwrap
 from typing import Any
 
@@ -18,23 +19,36 @@ from runs.pipeline import Input, InvalidInput, UnknownPipeline, registry
 
 # What the help says of an input read from its source as the run starts (a versioned one).
 AT_START = "<its current version>"
+REQUIRED = "<required>"
 
 
 class InputsHelpFormatter(DjangoHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Django's order of the options, and the epilog's table of inputs as it is written."""
 
 
-def default_of(spec: Input, known: dict[str, str]) -> str | None:
+def default_of(spec: Input, known: dict[str, Any]) -> str | None:
     """What a run started without --input NAME pins, as far as can be said without asking a
     source: an unversioned input's value (its `current()`, given the values known before
-    it); None for a versioned one, read from its source as the run starts
-    (Pipeline.resolve_inputs), or for one whose value only the start can tell."""
-    if spec.versioned:
+    it; typed JSON as JSON); None for a versioned one, read from its source as the run
+    starts (Pipeline.resolve_inputs), for a required one, or for one whose value only the
+    start can tell."""
+    if spec.current is None or (spec.versioned and spec.schema is None):
         return None
     try:
-        return str(spec.current(known))
+        return json_text(spec.pin(spec.current(known), known, given=False))
     except Exception:  # it needs what only the start knows; the start says what went wrong
         return None
+
+
+def json_text(value: Any) -> str:
+    """A pinned value as a person types it: text as it is, typed JSON as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def placeholder(spec: Input) -> str:
+    """What the help says of an input it cannot show a value of."""
+    said = REQUIRED if spec.current is None else AT_START
+    return f"{said[:-1]}, JSON: {spec.schema.__name__}>" if spec.schema is not None else said
 
 
 def inputs_help() -> str:
@@ -46,12 +60,12 @@ def inputs_help() -> str:
     lines = ["inputs (--input NAME=VALUE; an input not given is pinned as the run starts):"]
     for pipeline in pipelines:
         lines += ["", f"{pipeline.name}" + ("" if pipeline.inputs else ": no inputs")]
-        known: dict[str, str] = {}
+        known: dict[str, Any] = {}
         for spec in pipeline.inputs:
             value = default_of(spec, known)
             if value is not None:
                 known[spec.name] = value
-            pair = f"  {spec.name}={AT_START if value is None else value}"
+            pair = f"  {spec.name}={placeholder(spec) if value is None else value}"
             lines += textwrap.wrap(
                 spec.help,
                 width=79,
@@ -74,7 +88,8 @@ class Command(BaseCommand):
             action="append",
             default=[],
             metavar="NAME=VALUE",
-            help="pin an input version, e.g. --input facts=v3 (repeatable)",
+            help="pin an input, e.g. --input facts=v3, or JSON for a typed one: "
+            '--input \'email={"to": "a@example.com"}\' (repeatable)',
         )
         parser.add_argument(
             "--no-enqueue", action="store_true", help="create the run without queueing it"
@@ -91,10 +106,11 @@ class Command(BaseCommand):
             run = self.start(opts["pipeline"], inputs, enqueue=not opts["no_enqueue"], opts=opts)
         except (UnknownPipeline, InvalidInput) as exc:
             raise CommandError(str(exc)) from exc
-        self.stdout.write(f"{run.public_id} {run.status} inputs={run.inputs}")
+        pinned = json.dumps(run.inputs, ensure_ascii=False)
+        self.stdout.write(f"{run.public_id} {run.status} inputs={pinned}")
 
     def start(
-        self, pipeline: str, inputs: dict[str, str], *, enqueue: bool, opts: dict[str, Any]
+        self, pipeline: str, inputs: dict[str, Any], *, enqueue: bool, opts: dict[str, Any]
     ) -> Run:
         """Create the run (a subclass may start it differently, e.g. with faults)."""
         return engine.start_run(pipeline, inputs, actor="cli", enqueue=enqueue)

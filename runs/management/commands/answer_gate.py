@@ -1,0 +1,186 @@
+"""`manage.py answer_gate`: the open gates, one gate as its page shows it, and an answer
+through gates.answers.answer, the flow every face answers with: the gate's role, the digest
+of what was shown, its form (with the act's tick), the compare-and-set."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from runs import ids
+from runs.access import roles
+from runs.checks import COMMAND_CHECKS
+from runs.gates import answers
+from runs.gates.acts import TICK, act_of
+from runs.gates.decision import gate_digest
+from runs.gates.forms import APPROVE, REJECT
+from runs.management.commands.start_run import InputsHelpFormatter
+from runs.models import Gate, GateKind, GateStatus
+
+EXAMPLES = """\
+examples:
+  manage.py answer_gate                                  the open gates, oldest first
+  manage.py answer_gate 12 --show                        gate 12: what it asks, its fields,
+                                                         its digest
+  manage.py answer_gate 12 --digest D --approve          approve what was shown
+  manage.py answer_gate 12 --digest D --approve --set amount=20.00 --confirm-act
+                                                         approve an edited call that costs
+                                                         money (the tick names the act)
+  manage.py answer_gate 12 --digest D --reject --reason "wrong account"
+  manage.py answer_gate 12 --digest D --set title="Release 2.4" --as sam
+                                                         a question's own fields, as sam"""
+
+
+class Command(BaseCommand):
+    requires_system_checks = COMMAND_CHECKS
+    help = (
+        "Answer a gate a run waits at, as its page does: list the open gates, --show one "
+        "(its fields and its digest), then answer it with that --digest. Nothing is recorded "
+        "when the answer does not fit, the digest is stale, or someone answered first."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.epilog = EXAMPLES
+        parser.formatter_class = InputsHelpFormatter  # the examples as they are written
+        parser.add_argument("gate", nargs="?", help="the gate's id (the listing's first column)")
+        parser.add_argument("--show", action="store_true", help="show the gate; answer nothing")
+        parser.add_argument("--digest", help="the digest --show printed: what you answer")
+        verdict = parser.add_mutually_exclusive_group()
+        verdict.add_argument("--approve", action="store_const", const=APPROVE, dest="decision")
+        verdict.add_argument("--reject", action="store_const", const=REJECT, dest="decision")
+        parser.add_argument("--reason", help="why (a rejection of a call needs one)")
+        parser.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="FIELD=VALUE",
+            help="a field of the gate's form, or an editable argument of its call "
+            "(a list or an object as JSON); repeatable",
+        )
+        parser.add_argument(
+            "--confirm-act",
+            action="store_true",
+            help="tick the box that names what approving does (a call that costs money, or "
+            "that cannot simply be made again, needs it)",
+        )
+        parser.add_argument(
+            "--as",
+            dest="username",
+            help="answer as this user, with their role (a quorum counts votes by user); "
+            "default: the command line, with every role",
+        )
+
+    def handle(self, *args, **opts) -> None:
+        if not opts["gate"]:
+            self._list()
+            return
+        gate = self._gate(opts["gate"])
+        if opts["show"]:
+            self._show(gate)
+            return
+        if not opts["digest"]:
+            raise CommandError(
+                f"--digest is required: the one `answer_gate {gate.pk} --show` prints"
+            )
+        actor, held, user = self._who(opts["username"])
+        data = self._data(gate, opts)
+        try:
+            done = answers.answer(
+                gate.pk, data, actor=actor, roles=held, user=user, digest=opts["digest"]
+            )
+        except answers.StaleAnswer as exc:
+            raise CommandError(f"{exc}. Fresh digest: {exc.digest}") from exc
+        except answers.AnswerRefused as exc:
+            raise CommandError(f"{exc}; nothing was recorded") from exc
+        said = "the stage goes on" if done.final else f"{done.missing} more vote(s) needed"
+        self.stdout.write(f"gate {gate.pk} of {gate.run.public_id} answered: {said}")
+
+    def _gate(self, given: str) -> Gate:
+        pk = ids.parse_pk(given)
+        gate = Gate.objects.select_related("run").filter(pk=pk).first() if pk else None
+        if gate is None:
+            raise CommandError(f"there is no gate {given!r}; `answer_gate` lists the open ones")
+        return gate
+
+    def _who(self, username: str | None) -> tuple[str, frozenset[str], int | None]:
+        """Who answers: a user with their roles, or the command line (every role: whoever
+        runs manage.py holds the database already), who casts no quorum vote."""
+        if username is None:
+            return ids.user_actor("cli"), frozenset(roles.ROLES), None
+        user = User.objects.filter(username=username, is_active=True).first()
+        if user is None or not roles.roles(user):
+            raise CommandError(f"there is no active user {username!r} with a role")
+        return ids.user_actor(user), roles.roles(user), user.pk
+
+    def _data(self, gate: Gate, opts: dict[str, Any]) -> dict[str, Any]:
+        """The form as the gate's page would post it: the values shown, then the options."""
+        form = answers.form_for(gate)
+        data: dict[str, Any] = {}
+        for name in form.fields:
+            shown = form[name].value()
+            if name.startswith("arg_") or shown is None or shown is False:
+                continue  # an argument left empty is made as asked
+            data[name] = "on" if shown is True else str(shown)
+        for item in opts["set"]:
+            name, sep, value = item.partition("=")
+            field = f"arg_{name}" if f"arg_{name}" in form.fields else name
+            if not sep or field not in form.fields or field == TICK:
+                fields = ", ".join(n.removeprefix("arg_") for n in form.fields if n != TICK)
+                raise CommandError(f"--set {item!r}: this gate's fields are {fields}")
+            data[field] = value
+        if opts["decision"]:
+            if "decision" not in form.fields:
+                raise CommandError("this gate's form has no decision: give its fields with --set")
+            data["decision"] = opts["decision"]
+        if opts["reason"] is not None:
+            said = next((n for n in ("reason", "notes") if n in form.fields), None)
+            if said is None:
+                raise CommandError("this gate's form takes no reason: give its fields with --set")
+            data[said] = opts["reason"]
+        if opts["confirm_act"]:
+            data[TICK] = "on"
+        return data
+
+    def _list(self) -> None:
+        gates = Gate.objects.filter(status=GateStatus.OPEN).select_related("run")
+        rows = list(gates.order_by("created_at", "pk"))
+        if not rows:
+            self.stdout.write("No gate is waiting for an answer.")
+            return
+        for gate in rows:
+            self.stdout.write(
+                f"{gate.pk:>6}  {gate.run.public_id:<10} {gate.stage}/{gate.gate_id}  "
+                f"{gate.kind} for {gate.get_role_display().lower()}  {gate.question[:60]!r}  "
+                f"digest {gate_digest(gate)}"
+            )
+
+    def _show(self, gate: Gate) -> None:
+        write = self.stdout.write
+        write(f"gate {gate.pk} of {gate.run.public_id} ({gate.run.pipeline}), {gate.status}")
+        write(f"at {gate.stage}/{gate.gate_id}: {gate.get_kind_display().lower()}")
+        write(f"for {gate.get_role_display().lower()} (a supervisor may answer any gate)")
+        write(f"question: {gate.question}")
+        if gate.details:
+            write("details:\n" + textwrap.indent(gate.details, "  "))
+        if gate.kind == GateKind.CONFIRM:
+            call = gate.call
+            write(f"call: {call.get('tool')} {json.dumps(call.get('args'), ensure_ascii=False)}")
+            act = act_of(call)
+            if act is not None and act.needs_tick:
+                write(f"approving {act.text}: add --confirm-act")
+        write("fields (--set NAME=VALUE):")
+        form = answers.form_for(gate)
+        for name, field in form.fields.items():
+            if name == TICK:
+                continue
+            shown = form[name].value()
+            choices = getattr(field, "choices", None)
+            options = f" [{'|'.join(str(v) for v, _ in choices)}]" if choices else ""
+            write(f"  {name.removeprefix('arg_')}{options}: {field.help_text or field.label}")
+            if shown not in (None, ""):
+                write(textwrap.indent(f"shown: {shown}", "      "))
+        write(f"digest: {gate_digest(gate)}")
