@@ -247,7 +247,7 @@ def run_page(run: Run, after: int | None, *, logs: bool = False) -> RunPage:
     shown = _shown_plan(run)
     page = timeline(run, after)
     page.settled_checkpoint, page.settled_until = resume_point(shown.get("plan"))
-    found = decision(run, shown.get("plan"), shown.get("stored_plan"))
+    found = decision(run, shown.get("plan"), shown.get("stored_plan"), facts.effects)
     page.poll = timeline_poll(run, found.plan_pending)
     return RunPage(
         run=run,
