@@ -42,8 +42,12 @@ from runs.reads.gates import waiting
 from runs.reads.inbox import inbox_groups, inbox_page
 from runs.reads.run_page import get_run, run_page, timeline_update
 
-# How often the inbox asks whether runs came to need a human (runs/dashboard/inbox_views.py).
-INBOX_POLL_SECONDS = 15
+# How often the inbox asks whether runs came to need a human (runs/dashboard/inbox_views.py):
+# a crash shows within a few seconds. A poll that finds nothing new is an empty 204 after
+# three queries (one count on run_inbox_idx), about 2 ms of a web worker: a hundred open
+# inboxes cost a few per cent of one (bench/live_polls.py). Server-sent events would hold one of gunicorn's sync
+# workers (three per machine, docs/deploy.md) for every open inbox.
+INBOX_POLL_SECONDS = 3
 T = TypeVar("T")
 
 
