@@ -1,4 +1,4 @@
-"""Forms: the inbox's poll for news, the pipeline page's window, the approval of a plan, the
+"""Forms: the inbox's poll for news, the run page's poll for its timeline, the pipeline page's window, the approval of a plan, the
 ways out of a failed answer (Ask again, close out), and the supervisor's ledger edit. The
 inbox's filters are shared with the API (runs/reads/filters.py)."""
 
@@ -15,6 +15,7 @@ from runs.ledger.reasons import MAX_REASON_CHARS
 from runs.models import ApprovalMode, Effect
 from runs.planning.grouping import FINGERPRINT_RE
 from runs.reads.filters import InboxFilterForm, PkField
+from runs.reads.live import FOLLOWS, Seen
 
 
 class InboxNewsForm(InboxFilterForm):
@@ -23,6 +24,26 @@ class InboxNewsForm(InboxFilterForm):
     since = forms.DateTimeField(
         error_messages={"invalid": "Not a time: the page sends when it read its rows."}
     )
+
+
+def _count() -> forms.IntegerField:
+    return forms.IntegerField(min_value=0, max_value=2**62)
+
+
+class TimelinePollForm(forms.Form):
+    """The run page's poll form: what the page shows of its timeline (runs/reads/live.py).
+    A form that does not parse gets the whole timeline again, as a reload would."""
+
+    since = _count()
+    seen = forms.CharField(max_length=40, required=False)
+    beat = _count()
+    settled = _count()
+    tail = _count()
+    follows = forms.ChoiceField(choices=[(value, value) for value in FOLLOWS])
+
+    def seen_value(self) -> Seen:
+        data = dict(self.cleaned_data)
+        return Seen(state=data.pop("seen"), **data)
 
 
 class PipelineWindowForm(forms.Form):

@@ -13,9 +13,11 @@ Each figure set is one aggregate query over the last N runs' events, whatever th
 runs or events in the database: attempts (the duration chart), spending and reused effects
 (the spend chart), skipped stages (with the reused effects, the savings chart). Nothing here
 writes or calls a tool. The SQL is per vendor only where SQLite and PostgreSQL spell things
-differently: a JSON key, a time difference. Events are read through their run's index; the
-window's runs by walking the primary key backwards, which stays short while a database holds
-a few pipelines (a rare pipeline among many would want an index on (pipeline, -id)).
+differently: a JSON key, a time difference, how the window's runs select their events (each
+run's events through the (run, seq) index, so the page costs what its window holds, not what
+the database holds; bench/pages.py --window-ratio). The window's runs are found by walking the
+primary key backwards, which stays short while a database holds a few pipelines (a rare
+pipeline among many would want an index on (pipeline, -id)).
 """
 
 from __future__ import annotations
@@ -143,6 +145,7 @@ class PipelineStats:
 class _Dialect:
     ms_between: str  # "{a}" to "{b}" in whole milliseconds
     money: str  # a text expression "{x}" as a number, 0 when it is not one
+    in_window: str  # the event `e` is of a run in the window (`recent`)
 
 
 def _dialect() -> _Dialect:
@@ -150,11 +153,18 @@ def _dialect() -> _Dialect:
         return _Dialect(
             ms_between="CAST(ROUND(EXTRACT(EPOCH FROM ({b} - {a})) * 1000) AS BIGINT)",
             money="(CASE WHEN {x} ~ '^[0-9]+(\\.[0-9]+)?$' THEN CAST({x} AS NUMERIC) ELSE 0 END)",
+            # Not `IN (SELECT id FROM recent)`: PostgreSQL plans that as a hash semi join
+            # over a sequential scan of every event (the window's 500 runs took 0.25 s at
+            # 100k events, 1.3 s at 1M; EXPLAIN in docs/benchmarks.md). An array of the ids
+            # is looked up in the (run, seq) index, reading the window's events alone.
+            in_window="e.run_id = ANY(ARRAY(SELECT id FROM recent))",
         )
     # SQLite keeps timestamps as ISO text (julianday reads them).
     return _Dialect(
         ms_between="CAST(ROUND((julianday({b}) - julianday({a})) * 86400000.0) AS INTEGER)",
         money="CAST(COALESCE({x}, 0) AS NUMERIC)",
+        # SQLite looks each of the subquery's ids up in the (run, seq) index.
+        in_window="e.run_id IN (SELECT id FROM recent)",
     )
 
 
@@ -181,7 +191,7 @@ marks AS (
     LEAD(e.created_at) OVER (PARTITION BY e.run_id ORDER BY e.seq) AS next_at,
     LAG(e.type) OVER (PARTITION BY e.run_id ORDER BY e.seq) AS prev_type
   FROM {event_t} e
-  WHERE e.run_id IN (SELECT id FROM recent)
+  WHERE {in_window}
     AND e.type IN ('STARTED', 'VERIFIED', 'FAILED', 'INTERRUPTED', 'NEEDS_APPROVAL')
 ),
 timed AS (
@@ -229,7 +239,7 @@ SELECT e.stage,
   SUM(CASE WHEN {reused} THEN COALESCE(f.cost, 0) ELSE 0 END) AS reused_money
 FROM {event_t} e
 LEFT JOIN {effect_t} f ON {reused} AND f.delivery_key = e.idempotency_key
-WHERE e.run_id IN (SELECT id FROM recent) AND e.type = 'TOOL_RESULT'
+WHERE {in_window} AND e.type = 'TOOL_RESULT'
 GROUP BY e.stage
 """
 
@@ -242,7 +252,7 @@ WITH {recent},
 stage_order(stage, idx) AS (VALUES {order}),
 resumes AS (
   SELECT e.run_id, e.seq, e.stage AS restart FROM {event_t} e
-  WHERE e.run_id IN (SELECT id FROM recent) AND e.type = 'RESUMED'
+  WHERE {in_window} AND e.type = 'RESUMED'
 ),
 paid AS (
   SELECT e.run_id, e.seq, e.stage, {call} AS call_id, {cost} AS cost FROM {event_t} e
@@ -267,7 +277,8 @@ WINDOW_SQL = "WITH {recent} SELECT COUNT(*), MIN(id), MAX(id) FROM recent"
 
 def _sql(template: str, **extra: str) -> str:
     names = _names()
-    return template.format(recent=RECENT.format(**names), **names, **extra)
+    recent = RECENT.format(**names)
+    return template.format(recent=recent, in_window=_dialect().in_window, **names, **extra)
 
 
 def _payload_exprs() -> dict[str, str]:

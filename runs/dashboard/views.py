@@ -23,13 +23,18 @@ from runs import ids
 from runs.access import roles
 from runs.access.guards import operator_required, viewer_required
 from runs.dashboard import charts, stats
-from runs.dashboard.forms import ApproveForm, GroupApproveForm, PipelineWindowForm
+from runs.dashboard.forms import (
+    ApproveForm,
+    GroupApproveForm,
+    PipelineWindowForm,
+    TimelinePollForm,
+)
 from runs.ledger import artifacts as artifact_store
 from runs.models import GroupApproval, Run, StoredPlan
 from runs.planning import grouping, stored_plans, triage
 from runs.planning.planner import Plan
 from runs.planning.resume import AlreadyApproved, ResumeRefused, approve
-from runs.reads import batches, groups
+from runs.reads import batches, groups, live
 from runs.reads.artifacts import artifact_view, get_artifact
 from runs.reads.decision import decision
 from runs.reads.filters import InboxFilterForm
@@ -37,8 +42,12 @@ from runs.reads.gates import waiting
 from runs.reads.inbox import inbox_groups, inbox_page
 from runs.reads.run_page import get_run, run_page, timeline_update
 
-# How often the inbox asks whether runs came to need a human (runs/dashboard/inbox_views.py).
-INBOX_POLL_SECONDS = 15
+# How often the inbox asks whether runs came to need a human (runs/dashboard/inbox_views.py):
+# a crash shows within a few seconds. A poll that finds nothing new is an empty 204 after
+# three queries (one count on run_inbox_idx), about 2 ms of a web worker: a hundred open
+# inboxes cost a few per cent of one (bench/live_polls.py). Server-sent events would hold one of gunicorn's sync
+# workers (three per machine, docs/deploy.md) for every open inbox.
+INBOX_POLL_SECONDS = 3
 T = TypeVar("T")
 
 
@@ -106,15 +115,24 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 @viewer_required
 def run_timeline(request: HttpRequest, pk: int) -> HttpResponse:
-    """The polled partial: the timeline page, with the run's header swapped in out of band;
-    when the run moved since the page was drawn (`?seen=`), also its decision, plan, verdict
-    and (once it stopped) its checkpoints, artifacts and effects."""
-    update = timeline_update(
-        _run(pk),
-        _after(request),
-        request.GET.get("seen", "")[:40],
-        logs=roles.can_approve(request.user),
-    )
+    """The polled partial. A live page's poll form says what the page shows: it gets nothing
+    (204) when nothing moved, else only the events after its last one, with the header and,
+    when the run moved, its decision, plan, verdict and (once it stopped) its facts, all out
+    of band (runs/reads/live.py). Without that form, or when the page must be laid out again,
+    the whole timeline comes, in place of the page's."""
+    logs = roles.can_approve(request.user)
+    form = TimelinePollForm(request.GET)
+    if form.is_valid():
+        found = live.poll(
+            _found(live.poll_run(pk), f"There is no run-{pk}."), form.seen_value(), logs=logs
+        )
+        if found.quiet:
+            return HttpResponse(status=204)
+        update = found.update
+    else:
+        update = timeline_update(
+            _run(pk), _after(request), request.GET.get("seen", "")[:40], logs=logs
+        )
     page = update.page
     context = {
         "page": page,
@@ -125,7 +143,14 @@ def run_timeline(request: HttpRequest, pk: int) -> HttpResponse:
         "changed": update.changed,
         "oob": True,
     }
-    return render(request, "runs/_timeline.html", context)
+    if isinstance(page.timeline, live.NewsPage):
+        return render(request, "runs/_timeline_news.html", context)
+    response = render(request, "runs/_timeline.html", context)
+    if request.htmx:
+        # Asked by the page's poll form, the answer takes the whole timeline's place.
+        response["HX-Retarget"] = "#timeline"
+        response["HX-Reswap"] = "outerHTML"
+    return response
 
 
 @require_GET

@@ -102,13 +102,16 @@ def confirmed_calls(
     return found
 
 
-def refusals(run: Run) -> list[Refusal]:
+def refusals(run: Run, effects: list[Effect] | None = None) -> list[Refusal]:
     """The confirmed calls of a stopped run that their targets refused, by call: what Ask
-    again offers. A run that is not stopped (running, waiting, finished, closed) has none."""
+    again offers. A run that is not stopped (running, waiting, finished, closed) has none.
+    `effects`: the run's effects by id, when the caller read them already (the run page)."""
     if not run.is_resumable:
         return []
     newest: dict[tuple[str, str], Effect] = {}
-    for effect in Effect.objects.filter(run=run).order_by("id"):
+    if effects is None:
+        effects = list(Effect.objects.filter(run=run).order_by("id"))
+    for effect in effects:
         newest[(effect.stage, effect.call_id)] = effect
     found = confirmed_calls(run, newest.values())
     return sorted(found.values(), key=lambda r: r.effect.pk)

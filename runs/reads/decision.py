@@ -217,13 +217,16 @@ def closed_out(run: Run) -> dict | None:
     }
 
 
-def decision(run: Run, plan: Plan | None, stored: StoredPlan | None) -> Decision:
+def decision(
+    run: Run, plan: Plan | None, stored: StoredPlan | None, effects: list[Effect] | None = None
+) -> Decision:
+    """`effects`: the run's effects by id, when the page read them already."""
     found = Decision(plan_pending=plan_pending(run, stored, plan), silent_for=silent_for(run))
     if plan is not None and run.is_resumable:
         found.strict = _strict(plan)
         found.upgrade = _upgrade(plan)
         found.blockers = _blockers(plan) if plan.blocked else []
-    found.refusals = refusals(run)
+    found.refusals = refusals(run, effects)
     found.closed = closed_out(run)
     return found
 

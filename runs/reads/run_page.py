@@ -3,6 +3,7 @@ did outside, its stored plan, and the verdict on the plan it was resumed with.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -110,12 +111,49 @@ class TimelinePage:
         """Poll while the run can still move: the newest page of a run that is not done."""
         return bool(self.poll) and self.newer_after is None
 
+    # What the page's poll form says back (runs/reads/live.py): its last event's seq, the
+    # lease heartbeat its header shows, whether it follows an active run, its last table.
+    @property
+    def until(self) -> int:
+        return self.events[-1].seq if self.events else 0
+
+    @property
+    def beat(self) -> int:
+        return heartbeat(self.run)
+
+    @property
+    def follows(self) -> str:
+        return "active" if self.run.is_active else "stopped"
+
+    @property
+    def tail(self) -> int:
+        """The first seq of the page's last stage table (0: none after the settled history)."""
+        return table_start(self.unsettled)
+
     @property
     def total(self) -> int:
         """The events the run has: its head, or the newest event read when the run moved
         between the two reads (never "#1–#3 of 2")."""
         last = self.events[-1].seq if self.events else 0
         return max(self.run.last_seq, last)
+
+
+def table_start(events: list[Event]) -> int:
+    """The seq of the first event of the last stage table these events are drawn as."""
+    start = 0
+    for event in reversed(events):
+        if event.stage != events[-1].stage:
+            break
+        start = event.seq
+    return start
+
+
+def heartbeat(run: Run) -> int:
+    """The lease's last heartbeat in milliseconds since the epoch (0: none): the header shows
+    it, so a live page's poll brings the header again when it moved (runs/reads/live.py)."""
+    lease = getattr(run, "lease", None)
+    at = lease.heartbeat_at if lease is not None else None
+    return int(at.timestamp() * 1000) if at is not None else 0
 
 
 def timeline(run: Run, after: int | None, size: int = TIMELINE_PAGE_SIZE) -> TimelinePage:
@@ -251,7 +289,7 @@ def run_page(run: Run, after: int | None, *, logs: bool = False) -> RunPage:
     shown = _shown_plan(run)
     page = timeline(run, after)
     page.settled_checkpoint, page.settled_until = resume_point(shown.get("plan"))
-    found = decision(run, shown.get("plan"), shown.get("stored_plan"))
+    found = decision(run, shown.get("plan"), shown.get("stored_plan"), facts.effects)
     page.poll = timeline_poll(run, found.plan_pending)
     return RunPage(
         run=run,
@@ -367,15 +405,26 @@ class TimelineUpdate:
 
 
 def timeline_update(
-    run: Run, after: int | None, seen: str, *, logs: bool = False
+    run: Run,
+    after: int | None,
+    seen: str,
+    *,
+    logs: bool = False,
+    news: Callable[[int, str], TimelinePage | None] | None = None,
 ) -> TimelineUpdate:
+    """`news(settled_until, poll)`: a live page's poll asks for only what came after its last
+    event (runs/reads/live.py), or None when the page must be drawn again: the latest page."""
     shown = _shown_plan(run)
-    page = timeline(run, after)
-    page.settled_checkpoint, page.settled_until = resume_point(shown.get("plan"))
-    found = decision(run, shown.get("plan"), shown.get("stored_plan"))
-    page.poll = timeline_poll(run, found.plan_pending)
     changed = seen != page_state(run, shown.get("stored_plan"))
     facts = run_facts(run) if changed and not run.is_active else None
+    effects = facts.effects if facts is not None else None
+    checkpoint, settled = resume_point(shown.get("plan"))
+    found = decision(run, shown.get("plan"), shown.get("stored_plan"), effects)
+    poll = timeline_poll(run, found.plan_pending)
+    page = news(settled, poll) if news is not None else None
+    if page is None:
+        page = timeline(run, after)
+    page.settled_checkpoint, page.settled_until, page.poll = checkpoint, settled, poll
     stages = facts.checkpoint_stages if facts is not None else None
     update = RunPage(
         run=run,

@@ -378,7 +378,7 @@ def test_a_stopped_run_keeps_polling_until_its_plan_is_stored_then_the_poll_brin
     html = page_of(viewer, run)
     assert 'hx-trigger="every 2s"' in html
     assert "computing the plan" in decision_of(html)
-    seen = re.search(r'"seen": "([0-9-]+)"', html)[1]
+    seen = re.search(r'name="seen" value="([0-9-]+)"', html)[1]
     quiet = viewer.get(f"/runs/{run.public_id}/timeline/?seen={seen}").content.decode()
     assert 'id="decision"' not in quiet  # nothing moved: the decision is left as it is
     stored_plans.refresh(Run.objects.get(pk=run.pk))
