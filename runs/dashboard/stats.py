@@ -28,6 +28,7 @@ from enum import StrEnum
 
 from django.db import connection
 
+from runs.dashboard import resume_savings
 from runs.events import ToolResult, sql_text, sql_text_at, sql_true
 from runs.models import Effect, Event, ReplayPolicy, Run
 from runs.pipeline import Pipeline, UnknownPipeline, registry
@@ -74,9 +75,13 @@ class StageStats:
     skipped: int = 0
     skipped_calls: int = 0
     skipped_money: Decimal = ZERO
-    # Saved by memoized effects: confirmed effects returned instead of called again.
+    # Saved by resuming (resume_savings.py): effects made before a resume and reused or found
+    # on the target instead of made again, at their recorded price, and the model tokens of
+    # reused turns; and what runs again after a gate handed back (not a saving).
     reused_calls: int = 0
     reused_money: Decimal = ZERO
+    saved_tokens: int = 0
+    replayed_after_gates: int = 0
     declared_cost: Decimal = ZERO  # what the stage's declared calls cost, once
     tools: list[str] = field(default_factory=list)  # the tools the stage may call
     outside_tools: list[str] = field(default_factory=list)  # "upload_asset (IDEMPOTENT)"
@@ -112,6 +117,11 @@ class StageStats:
         return self.skipped_money + self.reused_money
 
 
+def _summed(name: str, zero: Decimal | int = 0) -> property:
+    """A figure of the whole pipeline: the sum of its stages' own."""
+    return property(lambda stats: sum((getattr(s, name) for s in stats.stages), zero))
+
+
 @dataclass
 class PipelineStats:
     pipeline: Pipeline
@@ -121,21 +131,12 @@ class PipelineStats:
     last_run: int | None
     stages: list[StageStats]
 
-    @property
-    def spent(self) -> Decimal:
-        return sum((s.spent for s in self.stages), ZERO)
-
-    @property
-    def saved_money(self) -> Decimal:
-        return sum((s.saved_money for s in self.stages), ZERO)
-
-    @property
-    def tokens(self) -> int:
-        return sum(s.tokens for s in self.stages)
-
-    @property
-    def saved_calls(self) -> int:
-        return sum(s.saved_calls for s in self.stages)
+    spent = _summed("spent", ZERO)
+    saved_money = _summed("saved_money", ZERO)
+    saved_tokens = _summed("saved_tokens")
+    replayed_after_gates = _summed("replayed_after_gates")
+    tokens = _summed("tokens")
+    saved_calls = _summed("saved_calls")
 
 
 # --- SQL -------------------------------------------------------------------------------------
@@ -227,18 +228,15 @@ FROM outcomes o LEFT JOIN pct p ON p.stage = o.stage
 """
 
 # Money spent, model tokens used and paid calls: every TOOL_RESULT that was a call (not a reused
-# effect, not an abandoned one), at the cost and usage it recorded. The same pass counts the reused effects, at the
-# cost recorded on the effect itself (a reused result records 0): what memoizing them saved.
+# effect, not an abandoned one, not a result a stage run again replayed), at the cost and usage
+# it recorded. What reuses saved is resume_savings.py's.
 SPEND_SQL = """
 WITH {recent}
 SELECT e.stage,
-  SUM(CASE WHEN {reused} OR {skipped} THEN 0 ELSE 1 END) AS calls,
-  SUM(CASE WHEN {reused} OR {skipped} THEN 0 ELSE {cost} END) AS spent,
-  SUM(CASE WHEN {reused} OR {skipped} THEN 0 ELSE {tokens} END) AS tokens,
-  SUM(CASE WHEN {reused} THEN 1 ELSE 0 END) AS reused,
-  SUM(CASE WHEN {reused} THEN COALESCE(f.cost, 0) ELSE 0 END) AS reused_money
+  SUM(CASE WHEN {not_made} THEN 0 ELSE 1 END) AS calls,
+  SUM(CASE WHEN {not_made} THEN 0 ELSE {cost} END) AS spent,
+  SUM(CASE WHEN {not_made} THEN 0 ELSE {tokens} END) AS tokens
 FROM {event_t} e
-LEFT JOIN {effect_t} f ON {reused} AND f.delivery_key = e.idempotency_key
 WHERE {in_window} AND e.type = 'TOOL_RESULT'
 GROUP BY e.stage
 """
@@ -287,6 +285,10 @@ def _payload_exprs() -> dict[str, str]:
     return {
         "reused": sql_true(vendor, col, ToolResult, "reused"),
         "skipped": sql_true(vendor, col, ToolResult, "skipped"),
+        # Neither made nor paid: a reused effect, an abandoned one, a replayed result.
+        "not_made": " OR ".join(
+            sql_true(vendor, col, ToolResult, name) for name in ("reused", "skipped", "replayed")
+        ),
         "cost": _dialect().money.format(x=sql_text(vendor, col, ToolResult, "cost")),
         "call": sql_text(vendor, col, ToolResult, "call"),
         # A metered call's prompt and completion tokens (the cached are part of the prompt).
@@ -353,11 +355,16 @@ def pipeline_stats(pipeline: Pipeline, window: int = DEFAULT_WINDOW) -> Pipeline
             s.median_ms = None if median is None else int(median)
             s.p95_ms = None if p95 is None else int(p95)
 
-    for stage, calls, spent, tokens, reused, reused_money in spend_rows(pipeline, window):
+    for stage, calls, spent, tokens in spend_rows(pipeline, window):
         if stage in stages:
             s = stages[stage]
             s.paid_calls, s.spent, s.tokens = int(calls or 0), _money(spent), int(tokens or 0)
-            s.reused_calls, s.reused_money = int(reused or 0), _money(reused_money)
+    reuses = _sql(resume_savings.REUSES_SQL, **resume_savings.exprs())
+    for stage, saved in resume_savings.by_stage(pipeline, reuses, [pipeline.name, window]).items():
+        if stage in stages:
+            s = stages[stage]
+            s.reused_calls, s.reused_money = saved.calls, _money(saved.money)
+            s.saved_tokens, s.replayed_after_gates = saved.tokens, saved.replayed_after_gates
 
     order = list(pipeline.stage_names)
     for kind, stage, count, money in savings_rows(pipeline, window):

@@ -49,11 +49,11 @@ def test_the_inbox_makes_ten_queries(operator, world, django_assert_num_queries)
 
 @pytest.mark.parametrize(
     ("which", "count"),
-    # Moving: the run, checkpoints, effects, events, branches, stage logs, conversations.
-    # Succeeded: also the artifacts, the confirmations its effects were made with, and one
-    # read per stage that talked to a model (its conversation). Stopped: also its stored
-    # plan and the newest stop that plan must answer.
-    [("moving", 10), ("succeeded", 14), ("stopped", 16)],
+    # Moving: the run, checkpoints, effects, events, branches, stage logs, conversations,
+    # model spend. Succeeded: also the artifacts, the confirmations its effects were made
+    # with, and one read per stage that talked to a model (its conversation). Stopped: also
+    # its stored plan and the newest stop that plan must answer.
+    [("moving", 11), ("succeeded", 15), ("stopped", 17)],
 )
 def test_the_run_page_makes_a_fixed_number_of_queries(
     operator, world, django_assert_num_queries, which, count
@@ -62,9 +62,10 @@ def test_the_run_page_makes_a_fixed_number_of_queries(
         assert operator.get(f"/runs/{world[which].public_id}/").status_code == 200
 
 
-def test_the_pipeline_page_makes_seven_queries(operator, world, django_assert_num_queries):
-    # Attempts, spend, savings and the window, whatever the window holds.
-    with django_assert_num_queries(7):
+def test_the_pipeline_page_makes_eight_queries(operator, world, django_assert_num_queries):
+    # Attempts, spend, what skipped stages saved, what reuses saved (and what gates
+    # replayed), and the window, whatever the window holds.
+    with django_assert_num_queries(8):
         assert operator.get("/pipelines/content/?runs=500").status_code == 200
 
 

@@ -20,17 +20,23 @@ from django.utils import timezone
 
 from demo import faults
 from demo.management.commands.seed_demo import run_inline
+from demo.pipeline import PROMOTION_FEE
 from runs import engine
 from runs.access import roles
 from runs.dashboard import stats
 from runs.events import read
 from runs.execution import sweeper
+from runs.gates import answers
+from runs.gates.acts import TICK
 from runs.ledger import leases
 from runs.ledger.append import Writer, append
-from runs.models import Effect, Event, Run
+from runs.ledger.edits import edit_effect
+from runs.models import Effect, Event, Gate, Run
 from runs.pipeline import registry
+from runs.planning.planner import compute_plan
+from runs.planning.resume import approve
 from tests.support import events
-from tests.support.plans import resumed_inline
+from tests.support.plans import resumed_inline, run_in_process
 
 pytestmark = pytest.mark.django_db
 
@@ -305,3 +311,45 @@ def test_pipeline_page_queries_do_not_grow_with_runs(viewer, facts, django_asser
         started()
     with django_assert_max_num_queries(len(one.captured_queries)):
         assert viewer.get(PAGE).status_code == 200
+
+
+def test_a_charge_settled_by_hand_and_reused_by_the_resume_saves_its_price(facts):
+
+    # The charge went out and its answer never came; a supervisor found it at the card
+    # processor and recorded it as made: the resume reuses it instead of charging again.
+    run = run_in_process({"timeout": "publish/promote-charge/after"})
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+    edit_effect(
+        charge.pk,
+        {"status": Effect.Status.CONFIRMED, "external_id": "ch-found"},
+        reason="the card processor shows the charge",
+        actor="user:supervisor",
+    )
+    run.refresh_from_db()
+    approve(run, "strict", compute_plan(run).fingerprint, actor="test")
+    run = run_inline(run.pk)
+    assert run.status == Run.Status.SUCCEEDED
+
+    publish = by_stage(content())["publish"]
+    assert publish.reused_calls >= 1
+    assert publish.reused_money >= PROMOTION_FEE
+    assert publish.replayed_after_gates == 0
+
+
+def test_calls_handed_back_after_a_gate_are_not_savings(facts):
+
+    # A reviewed run: the review and the charge's confirmation each run publish again.
+    run = faults.start_run("content", {"review": "on"}, actor="test", enqueue=False)
+    run = run_inline(run.pk)
+    review = Gate.objects.get(run=run, gate_id="review")
+    answers.answer(review.pk, review.initial, actor="ana", roles=frozenset({"operator"}))
+    run = run_inline(run.pk)
+    charge = Gate.objects.get(run=run, gate_id="promote-charge")
+    approval = {"decision": "approve", TICK: "on"}
+    answers.answer(charge.pk, approval, actor="sam", roles=frozenset({"supervisor"}))
+    run = run_inline(run.pk)
+    assert run.status == Run.Status.SUCCEEDED
+
+    figures = content()
+    assert figures.saved_money == 0 and figures.saved_calls == 0
+    assert figures.replayed_after_gates >= 1
