@@ -85,6 +85,10 @@ INVARIANTS: dict[str, str] = {
     "gate-answered-once": "each gate answered once: one final HUMAN_ANSWERED per gate asked",
     "edit-kept": "an edited call made once, with the edited arguments: what the target holds, "
     "the ledger's row was sent and priced at, and its answer's diff",
+    "no-call-remade": "no call re-made on a re-entry: a call id whose result a stage recorded "
+    "is never called again in the run (replayed or reused)",
+    "plan-gates-kept": "plan = reality, with gates: the gates the resumed work opened are the "
+    "plan's 'ask' lines, none it said were answered",
 }
 # Who answers gates in the matrix, by the role a gate names.
 GATE_PEOPLE = {"operator": "user:operator", "supervisor": "user:supervisor"}
@@ -643,6 +647,11 @@ def resume_and_check(
     world_checks(result, run, marks, reference)
     if "gate-asked-once" in result.invariants:
         gate_checks(result, run)
+    if "no-call-remade" in result.invariants:
+        problems = remade_calls(run)
+        result.check("no-call-remade", not problems, "; ".join(problems))
+        problems = plan_gate_problems(run, plan)
+        result.check("plan-gates-kept", not problems, "; ".join(problems))
     if edits:
         problems = edit_problems(run, result.case, marks)
         result.check("edit-kept", not problems, "; ".join(problems))
@@ -742,6 +751,59 @@ def edit_problems(run, case: Case, marks: Marks) -> list[str]:
     ]
     if [{n: d[1] for n, d in a["diff"].items()} for a in answered] != [edits]:
         problems.append(f"answers' diffs {[a['diff'] for a in answered]}")
+    return problems
+
+
+def remade_calls(run) -> list[str]:
+    """The calls made again after a stage was handed their result in this run: a TOOL_CALLED
+    of a (stage, call id) after a TOOL_RESULT of it that answered (not a refusal, not an
+    unknown outcome: those may be made again)."""
+    from runs.models import Event
+
+    answered: set[tuple[str, str]] = set()
+    remade = []
+    for event in Event.objects.filter(
+        run=run, type__in=(Event.Type.TOOL_CALLED, Event.Type.TOOL_RESULT)
+    ).order_by("seq"):
+        payload = event_payload(event)
+        where = (event.stage, payload.get("call", ""))
+        if event.type == Event.Type.TOOL_CALLED and where in answered:
+            remade.append(f"{where[0]}/{where[1]} called again at #{event.seq}")
+        elif event.type == Event.Type.TOOL_RESULT and payload.get("status", "") not in (
+            "failed",
+            "unknown",
+            "conflict",
+        ):
+            answered.add(where)
+    return remade
+
+
+def plan_gate_problems(run, plan) -> list[str]:
+    """The gates the resumed work opened (after RESUMED) against the plan's gate lines: only
+    gates the plan said it may ask, every one it said it asks again (an asked gate's line),
+    and none it said was answered. A declared gate never asked yet is a "may ask": its
+    condition (the demo's review=on) decides."""
+    from runs.gates.decision import GateAction
+    from runs.models import Event
+
+    resumed = Event.objects.filter(run=run, type=Event.Type.RESUMED).order_by("-seq").first()
+    if resumed is None:
+        return ["no RESUMED event"]
+    opened = sorted(
+        (e.stage, event_payload(e)["gate"])
+        for e in Event.objects.filter(run=run, seq__gt=resumed.seq, type=Event.Type.GATE_OPENED)
+    )
+    may = {(g.stage, g.gate_id) for g in plan.gates if g.action == GateAction.ASK}
+    must = {(g.stage, g.gate_id) for g in plan.gates if g.action == GateAction.ASK and g.kind}
+    answered = {(g.stage, g.gate_id) for g in plan.gates if g.action == GateAction.USE_ANSWER}
+    problems = []
+    if not must <= set(opened) <= may:
+        problems.append(
+            f"gates opened {opened}, the plan said it asks {sorted(must)} of {sorted(may)}"
+        )
+    again = sorted(set(opened) & answered)
+    if again:
+        problems.append(f"asked again though the plan said answered: {again}")
     return problems
 
 
