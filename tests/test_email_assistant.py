@@ -139,3 +139,56 @@ def test_the_agent_is_at_most_half_a_hand_written_loop_and_writes_no_json_schema
     assert lines <= 82 // 2
     source = Path(email_assistant.__file__).read_text()
     assert '"properties"' not in source and '"parameters"' not in source
+
+
+def test_a_worker_killed_mid_loop_after_the_answers_is_resumed_and_keeps_its_plan(
+    assistant, workers, demo_service
+):
+    from demo import faults
+    from runs.planning.planner import compute_plan
+    from runs.planning.replay import Action
+    from runs.planning.resume import approve
+
+    model = demo_service.script("assistant-crash", conversations=[TRIAGE, RESPOND])
+    run = faults.start_run(
+        "email-assistant",
+        {"model": model, "author": BO, "subject": "Tuesday?", "body": "Can we meet?"},
+        actor="test",
+        # The fourth turn (the reply's draft) is billed, its answer never recorded.
+        faults={"crash": "respond/turn-4/after"},
+    )
+    env = {**assistant, "RESUMER_CALL_HOOKS": "demo.faults.FaultHooks", "RESUMER_FAULTS": "1"}
+    doomed = workers.start("doomed", env=env)
+    answer_when_asked(run, "schedule_meeting-1", {"decision": "approve"})
+    answer_when_asked(run, "Question-1", {"answer": "Yes, attach them."})
+    doomed.wait(timeout=SLOW)
+    workers.start("healthy", env=env)
+    wait_for(lambda: run_status(run) == Run.Status.INTERRUPTED, timeout=SLOW, what="interrupted")
+    run.refresh_from_db()
+    plan = compute_plan(run)
+    actions = {line.call_id: line.action for line in plan.effects if line.stage == "respond"}
+    assert actions["turn-4"] == Action.RETRY_SAME_KEY
+    assert {actions[f"turn-{n}"] for n in (1, 2, 3)} == {Action.REUSE}
+    assert actions["check_calendar-1"] == Action.REPLAY
+    billed = {k: demo_service.count("chat", k) for k in completion_keys(run)}
+
+    approve(run, "strict", plan.fingerprint, actor="user:op")
+    answer_when_asked(run, "write_email-1", {"decision": "approve"})
+    wait_for(lambda: run_status(run) in Run.TERMINAL, timeout=SLOW, what="the run to end")
+
+    assert run_status(run) == Run.Status.SUCCEEDED
+    assert Event.objects.filter(run=run, type=Event.Type.PLAN_KEPT).count() == 1
+    assert not Event.objects.filter(run=run, type=Event.Type.PLAN_DEVIATED).exists()
+    # No completed turn billed again; the one in flight at the kill once more, as planned.
+    after = {k: demo_service.count("chat", k) for k in completion_keys(run)}
+    turn_4 = Effect.objects.get(run=run, stage="respond", call_id="turn-4").delivery_key
+    assert {k: after[k] - billed.get(k, 0) for k in after if after[k] != billed.get(k, 0)} == {
+        turn_4: 1,
+        **{k: 1 for k in after if k not in billed},  # turn-5, made only after the resume
+    }
+    assert len(demo_service.mail()) == 1
+    assert len([m for m in demo_service.meetings() if m["delivery_key"]]) == 1
+
+
+def completion_keys(run: Run) -> list[str]:
+    return list(Effect.objects.filter(run=run, tool="model").values_list("delivery_key", flat=True))

@@ -85,7 +85,7 @@ class DurableCalls(StagePart):
         # A diverged request (recorded by first_use) is made with what it asks now.
         replaying = before is not None and before.replays(request_hash(tool.name, args))
         action = decide(tool=tool.name, call_id=call_id, policy=tool.policy, recorded=None, made=replaying).action  # fmt: skip
-        self._keep_contract(call_id, tool, action)
+        self._keep_contract(call_id, tool, action, args)
         if replaying:
             # The facts the stage had, and the reviewer saw: never fetched again in this run.
             append(self.writer, self._result(call_id, tool, replayed=True), flush=False)
@@ -195,7 +195,7 @@ class DurableCalls(StagePart):
         key = fields["delivery_key"]
         existing = effects.find(key)
         decision, answer, asked = self._decide(call_id, tool, existing, req_hash)
-        self._keep_contract(call_id, tool, decision.action)
+        self._keep_contract(call_id, tool, decision.action, fields["request"])
         if decision.action == Action.REFUSE:
             self._stop(Run.Status.FAILED, Failed, decision.reason, key=key)
         if decision.action == Action.BLOCKED:
@@ -399,13 +399,17 @@ class DurableCalls(StagePart):
 
     # The approved plan ------------------------------------------------------------------
 
-    def _keep_contract(self, call_id: str, tool: Tool, action: str) -> None:
+    def _keep_contract(self, call_id: str, tool: Tool, action: str, args: dict) -> None:
         """Hold the decision about to be acted on against the approved plan's line. The first
         difference is recorded (PLAN_DEVIATED); a call the plan did not promise on a tool that
         must never be guessed about (replay.GUARDED_POLICIES) is not made: the run stops for
-        a human before it."""
+        a human before it. A call that continues a stage made as it goes is counted apart."""
         tracing.note(action=action)
         if self.contract is None:
+            return
+        confirmed = tool.confirmation is not None
+        if self.contract.continues(self.stage, call_id, tool.policy, action, confirmed):
+            self.usage.add_beyond(tool.name, tool.price_of(args))
             return
         difference = self.contract.difference(self.stage, call_id, tool.name, tool.policy, action)
         if difference is None:

@@ -43,6 +43,14 @@ class Usage:
     money: Decimal = Decimal(0)
     tokens: dict[str, int] = field(default_factory=dict)
     metered_money: Decimal = Decimal(0)
+    # Calls that continued the plan in a stage whose calls are made as they go (Contract.open),
+    # per tool, and their price: part of `calls` and `money`, not of what the plan listed.
+    beyond: dict[str, int] = field(default_factory=dict)
+    beyond_money: Decimal = Decimal(0)
+
+    def add_beyond(self, tool: str, cost: Decimal) -> None:
+        self.beyond[tool] = self.beyond.get(tool, 0) + 1
+        self.beyond_money += cost
 
     def add_call(self, tool: str, cost: Decimal) -> None:
         self.calls[tool] = self.calls.get(tool, 0) + 1
@@ -68,6 +76,9 @@ class Usage:
             self.tokens[kind] = self.tokens.get(kind, 0) + n
         self.money += other.money
         self.metered_money += other.metered_money
+        for tool, n in other.beyond.items():
+            self.beyond[tool] = self.beyond.get(tool, 0) + n
+        self.beyond_money += other.beyond_money
 
     @property
     def tool_calls(self) -> int:
@@ -83,6 +94,9 @@ class Usage:
             # Only where something was metered: usage without it reads as it always did.
             data["tokens"] = {k: self.tokens[k] for k in TOKEN_KINDS if k in self.tokens}
             data["metered_money"] = str(self.metered_money.quantize(Decimal("0.0001")))
+        if self.beyond:
+            data["beyond"] = dict(sorted(self.beyond.items()))
+            data["beyond_money"] = str(self.beyond_money.quantize(Decimal("0.0001")))
         return data
 
     @classmethod
@@ -94,6 +108,8 @@ class Usage:
             Decimal(data.get("money", 0)),
             dict(data.get("tokens", {})),
             Decimal(data.get("metered_money", 0)),
+            dict(data.get("beyond", {})),
+            Decimal(data.get("beyond_money", 0)),
         )
 
 
@@ -135,10 +151,19 @@ class Contract:
     seq: int = 0
     # "stage/gate_id" -> "use-answer" (its answer is recorded: never asked again) or "ask".
     gates: dict[str, str] = field(default_factory=dict)
+    # The stages whose calls are made as they go (an agent loop): a call the plan could not
+    # list there continues it, held to its policy and gates, and counted apart (Usage.beyond).
+    open: tuple[str, ...] = ()
 
     @classmethod
     def from_plan(
-        cls, fingerprint: str, mode: str, effects: list[Any], cost: Any, gates: list[Any] = ()
+        cls,
+        fingerprint: str,
+        mode: str,
+        effects: list[Any],
+        cost: Any,
+        gates: list[Any] = (),
+        open_stages: list[str] = (),
     ) -> Contract:
         return cls(
             fingerprint=fingerprint,
@@ -152,6 +177,7 @@ class Contract:
                 Decimal(cost.metered_money),
             ),
             gates={f"{g.stage}/{g.gate_id}": str(g.action) for g in gates},
+            open=tuple(open_stages),
         )
 
     def to_payload(self) -> dict[str, Any]:
@@ -161,6 +187,7 @@ class Contract:
             "lines": self.lines,
             "promised": self.promised.to_dict(),
             **({"gates": self.gates} if self.gates else {}),
+            **({"open": list(self.open)} if self.open else {}),
         }
 
     @classmethod
@@ -172,6 +199,18 @@ class Contract:
             promised=Usage.from_dict(data["promised"]),
             seq=seq,
             gates=dict(data.get("gates", {})),
+            open=tuple(data.get("open", ())),
+        )
+
+    def continues(self, stage: str, call_id: str, policy: str, action: str, confirmed: bool) -> bool:  # fmt: skip
+        """Whether a call the plan could not list continues it: made by a stage whose calls
+        are made as it goes, and not a call never guessed about unless a person confirms it
+        at its gate."""
+        return (
+            stage in self.open
+            and f"{stage}/{call_id}" not in self.lines
+            and action in CALLING
+            and (confirmed or policy not in GUARDED_POLICIES)
         )
 
     def difference(self, stage: str, call_id: str, tool: str, policy: str, action: str) -> Difference | None:  # fmt: skip
@@ -221,8 +260,11 @@ class Contract:
         """What the finished work used that the plan did not price ("" when it matches): on
         an exact plan any difference, on an upper bound only doing more or spending more."""
         problems = []
+        # What continued the plan in a stage whose calls are made as they go is not held to
+        # its lines (there were none to hold it to); the verdict records it all the same.
+        listed = {t: n - used.beyond.get(t, 0) for t, n in used.calls.items()}
         for what, planned, actual in (
-            ("calls", self.promised.calls, used.calls),
+            ("calls", self.promised.calls, {t: n for t, n in listed.items() if n}),
             ("reconcile questions", self.promised.queries, used.queries),
         ):
             for tool in sorted(set(planned) | set(actual)):
@@ -234,7 +276,7 @@ class Contract:
         # Tokens, and the money they cost, are estimated before a model answers (from the
         # same call's last answer): not a departure when a model says more or less; the
         # verdict records both. What is priced per call is held to the plan.
-        fixed_used = used.money - used.metered_money
+        fixed_used = used.money - used.metered_money - used.beyond_money
         fixed_promised = self.promised.money - self.promised.metered_money
         if fixed_used > fixed_promised:
             problems.append(f"cost ${used.money} is above the plan's ${self.promised.money}")

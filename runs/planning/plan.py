@@ -159,6 +159,10 @@ class Plan:
     upgrade: Upgrade
     fingerprint: str = ""
     gates: list[GateLine] = field(default_factory=list)
+    # The stages it re-runs whose calls are made as they go (no declared calls: an agent
+    # loop, say): what they recorded is listed, and what the model asks next is not known
+    # before it answers, so further calls there continue the plan (contract.Contract.open).
+    open_stages: list[str] = field(default_factory=list)
 
     @property
     def blocked(self) -> bool:
@@ -211,15 +215,19 @@ class Plan:
         # Likewise a plan without an edited call, or a line that does not stop: its lines keep
         # the basis they had.
         for line in [*data["effects"], *data["upgrade"]["effects"]]:
-            for name in ("edited", "reason"):
+            for name in ("edited", "reason", "may_bill_twice"):
                 if not line[name]:
                     del line[name]
+        if not data["open_stages"]:
+            del data["open_stages"]
         # Model tokens and what they cost are estimates from the pipeline's latest answers
         # (model_lines.py), not facts of this run: another run's answer must not move the
         # fingerprint. A plan without model calls keeps the fingerprint it always had.
         for cost in (data["cost_resume"], data["cost_fresh"], data["upgrade"]["cost"]):
             estimated = Decimal(cost.pop("metered_money"))
             del cost["tokens"]
+            # What may be billed twice is said of the lines already (may_bill_twice).
+            del cost["billed_twice"], cost["billed_twice_money"]
             if estimated:
                 cost["money"] = str((Decimal(cost["money"]) - estimated).quantize(FOUR))
         return data

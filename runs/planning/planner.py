@@ -358,6 +358,9 @@ def compute_plan(run: Run) -> Plan:
         cost_fresh=fresh_cost(pipeline),
         upgrade=upgrade,
         gates=gate_lines.strict_lines(run, pipeline, rerun, refused),
+        # Stages that declare no calls make theirs as they go (an agent loop): the plan lists
+        # what they recorded, and what they ask next continues it.
+        open_stages=[s for s in rerun if not pipeline.stage(s).calls],
     )
     plan.fingerprint = digest(plan.fingerprint_basis())
     return plan

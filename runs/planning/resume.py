@@ -195,7 +195,12 @@ def _strict(writer: Writer, run: Run, plan: Plan) -> Approval:
         # The approved plan's promise: the engine holds every call of the resumed work
         # against it (runs/planning/contract.py).
         contract=Contract.from_plan(
-            plan.fingerprint, ApprovalMode.STRICT, plan.effects, plan.cost_resume, plan.gates
+            plan.fingerprint,
+            ApprovalMode.STRICT,
+            plan.effects,
+            plan.cost_resume,
+            plan.gates,
+            plan.open_stages,
         ).to_payload(),
     )
     append(
@@ -212,6 +217,11 @@ def _strict(writer: Writer, run: Run, plan: Plan) -> Approval:
     )
     transaction.on_commit(lambda: enqueue.dispatch(run.pk, plan.next_stage, ticket))
     return Approval(run, ApprovalMode.STRICT)
+
+
+def _declares(run: Run, stage: str) -> bool:
+    """Whether the stage declares the calls it makes (else it makes them as it goes)."""
+    return bool(registry.get(run.pipeline).stage(stage).calls)
 
 
 def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
@@ -232,6 +242,7 @@ def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
             upgrade.effects,
             upgrade.cost,
             upgrade.gates,
+            [s for s in upgrade.stages_rerun if not _declares(run, s)],
         ).to_payload(),
     )
     branch = create_run(
