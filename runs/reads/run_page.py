@@ -4,7 +4,6 @@ did outside, its stored plan, and the verdict on the plan it was resumed with.""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from runs.events import PlanKept, read
@@ -14,6 +13,7 @@ from runs.pipeline import UnknownPipeline, registry
 from runs.planning import stored_plans
 from runs.planning.contract import Usage
 from runs.planning.planner import Plan
+from runs.quantities import money
 from runs.reads.artifacts import ArtifactRow, artifact_rows
 from runs.reads.decision import Decision, decision
 from runs.reads.gates import open_gate_of
@@ -274,13 +274,6 @@ def _shown_plan(run: Run) -> dict[str, Any]:
     return {"plan": shown[0], "stored_plan": shown[1]}
 
 
-def money(amount: Decimal) -> str:
-    """Dollars with as many decimals as they need, at least two ("5.14", "0.001")."""
-    text = f"{amount.quantize(Decimal('0.0001')):f}".rstrip("0")
-    whole, _, cents = text.partition(".")
-    return f"{whole}.{cents.ljust(2, '0')}"
-
-
 @dataclass(frozen=True)
 class PlanVerdict:
     """Whether the resumed work kept the plan it was approved with (PLAN_KEPT or
@@ -300,17 +293,17 @@ class PlanVerdict:
         calls = f"{used.tool_calls} call{'s' if used.tool_calls != 1 else ''}"
         if self.kept:
             if used.tool_calls == promised.tool_calls and used.money == promised.money:
-                return f"Plan kept: {calls}, ${money(used.money)}, as approved"
+                return f"Plan kept: {calls}, {money(used.money)}, as approved"
             # An upper bound kept: less than promised (a reuse in place of a call).
             return (
                 f"Plan kept: {used.tool_calls} of {promised.tool_calls} promised "
                 f"call{'s' if promised.tool_calls != 1 else ''}, "
-                f"${money(used.money)} of ${money(promised.money)}"
+                f"{money(used.money)} of {money(promised.money)}"
             )
         return (
             f"Plan deviated: {self.reason or 'the resumed work departed from the plan'} "
-            f"(approved: {promised.tool_calls} calls, ${money(promised.money)}; "
-            f"so far: {calls}, ${money(used.money)})"
+            f"(approved: {promised.tool_calls} calls, {money(promised.money)}; "
+            f"so far: {calls}, {money(used.money)})"
         )
 
 
