@@ -46,6 +46,12 @@ class EffectLine:
     # page knows which blocker is whose without reading its words; "" otherwise, and in plans
     # stored before it.
     reason: str = ""
+    # How a person names the act (the tool's verb, "publish") and where it acts
+    # ("acct-42@devblog": the effect's target, or its approved confirmation's; "" for a call
+    # not made yet): the words of runs/planning/acts.py. Descriptions, not facts: outside the
+    # fingerprint, and "" in plans stored before them.
+    verb: str = ""
+    target: str = ""
 
 
 @dataclass
@@ -206,6 +212,7 @@ class Plan:
             for name in ("edited", "reason"):
                 if not line[name]:
                     del line[name]
+            del line["verb"], line["target"]
         # Model tokens and what they cost are estimates from the pipeline's latest answers
         # (model_lines.py), not facts of this run: another run's answer must not move the
         # fingerprint. A plan without model calls keeps the fingerprint it always had.

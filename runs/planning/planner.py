@@ -132,6 +132,8 @@ def _effect_line(
         kind=str(decision.kind or ""),
         edited=recorded.edited(gate, effect),
         reason=decision.reason,
+        verb=tool.verb,
+        target=effect.target if effect else str((gate.call if gate else {}).get("target", "")),
     )
     return line
 
@@ -160,7 +162,7 @@ def _call_line(stage: str, call: Call, pipeline: Pipeline) -> EffectLine:
     tool = pipeline.tool(call.tool)
     return EffectLine(
         stage, call.call_id, tool.name, str(tool.policy), "none", "", "", "",
-        str(first_action(tool)), str(tool.cost),
+        str(first_action(tool)), str(tool.cost), verb=tool.verb,
     )  # fmt: skip
 
 
