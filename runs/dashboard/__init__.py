@@ -3,7 +3,7 @@ page's figures and charts, the gate pages, the workers page, and django-rq's pag
 supervisors. What its pages read is runs/reads/ and who may see them runs/access/, both
 shared with the API.
 
-May import: access, reads, planning, gates, ledger, models, events, pipeline, ids and
-quantities. Nothing
+May import: access, reads, planning, gates, ledger, models, events, pipeline, ids,
+quantities and asks (an operator asking a supervisor). Nothing
 imports the dashboard except runs.admin, the templatetags and resumer/urls.py.
 """
