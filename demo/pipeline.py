@@ -544,7 +544,8 @@ def _images(out: StageOutput) -> list[bytes]:
 
 content_pipeline = Pipeline(
     name="content",
-    description="research → draft → visual → prefill → publish",
+    # What it is for: the index lists its stages beside it (a chain here said them twice).
+    description="A sourced article with its images, published and promoted with a paid charge",
     inputs=INPUTS,
     tools=TOOLS,
     stages=(

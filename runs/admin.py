@@ -42,6 +42,7 @@ from runs.models import (
     Run,
     StageLog,
     StoredPlan,
+    SupervisorAsk,
 )
 from runs.pipeline import registry
 
@@ -419,25 +420,19 @@ class NotificationRunAdmin(RunSearchMixin, RunRowAdmin, SupervisorOnlyAdmin):
 class DeliveryAdmin(SupervisorOnlyAdmin):
     """The delivery log: one row per attempt to send a notification to one target."""
 
-    list_display = [
-        "created_at",
-        "notification",
-        "channel",
-        "target",
-        "attempt",
-        "ok",
-        "status_code",
-        "error",
-    ]
+    list_display = ["notification", *DeliveryInline.fields]
     list_filter = ["channel", "ok"]
     ordering = ["-created_at", "-id"]
 
 
+# Who asked a supervisor about which effect (runs/asks.py): beside the notifications it joined.
+admin.site.register(SupervisorAsk, SupervisorOnlyAdmin)
+
+
 @admin.register(GroupApproval)
 class GroupApprovalAdmin(ReadOnlyAdmin):
-    """Bulk approvals that ran in the background: who approved which group, what was
-    approved and what was skipped (runs/planning/triage.py). Each approved run's PLAN_APPROVED names
-    the batch."""
+    """Bulk approvals run in the background: who approved which group, what was approved and
+    skipped (runs/planning/triage.py). Each approved run's PLAN_APPROVED names the batch."""
 
     list_display = ["id", "group", "action", "actor", "state", "created_at", "updated_at"]
     list_filter = ["state", "action"]

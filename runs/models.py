@@ -84,14 +84,19 @@ class RunSeverity(models.IntegerChoices):
     """How urgently a run that needs a human wants one: the inbox's order inside attention 0.
     Waiting gates first (a person is asked before anything happened), then a blocked plan
     (nobody can resume it until a supervisor decides), resumed work that departed from its
-    plan, failures, and interruptions (the plan usually resumes them as they are)."""
+    plan, a resume that stopped again (someone approved it, and it did not get through:
+    not one more time-out among many), failures, and interruptions (the plan usually
+    resumes them as they are)."""
 
     NONE = 0, "Needs no human"
     WAITING = 1, "Waiting for a decision"
     BLOCKED = 2, "Blocked"
     DEVIATED = 3, "Deviated"
-    FAILED = 4, "Failed"
-    INTERRUPTED = 5, "Interrupted"
+    # A resumed run (or an upgrade's branch) that stopped again: the stored plan ranks it so
+    # (stored_plans._rank), as it does a blocked plan; migration 0022 made room for it.
+    RESUME_FAILED = 4, "Its resume stopped again"
+    FAILED = 5, "Failed"
+    INTERRUPTED = 6, "Interrupted"
 
 
 class Run(models.Model):
@@ -188,15 +193,17 @@ class Run(models.Model):
         return 2
 
     @classmethod
-    def severity_for(cls, status: str, deviated: bool = False) -> int:
+    def severity_for(cls, status: str, deviated: bool = False, resumed: bool = False) -> int:
         """The severity the append path can know (a blocked plan comes later, from the
-        stored plan)."""
+        stored plan, and so does `resumed`: the stop of a run that was resumed)."""
         if status == RunStatus.WAITING:
             return RunSeverity.WAITING
         if cls.attention_for(status, deviated) != 0:
             return RunSeverity.NONE
         if deviated:
             return RunSeverity.DEVIATED
+        if resumed and status in cls.RESUMABLE:
+            return RunSeverity.RESUME_FAILED
         if status == RunStatus.INTERRUPTED:
             return RunSeverity.INTERRUPTED
         return RunSeverity.FAILED
@@ -226,6 +233,11 @@ class Run(models.Model):
     @property
     def is_stopped(self) -> bool:
         return self.status in self.STOPPED
+
+    @property
+    def was_resumed(self) -> bool:
+        """Resumed by an approval, or an upgrade's branch: its stop is a resume that failed."""
+        return self.attempt > 0 or self.parent_id is not None
 
     def lineage(self) -> list[Run]:
         """This run and its ancestors, nearest first."""
@@ -955,6 +967,26 @@ class Delivery(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.channel} attempt {self.attempt} of notification {self.notification_id}"
+
+
+class SupervisorAsk(AppendOnlyModel):
+    """An operator asked a supervisor to settle an effect from its page (runs/asks.py): who
+    asked and when, and the notification that tells the supervisors (None when notifications
+    are off: the effect's page still shows the ask)."""
+
+    effect = models.ForeignKey(Effect, on_delete=models.PROTECT, related_name="asks")
+    # Who asked, as events name a person ("user:<name>", runs/ids.py).
+    asked_by = models.CharField(max_length=160)
+    notification = models.ForeignKey(
+        Notification, on_delete=models.PROTECT, null=True, blank=True, related_name="asks"
+    )
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.asked_by} asked a supervisor about effect {self.effect_id}"
 
 
 # --- The JSON API: tokens and idempotent requests (runs/api/) --------------------------------

@@ -283,6 +283,7 @@ def compose(notification: Notification) -> Message:
         }
         for m in rows
     ]
+    asks = _asks(notification)
     if count == 1:
         only = listed[0]
         what = f"{only['run']} ({only['pipeline']}, stage {only['stage'] or '-'})"
@@ -299,7 +300,10 @@ def compose(notification: Notification) -> Message:
         text += "\n\n" + "\n".join(f"{r['run']}  {_label(r['reason'])}  {r['url']}" for r in listed)
         if count > len(listed):
             text += f"\n… and {count - len(listed)} more"
+    if asks:
+        text += "\n\n" + "\n".join(f"{a['said']}: {a['url']}" for a in asks)
     slack = f"Resumer: {summary} <{url}|{link_label}>"
+    slack += "".join(f"\n{a['said']}: <{a['url']}|open the effect>" for a in asks)
     body = {
         "text": slack,
         "notification": notification.pk,
@@ -307,8 +311,24 @@ def compose(notification: Notification) -> Message:
         "reasons": reasons,
         "url": url,
         "runs": listed,
+        "asks": asks,
     }
     return Message(subject=subject, text=text, slack=slack, url=url, body=body)
+
+
+def _asks(notification: Notification) -> list[dict[str, Any]]:
+    """Who asked a supervisor about which effect (runs/asks.py), in the message's words."""
+    return [
+        {
+            "by": ask.asked_by,
+            "run": ask.effect.run.public_id,
+            "effect": f"{ask.effect.stage}/{ask.effect.call_id}",
+            "said": f"{ask.asked_by} asks a supervisor to settle {ask.effect.tool} "
+            f"({ask.effect.stage}/{ask.effect.call_id}) of {ask.effect.run.public_id}",
+            "url": absolute(reverse("runs:effect", args=[ask.effect.run_id, ask.effect_id])),
+        }
+        for ask in notification.asks.select_related("effect__run").order_by("id")
+    ]
 
 
 def signature(secret: str, timestamp: str, body: bytes) -> str:

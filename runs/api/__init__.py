@@ -18,6 +18,6 @@ same role (runs/access/roles.py); nothing here decides a rule of its own.
     ways_out.py     a stopped run closed out; a confirmation its target refused asked again
     token_views.py  the dashboard's page where a person makes and revokes their own tokens
 
-May import: access, reads, planning, gates, ledger, models, events, pipeline, ids and
-execution.engine (start_run); never the dashboard.
+May import: access, reads, planning, gates, ledger, models, events, pipeline, ids,
+quantities and execution.engine (start_run); never the dashboard.
 """

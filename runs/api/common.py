@@ -37,10 +37,6 @@ def find_run(run_id: str) -> Run:
     return run
 
 
-def money(value: Any) -> str:
-    return str(value)
-
-
 def _stop(facts: StopFacts | None) -> dict[str, Any] | None:
     if facts is None:
         return None
@@ -51,8 +47,8 @@ def _stop(facts: StopFacts | None) -> dict[str, Any] | None:
             "run_version": plan.run_version,
             "blocked": plan.blocked,
             "drifted": plan.drifted,
-            "resume_money": money(plan.resume_money),
-            "fresh_money": money(plan.fresh_money),
+            "resume_money": plan.resume_money,
+            "fresh_money": plan.fresh_money,
             "resume_calls": plan.resume_calls,
             "fresh_calls": plan.fresh_calls,
         }
@@ -61,6 +57,8 @@ def _stop(facts: StopFacts | None) -> dict[str, Any] | None:
         "stopped_at": facts.stopped_at,
         "plan": figures,
         "plan_changed": facts.plan_changed,
+        "blocked": facts.blocked,
+        "resume_failed": facts.resume_failed,
     }
 
 

@@ -1,6 +1,7 @@
 """Runs: the inbox's list (its filters, its keyset paging), one run, its timeline by seq, its
-effects, starting one; its stored plan, asking the targets again, and the approval of a plan
-by fingerprint. Each endpoint calls what the dashboard's page calls."""
+effects, starting one; its stored plan (with what each option does outside, in the words of
+every face), asking the targets again, and the approval of a plan by fingerprint. Each endpoint
+calls what the dashboard's page calls."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from ninja import Query, Router
 from runs import ids
 from runs.access import roles
 from runs.api import idempotency
-from runs.api.common import find_run, money, require, run_out
+from runs.api.common import find_run, require, run_out
 from runs.api.problems import Problem
 from runs.api.schemas import (
     PROBLEMS,
@@ -20,6 +21,7 @@ from runs.api.schemas import (
     ApproveIn,
     EffectOut,
     EventPage,
+    PlanOut,
     RunDetailOut,
     RunPage,
     StartIn,
@@ -31,6 +33,8 @@ from runs.ledger import leases
 from runs.models import ApprovalMode, Effect, Event, Run, StoredPlan
 from runs.pipeline import InvalidInput, UnknownPipeline
 from runs.planning import stored_plans
+from runs.planning.acts import plan_acts
+from runs.planning.plan import Plan
 from runs.planning.resume import AlreadyApproved, ResumeRefused, StalePlan, approve
 from runs.reads import run_page
 from runs.reads.filters import InboxFilterForm
@@ -173,7 +177,7 @@ def effects(request: HttpRequest, run_id: str) -> list[dict[str, Any]]:
     require(request, roles.can_view)
     run = find_run(run_id)
     return [
-        {**{f: getattr(e, f) for f in EFFECT_FIELDS}, "cost": money(e.cost)}
+        {**{f: getattr(e, f) for f in EFFECT_FIELDS}, "cost": e.cost}
         for e in Effect.objects.filter(run=run).order_by("id")
     ]
 
@@ -189,6 +193,7 @@ def stored_out(run: Run, stored: StoredPlan) -> dict[str, Any]:
         "computed_at": stored.computed_at,
         "current": stored.run_version == run.version,
         "plan": stored.data,
+        "acts": plan_acts(Plan.from_dict(stored.data)).to_dict(),
     }
 
 
@@ -271,7 +276,7 @@ def approve_plan(request: HttpRequest, run_id: str, body: ApproveIn) -> JsonResp
                 str(exc),
                 kind="stale-plan" if isinstance(exc, StalePlan) else "refused",
                 fingerprint=plan.fingerprint if plan else None,
-                plan=plan.to_dict() if plan else None,
+                plan=PlanOut.model_validate(plan.to_dict()).model_dump() if plan else None,
             ) from None
         except leases.LeaseBusy:
             raise Problem(409, "another process holds the run's lease; try again") from None

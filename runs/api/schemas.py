@@ -1,16 +1,35 @@
 """What the API takes and gives, as pydantic models: the OpenAPI schema's components. Money is
-a decimal string (exact, as the ledger keeps it); a run is named by its public id, "run-12"."""
+one type, `Money`: a decimal string at the places every face shows it with (runs/quantities.py:
+cents, "5.00", or four places when it has a fraction of a cent, "0.0010"), exact; a token
+count is `Tokens`, an integer. A run is named by its public id, "run-12"."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from ninja import Field, Schema
 from ninja.responses import codes_4xx
-from pydantic import ConfigDict, StringConstraints
+from pydantic import BaseModel, ConfigDict, PlainSerializer, StringConstraints, WithJsonSchema
 
+from runs import quantities
 from runs.ledger.reasons import MAX_REASON_CHARS
+
+Money = Annotated[
+    Decimal,
+    PlainSerializer(quantities.amount, return_type=str),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": r"^-?[0-9]+\.[0-9]{2}([0-9]{2})?$",
+            "description": "USD, exact: cents, or four places when the amount has a "
+            "fraction of a cent",
+            "examples": ["5.00", "0.0010"],
+        }
+    ),
+]
+Tokens = Annotated[int, Field(ge=0, description="a count of a model's tokens")]
 
 Mode = Literal["strict", "upgrade"]
 Fingerprint = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
@@ -48,8 +67,8 @@ class StoredPlanFigures(Schema):
     run_version: int
     blocked: bool
     drifted: bool
-    resume_money: str
-    fresh_money: str
+    resume_money: Money
+    fresh_money: Money
     resume_calls: int
     fresh_calls: int
 
@@ -61,6 +80,11 @@ class StopOut(Schema):
     stopped_at: datetime | None
     plan: StoredPlanFigures | None
     plan_changed: bool
+    # A blocked plan: what it waits for, said in place of its price ("blocked: a supervisor
+    # must settle publish/promote-charge before any resume"); "" otherwise.
+    blocked: str = ""
+    # A resumed run (or an upgrade's branch) that stopped again, said so; "" otherwise.
+    resume_failed: str = ""
 
 
 class RunOut(Schema):
@@ -145,7 +169,7 @@ class EffectOut(Schema):
     delivery_key: str
     external_id: str
     attempts: int
-    cost: str
+    cost: Money
     error: str
     request: dict[str, Any]
     result: Any
@@ -156,6 +180,67 @@ class EffectOut(Schema):
 # --- Plans and approvals ---------------------------------------------------------------------
 
 
+class PlanLineOut(BaseModel):
+    """A call of the plan (planner.EffectLine): its price as Money; the rest as computed."""
+
+    model_config = ConfigDict(extra="allow")
+
+    cost: Money
+
+
+class CostOut(BaseModel):
+    """What an option costs (planner.Cost): its calls, its money, its model tokens."""
+
+    model_config = ConfigDict(extra="allow")
+
+    tool_calls: int
+    money: Money
+    # The part of `money` that model tokens are estimated to cost, and the tokens.
+    metered_money: Money = Decimal(0)
+    tokens: dict[str, Tokens] = Field(default_factory=dict)
+
+
+class UpgradeOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    cost: CostOut
+    effects: list[PlanLineOut]
+
+
+class PlanOut(BaseModel):
+    """The reconcile plan as the planner computed it (planner.Plan.to_dict()), its money and
+    tokens in the API's one representation of each. A plain pydantic model, not a ninja
+    Schema (which reads declared fields only): every other field passes through as computed."""
+
+    model_config = ConfigDict(extra="allow")
+
+    effects: list[PlanLineOut]
+    cost_resume: CostOut
+    cost_fresh: CostOut
+    upgrade: UpgradeOut
+
+
+class OptionActsOut(Schema):
+    """What one way out does to the outside world (runs/planning/acts.py), as every face
+    says it."""
+
+    acts: list[str] = Field(
+        description='Its acts in the tools\' own verbs and money: "publishes an article", '
+        '"charges $5.00 to acct-42 (card)"'
+    )
+    drift: list[str] = Field(
+        description='The drift that makes an upgrade an option: "facts v3 → v4"'
+    )
+    kept: list[str] = Field(description='What a strict resume keeps pinned: "facts v3"')
+    does: str = Field(description="The sentence the run page's bar shows beside the button")
+    confirm: str = Field(description="The sentence its confirmation ticks")
+
+
+class PlanActsOut(Schema):
+    strict: OptionActsOut
+    upgrade: OptionActsOut
+
+
 class StoredPlanOut(Schema):
     run: str
     fingerprint: str
@@ -163,7 +248,8 @@ class StoredPlanOut(Schema):
     computed_at: datetime
     # False when the run moved since the plan was computed: ask the targets again.
     current: bool
-    plan: dict[str, Any]
+    plan: PlanOut
+    acts: PlanActsOut
 
 
 class ReasonIn(Schema):
@@ -203,7 +289,10 @@ class GroupOut(Schema):
     upgrade_available: bool
     headline: str
     summary: str
-    resume_money: str
+    resume_money: Money
+    # What each run's options do outside, as one run's plan says it (without the targets each
+    # run names for itself).
+    acts: PlanActsOut | None = None
 
 
 class GroupList(Schema):
@@ -217,7 +306,7 @@ class MemberOut(Schema):
     fingerprint: str
     status: str
     current_stage: str
-    resume_money: str
+    resume_money: Money
 
 
 class GroupDetailOut(GroupOut):

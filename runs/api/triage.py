@@ -13,7 +13,7 @@ from ninja import Router
 from runs import ids
 from runs.access import roles
 from runs.api import idempotency
-from runs.api.common import money, require
+from runs.api.common import require
 from runs.api.problems import Problem
 from runs.api.runs import inbox_form
 from runs.api.schemas import (
@@ -42,7 +42,8 @@ def group_out(group: Group) -> dict[str, Any]:
         "upgrade_available": group.upgrade_available,
         "headline": group.headline,
         "summary": group.summary,
-        "resume_money": money(group.resume_money),
+        "resume_money": group.resume_money,
+        "acts": group.acts.to_dict() if group.acts is not None else None,
     }
 
 
@@ -79,7 +80,7 @@ def read_group(request: HttpRequest, fingerprint: str) -> dict[str, Any]:
                 "fingerprint": m.fingerprint,
                 "status": m.status,
                 "current_stage": m.current_stage,
-                "resume_money": money(m.resume_money),
+                "resume_money": m.resume_money,
             }
             for m in members
         ],

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 
+from runs import quantities
 from runs.dashboard.stats import PipelineStats, StageStats
 
 ROW_HEIGHT = 44
@@ -96,8 +96,7 @@ def _ms(ms: int | None) -> str:
     return f"{ms} ms" if ms < 1000 else f"{ms / 1000:.1f} s"
 
 
-def _money(value: Decimal) -> str:
-    return f"${value}"
+_money = quantities.money
 
 
 def duration_chart(stats: PipelineStats) -> BarChart:

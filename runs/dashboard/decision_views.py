@@ -2,11 +2,13 @@
 (an operator, with a reason), asking a confirmation again after its target refused the call,
 closing a stopped run out (an operator, with a reason), and one effect's page, where a
 supervisor asks the effect's target what it holds (a POST, recorded as TARGET_ASKED) and
-records that answer in the ledger in one click. Each view: check who asks, call one domain
-function, redirect to the page that shows the result (a reload never posts twice)."""
+records that answer in the ledger in one click, and where an operator asks a supervisor to
+settle it (runs/asks.py). Each view: check who asks, call one domain function, redirect to the
+page that shows the result (a reload never posts twice)."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -15,6 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from runs import ids
 from runs.access import roles
 from runs.access.guards import operator_required, supervisor_required, viewer_required
+from runs.asks import AskRefused, ask_supervisor
 from runs.dashboard.forms import AskAgainForm, CloseOutForm
 from runs.dashboard.views import _found, _run
 from runs.events import read
@@ -150,3 +153,28 @@ def effect_record(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
         f"Recorded as event #{event.seq} (LEDGER_EDITED); the plan is being computed again.",
     )
     return redirect("runs:run", pk=effect.run_id)
+
+
+@require_POST
+@operator_required
+def effect_ask_supervisor(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
+    """Ask a supervisor to settle the effect: recorded, and sent as a notification."""
+    effect = _effect(run_pk, pk)
+    try:
+        ask = ask_supervisor(effect.pk, actor=ids.user_actor(request.user))
+    except AskRefused as exc:
+        messages.error(request, f"Not asked: {exc}.")
+    else:
+        if ask.notification_id is None:
+            messages.warning(
+                request,
+                "Recorded, but no notification target is configured (RESUMER_WEBHOOK_URL, "
+                "RESUMER_NOTIFY_EMAILS): nobody was told; tell a supervisor yourself.",
+            )
+        else:
+            messages.success(
+                request,
+                f"A supervisor is asked: notification {ask.notification_id} goes out within "
+                f"{settings.RESUMER_NOTIFY_WINDOW:g} s.",
+            )
+    return redirect("runs:effect", run_pk=effect.run_id, pk=effect.pk)

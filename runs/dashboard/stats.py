@@ -28,6 +28,7 @@ from enum import StrEnum
 
 from django.db import connection
 
+from runs import quantities
 from runs.dashboard import resume_savings
 from runs.events import ToolResult, sql_text, sql_text_at, sql_true
 from runs.models import Effect, Event, ReplayPolicy, Run
@@ -411,7 +412,9 @@ def classify(s: StageStats) -> tuple[CheckpointVerdict, list[str]]:
     if s.outside_tools:
         pays.append(f"changes the outside world: {', '.join(s.outside_tools)}")
     if cost >= COSTLY_FROM:
-        pays.append(f"costly: ${cost} {measured} ≥ ${COSTLY_FROM}")
+        pays.append(
+            f"costly: {quantities.money(cost)} {measured} ≥ {quantities.money(COSTLY_FROM)}"
+        )
     if s.p95_ms is not None and s.p95_ms >= LONG_FROM_MS:
         pays.append(f"long: p95 {_duration(s.p95_ms)} ≥ {_duration(LONG_FROM_MS)}")
     if pays:
@@ -422,7 +425,7 @@ def classify(s: StageStats) -> tuple[CheckpointVerdict, list[str]]:
         else "duration not measured yet"
     )
     return CheckpointVerdict.OPTIONAL, [
-        f"cheap: ${cost} {measured} < ${COSTLY_FROM}",
+        f"cheap: {quantities.money(cost)} {measured} < {quantities.money(COSTLY_FROM)}",
         duration,
         "side-effect free: SAFE tools only" if s.tools else "side-effect free: calls no tool",
     ]

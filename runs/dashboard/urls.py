@@ -81,6 +81,11 @@ urlpatterns = [
     path(
         "<run:run_pk>/effects/<id:pk>/record/", decision_views.effect_record, name="effect_record"
     ),
+    path(
+        "<run:run_pk>/effects/<id:pk>/ask-supervisor/",
+        decision_views.effect_ask_supervisor,
+        name="effect_ask_supervisor",
+    ),
     path("<run:run_pk>/gates/<id:pk>/", gate_views.gate_detail, name="gate"),
     path("<run:run_pk>/gates/<id:pk>/preview/", gate_views.gate_preview, name="gate_preview"),
     path("<run:run_pk>/gates/<id:pk>/answer/", gate_views.gate_answer, name="gate_answer"),

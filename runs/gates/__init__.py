@@ -24,5 +24,6 @@ the recorded answer and never asks twice.
     timeouts.py   the sweeper's step: a deadline applies on_timeout, whatever the votes;
                   escalation before it
 
-May import: ledger, models, events, pipeline, enqueue, signals.
+May import: ledger, models, events, pipeline, enqueue, signals and quantities (money as
+every face shows it).
 """

@@ -1,5 +1,5 @@
 """What a button does to the outside world, in words a person ticks before pressing it:
-"charges $5.00 to acct-42 (card)", "publishes on devblog as acct-42". Built from a pending
+"charges $5.00 to acct-42 (card)", "publishes an article on devblog as acct-42". Built from a pending
 call as a confirmation gate records it (its verb, price, policy and target), so the gate
 page, the bulk page and the API say the same, and later any other button that makes a call
 can reuse it.
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from django import forms
 
+from runs import quantities
 from runs.gates.forms import APPROVE
 from runs.models import ReplayPolicy
 
@@ -25,24 +26,27 @@ GUARDED = (ReplayPolicy.RECONCILE_FIRST, ReplayPolicy.NEVER)
 
 
 def third_person(verb: str) -> str:
-    if verb.endswith(("s", "sh", "ch", "x", "z")):
-        return verb + "es"
-    return verb + "s"
+    """ "charge" → "charges", "ask the model" → "asks the model"."""
+    word, space, rest = verb.partition(" ")
+    if word.endswith(("s", "sh", "ch", "x", "z")):
+        return f"{word}es{space}{rest}"
+    return f"{word}s{space}{rest}"
 
 
-def money(amount: Decimal) -> str:
-    """$5.00, $0.04, $0.001: cents always, more places only when the price has them."""
-    if amount == amount.quantize(Decimal("0.01")):
-        return f"${amount.quantize(Decimal('0.01')):,}"
-    return f"${amount.normalize():,f}"
+money = quantities.money
+
+
+def noun(tool: str, verb: str) -> str:
+    """What a tool named for its act makes, with its article: "an article" of
+    publish_article; "" for a tool whose name says no more than its verb."""
+    thing = tool.removeprefix(f"{verb}_").replace("_", " ") if tool.startswith(f"{verb}_") else ""
+    if not thing:
+        return ""
+    return f"{'an' if thing[0] in 'aeiou' else 'a'} {thing}"
 
 
 def _price(call: dict[str, Any]) -> Decimal:
-    try:
-        price = Decimal(str(call.get("cost") or 0))
-    except InvalidOperation:
-        return Decimal(0)
-    return price if price.is_finite() else Decimal(0)
+    return quantities.decimal(call.get("cost") or 0) or Decimal(0)
 
 
 @dataclass(frozen=True)
@@ -59,18 +63,26 @@ class Act:
 
 
 def act_of(call: dict[str, Any]) -> Act | None:
-    """The act of a confirmation's pending call; None for a gate with no call (a question)."""
+    """The act of a call: a confirmation's pending call, or a plan's line (runs/planning/
+    acts.py), from its verb, price, policy, tool and target ("account@platform"; a call not
+    made yet may have none: "charges $5.00", "publishes an article"). None for a gate with no
+    call (a question)."""
     if not call:
         return None
     verb = str(call.get("verb") or "call")
     price = _price(call)
     account, _, platform = str(call.get("target") or "").partition("@")
-    where = platform or account or str(call.get("tool", ""))
     if price > 0:
-        text = f"{third_person(verb)} {money(price)} to {account or where}"
+        text = f"{third_person(verb)} {money(price)}"
+        text += f" to {account or platform}" if account or platform else ""
         text += f" ({platform})" if platform and account else ""
     else:
-        text = f"{third_person(verb)} on {where}" + (f" as {account}" if platform else "")
+        what = noun(str(call.get("tool", "")), verb)
+        text = " ".join(w for w in (third_person(verb), what) if w)
+        if platform or account:
+            text += f" on {platform or account}" + (f" as {account}" if platform else "")
+        elif not what:
+            text += f" on {call.get('tool', '')}"
     needs_tick = price > 0 or call.get("policy") in GUARDED
     return Act(verb, price, text, needs_tick)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from runs.ledger.canonical import canonical_json
 from runs.models import Effect, Gate, GateKind, Run
+from runs.quantities import money
 
 
 def recorded(run: Run, stages: list[str] | None) -> dict[tuple[str, str], Gate]:
@@ -49,7 +50,7 @@ def edited(gate: Gate | None, effect: Effect | None) -> str:
     changes = ", ".join(
         f"{name} {_said(before)} → {_said(after)}" for name, (before, after) in gate.diff.items()
     )
-    return f"{changes}, by {gate.answered_by} (asked at ${gate.call.get('cost', '0')})"
+    return f"{changes}, by {gate.answered_by} (asked at {money(gate.call.get('cost', '0'))})"
 
 
 def _said(value: Any) -> str:

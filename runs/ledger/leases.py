@@ -135,7 +135,9 @@ def acquire(run_id: int, holder: str, *, ttl: float | None = None, takeover: boo
 
     Without `takeover` the lease must be free (expired or released). With it the caller
     takes the lease regardless: used by the sweeper and by an approved resume, both of which
-    decide that the previous holder is gone; the token bump fences it if it is not.
+    decide that the previous holder is gone; the token bump fences it if it is not. A
+    takeover is nobody's heartbeat: `heartbeat_at` stays the last worker's own, which the run
+    page shows as its last sign of life.
     """
     ttl = ttl_seconds() if ttl is None else ttl
     if not takeover:
@@ -155,11 +157,7 @@ def acquire(run_id: int, holder: str, *, ttl: float | None = None, takeover: boo
     # A concurrent taker that bumped the token after our read makes this match nothing:
     # it won, we report busy, and no two callers ever hold the same token.
     updated = query.update(
-        token=seen + 1,
-        holder=holder,
-        expires_at=db_now_plus(ttl),
-        heartbeat_at=Now(),
-        acquired_at=Now(),
+        token=seen + 1, holder=holder, expires_at=db_now_plus(ttl), acquired_at=Now()
     )
     if updated == 1:
         return seen + 1

@@ -6,6 +6,6 @@ ways a stopped run ends without a resume (acknowledge.py, close_out.py) and the 
 text.
 
 May import: ledger, gates (the gate decision, which confirmed calls a target refused, what an
-approved call is made with, for the plan's lines), models, events, pipeline, enqueue and ids;
+approved call is made with, for the plan's lines), models, events, pipeline, enqueue, ids and quantities;
 never execution or a face.
 """

@@ -18,6 +18,7 @@ from typing import Any
 from runs.events import TOKEN_KINDS, read
 from runs.models import ApprovalMode, Event, Run
 from runs.planning.replay import CALLING, GUARDED_POLICIES, STOPPING, Action
+from runs.quantities import money
 
 # What the engine may do in place of a promised call, on a plan that is an upper bound.
 DOING_LESS = frozenset({Action.REUSE, Action.RECORD_FOUND, Action.SKIP})
@@ -279,7 +280,9 @@ class Contract:
         fixed_used = used.money - used.metered_money - used.beyond_money
         fixed_promised = self.promised.money - self.promised.metered_money
         if fixed_used > fixed_promised:
-            problems.append(f"cost ${used.money} is above the plan's ${self.promised.money}")
+            problems.append(
+                f"cost {money(used.money)} is above the plan's {money(self.promised.money)}"
+            )
         return "; ".join(problems)
 
 

@@ -15,7 +15,8 @@ run's plan (StoredPlan.shape, written by stored_plans.store), so the inbox group
 one aggregate query and never reads or computes a plan per run.
 
 Approving a group is runs/planning/triage.py's; this module only reads, and imports nothing
-of the planning layer but the replay vocabulary, so stored_plans can build on it.
+of the planning layer but the replay vocabulary and the plan's words (acts.py, on the plan
+value), so stored_plans can build on it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ from django.db.models import Count, F, Min, QuerySet, Sum
 from runs import ids
 from runs.ledger.chain import digest
 from runs.models import Run, StoredPlan
+from runs.planning.acts import PlanActs, plan_acts
+from runs.planning.plan import Plan
 from runs.planning.replay import STOPPING, Action, stop_label
+from runs.quantities import money
 
 FINGERPRINT_RE = re.compile(r"^[0-9a-f]{64}$")
 # Bumped when the shape's definition changes: stored shapes of an older definition then group
@@ -100,6 +104,9 @@ class Group:
     # What a strict resume of every run in the group costs, from the stored plans.
     resume_money: Decimal
     fresh_money: Decimal
+    # What each run's strict resume and upgrade do outside, as one run's plan says it
+    # (acts.py, without the targets each run names for itself).
+    acts: PlanActs | None = None
 
     @property
     def status(self) -> str:
@@ -138,9 +145,10 @@ class Group:
         """One line for a notice or a terminal: headline — what it does, what it costs."""
         if not self.approvable:
             return f"{self.headline} — {self.summary}"
+        does = self.acts.strict.does if self.acts is not None else ""
         return (
             f"{self.headline} — strict resume {self.summary} each, "
-            f"${self.resume_money.quantize(Decimal('0.0001'))} in total"
+            f"{money(self.resume_money)} in total" + (f"; each {does}" if does else "")
         )
 
 
@@ -167,11 +175,16 @@ def describe(shape: dict[str, Any]) -> str:
     return text
 
 
+def _acts(data: dict[str, Any]) -> PlanActs:
+    return plan_acts(Plan.from_dict(data), where=False)
+
+
 @dataclass
 class Triage:
     groups: list[Group]
-    # Runs that need a human but whose plan is not stored for their current version yet
-    # (the plan job has not run, or could not be queued): they join a group once it has.
+    # Stopped runs (a resume's to plan: not a gate's, nor a finished run's deviation) whose
+    # plan is not stored for their current version yet (the plan job has not run, or could
+    # not be queued): they join a group once it has.
     unplanned: int = 0
 
 
@@ -185,7 +198,8 @@ def groups(runs: QuerySet[Run] | None = None) -> Triage:
     group first. Three queries whatever the number of runs: the aggregate, one stored plan
     per group (to describe it), and the count of runs without a current plan."""
     plans = _current(StoredPlan.objects.all())
-    needing = Run.objects.filter(attention=0)
+    # A run waiting at a gate, or a finished run's deviation, needs a human and no plan.
+    needing = Run.objects.filter(attention=0, status__in=Run.RESUMABLE)
     if runs is not None:
         plans = plans.filter(run__in=runs.values("pk"))
         needing = needing.filter(pk__in=runs.values("pk"))
@@ -211,6 +225,7 @@ def groups(runs: QuerySet[Run] | None = None) -> Triage:
             count=row["count"],
             resume_money=row["resume"] or Decimal(0),
             fresh_money=row["fresh"] or Decimal(0),
+            acts=_acts(samples[row["sample"]]),
         )
         for row in rows
     ]
@@ -250,5 +265,6 @@ def group(fingerprint: str) -> tuple[Group, list[Member]] | None:
         count=len(members),
         resume_money=sum((m.resume_money for m in members), Decimal(0)),
         fresh_money=Decimal(0),
+        acts=_acts(data),
     )
     return found, members

@@ -20,6 +20,7 @@ from runs.models import Effect
 from runs.pipeline import Pipeline, Tool
 from runs.planning.plan import Cost, EffectLine
 from runs.planning.replay import CALLING, Action, Decision
+from runs.quantities import tokens
 
 
 def may_bill_twice(tool: Tool, decision: Decision) -> bool:
@@ -90,4 +91,4 @@ def saved(result: dict[str, Any] | None, tool: Tool) -> tuple[Decimal, dict[str,
 def tokens_text(cost: Cost) -> str:
     """ ", 1,234 tokens" for a cost with model calls ("" without): what plans print."""
     total = cost.tokens.get("prompt", 0) + cost.tokens.get("completion", 0)
-    return f", {total:,} tokens" if total else ""
+    return f", {tokens(total)} tokens" if total else ""

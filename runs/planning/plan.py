@@ -49,6 +49,12 @@ class EffectLine:
     # A retry under the same key at a target that does not deduplicate (a model): the first
     # request may have been billed too (model_lines.may_bill_twice).
     may_bill_twice: bool = False
+    # How a person names the act (the tool's verb, "publish") and where it acts
+    # ("acct-42@devblog": the effect's target, or its approved confirmation's; "" for a call
+    # not made yet): the words of runs/planning/acts.py. Descriptions, not facts: outside the
+    # fingerprint, and "" in plans stored before them.
+    verb: str = ""
+    target: str = ""
 
 
 @dataclass
@@ -218,6 +224,7 @@ class Plan:
             for name in ("edited", "reason", "may_bill_twice"):
                 if not line[name]:
                     del line[name]
+            del line["verb"], line["target"]
         if not data["open_stages"]:
             del data["open_stages"]
         # Model tokens and what they cost are estimates from the pipeline's latest answers

@@ -135,6 +135,8 @@ def _effect_line(
         edited=recorded.edited(gate, effect),
         reason=decision.reason,
         may_bill_twice=model_lines.may_bill_twice(tool, decision),
+        verb=tool.verb,
+        target=effect.target if effect else str((gate.call if gate else {}).get("target", "")),
     )
     return line
 
@@ -163,7 +165,7 @@ def _call_line(stage: str, call: Call, pipeline: Pipeline) -> EffectLine:
     tool = pipeline.tool(call.tool)
     return EffectLine(
         stage, call.call_id, tool.name, str(tool.policy), "none", "", "", "",
-        str(first_action(tool)), str(tool.cost),
+        str(first_action(tool)), str(tool.cost), verb=tool.verb,
     )  # fmt: skip
 
 
@@ -214,8 +216,7 @@ def _expected_lines(
     disagreeing = _disagreeing(effects, said)
     refused = reopen.confirmed_calls(run, effects.values(), said)
     approved = recorded.approved_calls(run, stages)
-    # What each stage recorded in this run: its SAFE calls' results are replayed when it
-    # runs again (replay_log.py), the same value the engine acts on.
+    # What each stage recorded in this run: the same value the engine replays from.
     logs = replay_logs(run.pk, stages, after_seq=after_seq)
     lines, blockers = [], []
     for stage_name in stages:
@@ -358,8 +359,7 @@ def compute_plan(run: Run) -> Plan:
         cost_fresh=fresh_cost(pipeline),
         upgrade=upgrade,
         gates=gate_lines.strict_lines(run, pipeline, rerun, refused),
-        # Stages that declare no calls make theirs as they go (an agent loop): the plan lists
-        # what they recorded, and what they ask next continues it.
+        # Stages that declare no calls make theirs as they go (an agent loop).
         open_stages=[s for s in rerun if not pipeline.stage(s).calls],
     )
     plan.fingerprint = digest(plan.fingerprint_basis())

@@ -193,7 +193,7 @@ def decide(
             "the delivery key was used for a different request",
             kind=StopKind.KEY_REUSED,
             reason=f"{tool} ({call_id}): its delivery key was already used for a different "
-            "request; nothing was called. A supervisor must resolve it in the ledger.",
+            "request; nothing was called. A supervisor must settle it on its effect page.",
         )
     status = recorded.status
     if status == EffectStatus.CONFIRMED:
@@ -210,7 +210,7 @@ def decide(
             kind=StopKind.KEY_CONFLICT,
             reason=f"{tool} ({call_id}): the target answered 409, its delivery key was used "
             "for a different request there; nothing is called with this key again. A "
-            "supervisor must resolve it in the ledger.",
+            "supervisor must settle it on its effect page.",
         )
     if status == EffectStatus.FAILED:
         if recorded.edited_by:
@@ -261,14 +261,14 @@ def decide(
             f"found but different: {answer.detail}",
             kind=StopKind.FOUND_DIFFERENT,
             reason=f"{tool} ({call_id}): found on the target but different — {answer.detail}. "
-            "A supervisor must resolve it in the ledger.",
+            "A supervisor must settle it on its effect page.",
         )
     return Decision(
         Action.BLOCKED,
         f"{status}: outcome unknown",
         kind=StopKind(status),
         reason=f"{tool} ({call_id}) is {policy}: its outcome is {status} and it is never "
-        "re-run automatically. A supervisor must resolve it in the ledger (admin).",
+        "re-run automatically. A supervisor must settle it on its effect page.",
     )
 
 

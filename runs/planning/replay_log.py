@@ -35,6 +35,11 @@ __all__ = [
 # confirmation asked again after its target refused it, a call a supervisor abandoned) is a
 # new request, not a divergence.
 MADE_NOTHING = frozenset({EffectStatus.FAILED, EffectStatus.ABANDONED})
+# How far back a window is read: the newest events of the stage's calls, so a plan of a run
+# with a long log never loads all of it. A stage with more is replayed from its newest
+# results, and makes older SAFE calls again (the engine and the planner read the same window,
+# so the plan says so).
+WINDOW_EVENTS = 10_000
 # How much of a divergence its event keeps: the first differences, each value cut short.
 DIFF_ENTRIES = 20
 VALUE_CHARS = 200
@@ -126,9 +131,10 @@ def replay_logs(run_pk: int, stages: list[str], *, after_seq: int = 0) -> dict[s
     runs again)."""
     rows = Event.objects.filter(
         run_id=run_pk, seq__gt=after_seq, stage__in=stages, type__in=WINDOW_TYPES
-    ).order_by("seq")
+    ).order_by("-seq")
+    newest = rows.only("seq", "type", "stage", "idempotency_key", "payload")[:WINDOW_EVENTS]
     by_stage: dict[str, list[Event]] = {}
-    for event in rows.only("seq", "type", "stage", "idempotency_key", "payload"):
+    for event in reversed(list(newest)):
         if event.type == Event.Type.VERIFIED:
             by_stage[event.stage] = []  # a later attempt starts afresh
         else:

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from runs.planning.acts import plan_acts
 from runs.planning.model_lines import tokens_text
 from runs.planning.planner import Plan
+from runs.quantities import money
+
+
+def _calls(n: int) -> str:
+    return f"{n} call{'s' if n != 1 else ''}"
 
 
 def plan_as_text(plan: Plan) -> str:
@@ -27,17 +33,22 @@ def plan_as_text(plan: Plan) -> str:
     if plan.drift:
         out.append("  input drift:")
         out += [f"    {d.input}: pinned {d.pinned}, now {d.current}" for d in plan.drift]
+    resume, fresh = plan.cost_resume, plan.cost_fresh
     out.append(
-        f"  cost of this resume: {plan.cost_resume.tool_calls} calls"
-        f"{tokens_text(plan.cost_resume)}, ${plan.cost_resume.money}"
-        f"  (a fresh retry: {plan.cost_fresh.tool_calls} calls"
-        f"{tokens_text(plan.cost_fresh)}, ${plan.cost_fresh.money})"
+        f"  cost of this resume: {_calls(resume.tool_calls)}{tokens_text(resume)}, "
+        f"{money(resume.money)}  (a fresh retry: {_calls(fresh.tool_calls)}"
+        f"{tokens_text(fresh)}, {money(fresh.money)})"
     )
     if plan.blockers:
         out.append("  BLOCKED:")
         out += [f"    - {b}" for b in plan.blockers]
+    words = plan_acts(plan)
+    if plan.can_strict and words.strict.does:
+        out.append(f"  a strict resume {words.strict.does}")
     up = plan.upgrade
     out.append(f"  upgrade: {'available' if up.available else 'not available'} — {up.reason}")
+    if plan.can_upgrade and words.upgrade.does:
+        out.append(f"    it {words.upgrade.confirm}")
     out += [f"    warning: {w}" for w in up.warnings]
     out += [f"    gate {g.stage}/{g.gate_id}: {g.said}" for g in up.gates]
     out.append(f"  fingerprint: {plan.fingerprint}")

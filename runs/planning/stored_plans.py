@@ -79,18 +79,17 @@ def _first(plan: Plan, values: dict[str, Any]) -> bool:
 
 
 def _rank(plan: Plan) -> None:
-    """The inbox's severity follows a blocked plan (Run.severity): blocked while the plan of
-    the run as it stands is, back to what its status says once a plan is not. Only at the
-    run's current version and while it is stopped: a run that moved on has the severity the
-    append path gave it."""
+    """The inbox's severity follows what the plan knows (Run.severity): blocked while the plan
+    of the run as it stands is; else a resumed run's stop ranks as a resume that failed, above
+    fresh failures; else what its status says. Only at the run's current version and while it
+    is stopped: a run that moved on has the severity the append path gave it."""
     stopped = Run.objects.filter(pk=plan.run_pk, version=plan.run_version, status__in=Run.RESUMABLE)
-    if plan.blocked:
-        stopped.update(severity=Run.Severity.BLOCKED)
-        return
-    for status, deviated in stopped.filter(severity=Run.Severity.BLOCKED).values_list(
-        "status", "deviated"
+    for status, deviated, attempt, parent in stopped.values_list(
+        "status", "deviated", "attempt", "parent_id"
     ):
-        stopped.update(severity=Run.severity_for(status, deviated))
+        resumed = attempt > 0 or parent is not None
+        severity = Run.severity_for(status, deviated, resumed)
+        stopped.update(severity=Run.Severity.BLOCKED if plan.blocked else severity)
 
 
 def refresh(run: Run) -> Plan:

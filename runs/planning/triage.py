@@ -21,7 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models.functions import Now
 
-from runs import ids
+from runs import ids, quantities
 from runs.enqueue import enqueue_batch
 from runs.ledger import leases
 from runs.models import ApprovalMode, GroupApproval, Run
@@ -135,7 +135,7 @@ class Batch:
                     "fingerprint": s.plan.fingerprint,
                     "next_stage": s.plan.next_stage,
                     "calls": s.plan.cost_resume.tool_calls,
-                    "money": str(s.plan.cost_resume.money),
+                    "money": quantities.amount(s.plan.cost_resume.money),
                     "blocked": bool(s.plan.blockers),
                     "group": s.group,
                 },

@@ -22,6 +22,6 @@ and related rows are fetched in one query per kind. A lookup that finds nothing 
 the view says 404, the API a 404 problem. The pipeline page's figures stay with their page
 (runs/dashboard/stats.py).
 
-May import: planning, gates, ledger, models, events, pipeline, ids and enqueue (the queue
-whose workers the workers page lists).
+May import: planning, gates, ledger, models, events, pipeline, ids, quantities and enqueue
+(the queue whose workers the workers page lists).
 """

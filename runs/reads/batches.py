@@ -29,20 +29,23 @@ class Approved:
 
     @property
     def outcome(self) -> str:
-        """What became of it, in a few words."""
+        """What it is doing now, in a few words beside its status's badge (which the words
+        do not repeat): a stage a worker runs, or one still waiting for a worker (its ticket
+        not taken yet: with one worker, all but one of a batch wait)."""
         if self.now is None:
             return "no longer exists"
+        stage = self.now.current_stage or "its next stage"
         if self.now.is_active:
-            return f"still {self.now.get_status_display().lower()}"
+            return f"waiting for a worker to run {stage}" if self.now.ticket else f"runs {stage}"
         if self.now.status in Run.TERMINAL:
-            return f"finished: {self.now.get_status_display().lower()}"
-        return f"stopped again: {self.now.get_status_display().lower()}"
+            return ""
+        return f"stopped again at {stage}"
 
 
 def approved_now(approved: list[dict[str, Any]]) -> list[Approved]:
     """The batch's approved runs with their current status: one query."""
     pks = [int(a["resumed"]) for a in approved]
-    runs = Run.objects.only("id", "status", "current_stage", "attention").in_bulk(pks)
+    runs = Run.objects.only("id", "status", "current_stage", "attention", "ticket").in_bulk(pks)
     return [
         Approved(
             run=int(a["run"]),

@@ -13,11 +13,10 @@ from decimal import Decimal
 from django.utils import timezone
 
 from runs.events import read
-from runs.gates.acts import third_person
 from runs.gates.reopen import Refusal, refusals
 from runs.ledger import leases
 from runs.models import Effect, Event, Run, StoredPlan
-from runs.planning.plan import MadeAgain
+from runs.planning.acts import OptionActs, plan_acts
 from runs.planning.planner import Plan
 from runs.planning.replay import STOPPING, Action, StopKind
 
@@ -40,8 +39,12 @@ class Option:
     stages: str = ""  # "visual → publish"
     calls: int = 0
     money: str = "0"
-    # What it does to the outside world that cannot be taken back.
+    # What it does to the outside world, in the tools' verbs and money (planning/acts.py),
+    # and that with the drift it keeps or takes, as one sentence.
     acts: list[str] = field(default_factory=list)
+    does: str = ""
+    # The same, as its confirmation says it (planning/acts.py OptionActs.confirm).
+    confirm: str = ""
     # What it leaves alone or does safely, said beside the cost.
     note: str = ""
 
@@ -77,23 +80,7 @@ class Decision:
         return [o for o in (self.strict, self.upgrade) if o is not None]
 
 
-def _made_again(plan: Plan) -> list[str]:
-    """The upgrade's irreversible acts, from the planner's warnings: "publishes a second
-    article (the first, art-1, stays)". A plan stored before its warnings were records says
-    its sentence as it is."""
-    acts = []
-    for warning in plan.upgrade.warnings:
-        if not isinstance(warning, MadeAgain):
-            acts.append(warning)
-            continue
-        noun = warning.tool.removeprefix(f"{warning.verb}_").replace("_", " ")
-        acts.append(
-            f"{third_person(warning.verb)} a second {noun} (the first, {warning.made_as}, stays)"
-        )
-    return acts
-
-
-def _strict(plan: Plan) -> Option:
+def _strict(plan: Plan, words: OptionActs) -> Option:
     if not plan.can_strict:
         why = plan.not_resumable_reason if not plan.resumable else "the plan is blocked"
         return Option("strict", False, why)
@@ -116,11 +103,14 @@ def _strict(plan: Plan) -> Option:
         stages=" → ".join(plan.stages_reexecuted) or plan.next_stage,
         calls=plan.cost_resume.tool_calls,
         money=plan.cost_resume.money,
+        acts=words.acts,
+        does=words.does,
+        confirm=words.confirm,
         note=", ".join(note),
     )
 
 
-def _upgrade(plan: Plan) -> Option:
+def _upgrade(plan: Plan, words: OptionActs) -> Option:
     upgrade = plan.upgrade
     if not plan.can_upgrade:
         if not plan.resumable:
@@ -137,7 +127,9 @@ def _upgrade(plan: Plan) -> Option:
         stages=f"{stages[0]} → {stages[-1]}" if len(stages) > 1 else "".join(stages),
         calls=upgrade.cost.tool_calls,
         money=upgrade.cost.money,
-        acts=_made_again(plan),
+        acts=words.acts,
+        does=words.does,
+        confirm=words.confirm,
         note="at most: a call whose request comes out unchanged is reused",
     )
 
@@ -156,17 +148,16 @@ def _blockers(plan: Plan) -> list[Blocker]:
         pk, run_pk = rows.get(line.delivery_key, (None, None))
         found.append(
             Blocker(
-                text=line.answer,
+                # The call's reason in full (its answer in a plan stored before lines kept
+                # their reason), once: the plan's blockers are these same reasons.
+                text=line.reason or line.answer,
                 effect_pk=pk,
                 effect_run_pk=run_pk,
                 label=f"{line.tool} ({line.stage}/{line.call_id})",
                 refused=line.kind == StopKind.REFUSED_CONFIRMED,
             )
         )
-    # Each call's reason in full, beside its line; but a refused confirmed call's reason says
-    # no more than its line (what the target answered): it is not listed twice. (A plan
-    # stored before lines kept their reason lists it twice.)
-    said = {e.reason for e in lines if e.kind == StopKind.REFUSED_CONFIRMED}
+    said = {e.reason for e in lines}
     found += [Blocker(text=text) for text in plan.blockers if text not in said]
     return found
 
@@ -223,8 +214,9 @@ def decision(
     """`effects`: the run's effects by id, when the page read them already."""
     found = Decision(plan_pending=plan_pending(run, stored, plan), silent_for=silent_for(run))
     if plan is not None and run.is_resumable:
-        found.strict = _strict(plan)
-        found.upgrade = _upgrade(plan)
+        words = plan_acts(plan)
+        found.strict = _strict(plan, words.strict)
+        found.upgrade = _upgrade(plan, words.upgrade)
         found.blockers = _blockers(plan) if plan.blocked else []
     found.refusals = refusals(run, effects)
     found.closed = closed_out(run)

@@ -4,12 +4,13 @@ target is asked on the page's POST (runs/planning/target_lookup.py), never here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from runs.events import LedgerEdited, TargetAsked, read, where
 from runs.gates import recorded
-from runs.models import Effect, Event, Run, StoredPlan
+from runs.gates.acts import act_of
+from runs.models import Effect, Event, Run, StoredPlan, SupervisorAsk
 from runs.pipeline import UnknownPipeline, registry
 from runs.planning.planner import EffectLine, Plan
 from runs.planning.replay import UNSETTLED
@@ -40,6 +41,11 @@ class EffectPage:
     line: EffectLine | None
     # A call made with a reviewer's edits: what changed and the price asked; "" otherwise.
     edited: str = ""
+    # What the call does outside, in its tool's verb and the price of its request ("charges
+    # $5.00 to acct-42 (card)"): what is at stake while it is unsettled.
+    at_stake: str = ""
+    # The operators who asked a supervisor to settle it (runs/asks.py), newest first.
+    asks: list[SupervisorAsk] = field(default_factory=list)
 
     @property
     def unsettled(self) -> bool:
@@ -95,6 +101,25 @@ def _target_name(tool: Any) -> str:
     return str(getattr(spec, "target", "") or "")
 
 
+def _at_stake(effect: Effect, tool: Any) -> str:
+    """The call's act, priced by what it was asked with (a tool this process does not load:
+    the price its row recorded)."""
+    try:
+        price = tool.price_of(effect.request) if tool is not None else effect.cost
+    except (KeyError, TypeError, ValueError, ArithmeticError):  # a request the tool never made
+        price = effect.cost
+    act = act_of(
+        {
+            "tool": effect.tool,
+            "verb": tool.verb if tool is not None else "call",
+            "cost": str(price),
+            "policy": effect.policy,
+            "target": effect.target,
+        }
+    )
+    return act.text if act is not None else ""
+
+
 def effect_page(effect: Effect) -> EffectPage:
     run = Run.objects.select_related("parent").get(pk=effect.run_id)
     tool = _tool(run, effect.tool)
@@ -107,4 +132,6 @@ def effect_page(effect: Effect) -> EffectPage:
         asked=_last_asked(effect),
         line=_plan_line(run, effect),
         edited=recorded.edited(recorded.approved_calls(run).get(where), effect),
+        at_stake=_at_stake(effect, tool),
+        asks=list(effect.asks.order_by("-id")[:20]),
     )

@@ -92,6 +92,10 @@ class StopFacts:
     plan_changed: bool = False
     # The gate a waiting run waits at (no plan: nothing broke, nothing to resume).
     gate: Gate | None = None
+    # A blocked plan says what it waits for in place of its price (stops.blocked_sentence).
+    blocked: str = ""
+    # The run was resumed (or is an upgrade's branch) and stopped again (stops.resume_failed).
+    resume_failed: str = ""
 
 
 @dataclass
@@ -287,7 +291,9 @@ def stop_facts(run: Run, events: dict[str, Event]) -> StopFacts:
     # as seq does, so a plan at a version below the stop's seq is one of an earlier stop.
     if plan is not None and stop is not None and plan.run_version < stop.seq:
         plan = None
-    why = []
+    resumed = run.is_resumable and run.was_resumed
+    failed = stops.resume_failed(run.attempt, run.parent_id is not None) if resumed else ""
+    why = [failed] if failed else []
     if deviation is not None:
         why.append(_sentence(run, deviation, None))
     # A deviation on a call the plan did not promise stops the run right after it; that
@@ -306,6 +312,8 @@ def stop_facts(run: Run, events: dict[str, Event]) -> StopFacts:
         stopped_at=moment.created_at if moment is not None else None,
         plan=plan,
         plan_changed=plan is not None and plan.run_version != run.version,
+        blocked=stops.blocked_sentence(plan.unsettled) if plan is not None and plan.blocked else "",
+        resume_failed=failed,
     )
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from runs.events import PlanKept, read
@@ -15,6 +14,7 @@ from runs.pipeline import UnknownPipeline, registry
 from runs.planning import stored_plans
 from runs.planning.contract import Usage
 from runs.planning.planner import Plan
+from runs.quantities import money
 from runs.reads.artifacts import ArtifactRow, artifact_rows
 from runs.reads.decision import Decision, decision
 from runs.reads.gates import open_gate_of
@@ -316,13 +316,6 @@ def _shown_plan(run: Run) -> dict[str, Any]:
     return {"plan": shown[0], "stored_plan": shown[1]}
 
 
-def money(amount: Decimal) -> str:
-    """Dollars with as many decimals as they need, at least two ("5.14", "0.001")."""
-    text = f"{amount.quantize(Decimal('0.0001')):f}".rstrip("0")
-    whole, _, cents = text.partition(".")
-    return f"{whole}.{cents.ljust(2, '0')}"
-
-
 def model_tokens(usage: Usage) -> str:
     """ " (1,234 model tokens)": what metered calls used (prompt and completion; the cached
     tokens are part of the prompt), or "" where no call was metered."""
@@ -347,7 +340,7 @@ class PlanVerdict:
     def summary(self) -> str:
         used, promised = self.used, self.promised
         calls = f"{used.tool_calls} call{'s' if used.tool_calls != 1 else ''}"
-        spent = f"${money(used.money)}{model_tokens(used)}"
+        spent = f"{money(used.money)}{model_tokens(used)}"
         if self.kept:
             if used.tool_calls == promised.tool_calls and used.money == promised.money:
                 return f"Plan kept: {calls}, {spent}, as approved"
@@ -355,11 +348,11 @@ class PlanVerdict:
             return (
                 f"Plan kept: {used.tool_calls} of {promised.tool_calls} promised "
                 f"call{'s' if promised.tool_calls != 1 else ''}, "
-                f"${money(used.money)} of ${money(promised.money)}{model_tokens(used)}"
+                f"{money(used.money)} of {money(promised.money)}{model_tokens(used)}"
             )
         return (
             f"Plan deviated: {self.reason or 'the resumed work departed from the plan'} "
-            f"(approved: {promised.tool_calls} calls, ${money(promised.money)}; "
+            f"(approved: {promised.tool_calls} calls, {money(promised.money)}; "
             f"so far: {calls}, {spent})"
         )
 

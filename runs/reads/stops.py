@@ -124,6 +124,28 @@ def _stopped_for_a_decision(said: NeedsApproval, in_stage: str) -> str:
     return "stopped for a decision" + (f": {_first_sentence(said.error)}" if said.error else "")
 
 
+def blocked_sentence(unsettled: dict[str, str]) -> str:
+    """What a run whose plan is blocked waits for, in place of a price (a blocked plan's
+    "0 calls, $0.00" reads as free): the calls a supervisor must settle, from the stored
+    plan's actions per unsettled call; else (a confirmed call its target refused, a ledger
+    row that disagrees with its events) that a human decides first."""
+    calls = [
+        where for where, action in unsettled.items() if action in (Action.BLOCKED, Action.REFUSE)
+    ]
+    if calls:
+        return _cut(f"blocked: a supervisor must settle {', '.join(calls)} before any resume")
+    return "blocked: a human must decide before any resume (open the run)"
+
+
+def resume_failed(attempt: int, branch: bool) -> str:
+    """Why a resumed run's stop is not one more interruption: someone approved a resume, and
+    it did not get through."""
+    if attempt == 0 and branch:
+        return "its upgrade branch stopped: the approved upgrade did not get through"
+    times = "once" if attempt == 1 else f"{attempt} times"
+    return f"its resume failed: resumed {times}, it stopped again"
+
+
 def waiting_sentence(stage: str, gate_id: str, kind: str, role: str, call: dict | None) -> str:
     """Why a waiting run needs a human, from the gate it waits at."""
     call = call if isinstance(call, dict) else {}

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from django import template
 from django.utils import timezone
 from django.utils.timesince import timesince
 
+from runs import quantities
 from runs.access import roles
 from runs.events import TOKEN_KINDS, LedgerEdited
 from runs.planning.planner import Action
 from runs.planning.replay import StopKind, stop_label
-from runs.reads import run_page
 
 register = template.Library()
 
@@ -63,13 +62,10 @@ def argument_rules(call: Any, name: str) -> str:
     return ", ".join([about["kind"], *about.get("rules", [])]) if about else ""
 
 
-@register.filter
-def money(amount: Any) -> str:
-    """Dollars with as many decimals as they need, at least two: 20.0000 is "20.00"."""
-    try:
-        return run_page.money(Decimal(str(amount)))
-    except ArithmeticError:
-        return str(amount)
+# Every amount on every page ("$5.00", "$0.0010") and every token count ("1,234"): one
+# format per quantity (runs/quantities.py), the one the API and the command line use too.
+register.filter("money", quantities.money)
+register.filter("tokens", quantities.tokens)
 
 
 @register.filter

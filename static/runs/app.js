@@ -18,10 +18,12 @@ window.addEventListener("pageshow", (event) => {
 
 // The run page's decision bar stays at the top: anchored sections must land below it, so its
 // real height (which depends on the width) goes into --decision-h for scroll-padding-top.
+// On a phone only its state line stays (the bar itself is display: contents there).
 function measureDecision() {
   const bar = document.getElementById("decision");
   if (!bar) return;
-  document.documentElement.style.setProperty("--decision-h", `${bar.offsetHeight}px`);
+  const stuck = getComputedStyle(bar).display === "contents" ? bar.querySelector(".decision-state") : bar;
+  document.documentElement.style.setProperty("--decision-h", `${stuck ? stuck.offsetHeight : 0}px`);
 }
 document.addEventListener("DOMContentLoaded", measureDecision);
 window.addEventListener("resize", measureDecision);

@@ -245,7 +245,7 @@ def test_supervisor_resolves_a_blocked_never_effect_and_the_plan_unblocks(page, 
     expect(page.get_by_role("button", name="Strict resume")).to_be_disabled()
 
     # The blocker links straight to the unsettled effect; its page leads to the ledger edit.
-    blockers.get_by_role("link", name=re.compile(r"^Resolve ")).click()
+    blockers.get_by_role("link", name=re.compile(r"^Settle ")).click()
     expect(page).to_have_url(re.compile(r"/effects/\d+/$"))
     page.get_by_role("link", name="edit the ledger with a reason").click()
     expect(page.get_by_role("heading", name="Change effect")).to_be_visible()
@@ -348,14 +348,19 @@ def test_operator_triages_the_inbox_by_reason_then_approves_from_the_summary(
     no_sideways_scroll(page)
     shot(page, f"run-decision-{size}.png")
 
-    # Down at the timeline, the plan's own buttons are out of sight; the summary's are not.
+    # Down at the timeline, the plan's own buttons are out of sight; on a phone the summary
+    # keeps one line in view (issue 48), whose "Decide" brings its buttons back.
     page.locator("nav.toc").get_by_role("link", name="Timeline").click()
     expect(page).to_have_url(re.compile(r"#timeline$"))
-    # The section lands below the summary, not under it.
-    heading, summary = page.locator("#timeline-h").bounding_box(), bar.bounding_box()
+    # The section lands below the summary's line, not under it.
+    line = bar.locator(".decision-state")
+    heading, summary = page.locator("#timeline-h").bounding_box(), line.bounding_box()
     assert heading["y"] >= summary["y"] + summary["height"] - 1, (heading, summary)
+    assert summary["height"] < 48, summary  # one line
+    expect(line).to_be_in_viewport()
     expect(page.locator("#approve-h")).not_to_be_in_viewport()
     strict = bar.get_by_role("button", name="Strict resume")
+    line.get_by_role("link", name="Decide").click()
     expect(strict).to_be_in_viewport()
     expect(bar.get_by_role("button", name="Upgrade")).to_be_disabled()
     page.screenshot(path=str(ARTIFACTS / f"run-decision-scrolled-{size}.png"))

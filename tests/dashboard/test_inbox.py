@@ -27,8 +27,9 @@ from runs.ledger.maintenance import maintenance
 from runs.models import ApprovalMode, Effect, Run, StoredPlan
 from runs.planning import stored_plans
 from runs.planning.resume import approve
+from runs.quantities import money
 from runs.reads import inbox
-from runs.reads.stops import ReasonKind
+from runs.reads.stops import ReasonKind, blocked_sentence
 from tests.support.plans import (
     TOPIC,
     effect,
@@ -101,8 +102,8 @@ def shown(client: Client, query: str = "") -> set[str]:
 def stake(plan: StoredPlan) -> str:
     calls = lambda n: f"{n} call{'s' if n != 1 else ''}"  # noqa: E731
     return (
-        f"Resume: {calls(plan.resume_calls)}, ${plan.resume_money} "
-        f"vs fresh retry: {calls(plan.fresh_calls)}, ${plan.fresh_money}"
+        f"Resume: {calls(plan.resume_calls)}, {money(plan.resume_money)} "
+        f"vs fresh retry: {calls(plan.fresh_calls)}, {money(plan.fresh_money)}"
     )
 
 
@@ -141,8 +142,9 @@ def test_a_charge_with_an_unknown_outcome_is_blocked_for_a_supervisor(viewer):
     row = row_of(viewer.get("/runs/").content.decode(), run)
 
     assert "promote-charge timed out: a supervisor must decide" in row
-    assert stake(plan) in row
-    assert "Blocked" in row
+    # What it waits for, not a price: "0 calls, $0.00" would read as free.
+    assert "blocked: a supervisor must settle publish/promote-charge before any resume" in row
+    assert "Resume:" not in row and "Blocked" in row
 
 
 def test_a_charge_a_supervisor_resolved_says_the_ledger_has_it_and_unblocks(viewer):
@@ -216,7 +218,8 @@ def test_a_deviation_that_stopped_the_run_is_said_once(viewer):
         "the plan said record-found, the engine found call"
     ) in row
     assert "stopped for a decision" not in row
-    assert stake(StoredPlan.objects.get(run=run)) in row
+    plan = StoredPlan.objects.get(run=run)
+    assert (blocked_sentence(plan.unsettled) if plan.blocked else stake(plan)) in row
 
 
 def test_runs_that_need_no_human_say_nothing_about_a_stop(viewer):

@@ -62,15 +62,17 @@ def test_an_approval_made_in_the_request_has_a_batch_page_with_each_runs_outcome
     assert "Approved 2, skipped 0" in page
     for run in runs:
         assert f'href="/runs/{run.public_id}/"' in page
-    assert page.count("still resuming") == 2
+    # What each run is doing, beside its badge: waiting for a worker (none runs here).
+    assert page.count("waiting for a worker to run research") == 2
     assert 'hx-trigger="every 2s"' in page  # it follows the runs while they move
 
     run_inline(runs[0].pk)
     page = client_as("viewer").get(f"/runs/batches/{batch}/").content.decode()
-    assert "finished: succeeded" in page and "still resuming" in page
+    done = '<span class="badge status-succeeded">Succeeded</span> </td>'
+    assert done in page and "waiting for a worker to run research" in page
     run_inline(runs[1].pk)
     page = client_as("viewer").get(f"/runs/batches/{batch}/").content.decode()
-    assert page.count("finished: succeeded") == 2
+    assert page.count(done) == 2 and "finished" not in page
     assert "hx-trigger" not in page.split('id="batch"')[1].split(">")[0]
 
 

@@ -25,8 +25,9 @@ from runs.ledger.append import RunMove, Writer, append
 from runs.models import Effect, Event, Gate, Lease, Run, StoredPlan
 from runs.planning import stored_plans
 from runs.planning.contract import Usage
+from runs.quantities import money
 from runs.reads import decision as decision_q
-from runs.reads.run_page import PlanVerdict, money
+from runs.reads.run_page import PlanVerdict
 from tests.support.plans import (
     TOPIC,
     charge_unknown,
@@ -131,7 +132,7 @@ def test_every_run_that_needs_a_human_offers_its_way_out(kind, facts):
     viewer = decision_of(page_of(client_as("viewer"), run))
     assert "<form" not in viewer and "<button" not in viewer
     if kind == "blocked":
-        assert "a supervisor resolves this effect" in viewer
+        assert "a supervisor settles it there" in viewer
         assert control in viewer  # the link to the effect itself, not the run's list
     if kind == "deviated-finished":
         assert "An operator acknowledges the deviation" in viewer
@@ -152,13 +153,14 @@ def test_upgrade_shows_its_cost_and_irreversible_acts_at_its_own_confirmation(fa
     assert plan.can_upgrade
     html = decision_of(page_of(client_as("operator"), run))
     upgrade = html[html.index("option-upgrade") :]
-    cost = f"up to {plan.upgrade.cost.tool_calls} calls, ${plan.upgrade.cost.money}"
+    cost = f"up to {plan.upgrade.cost.tool_calls} calls, {money(plan.upgrade.cost.money)}"
     assert cost in upgrade
     assert "re-runs research → publish" in upgrade
     assert re.search(r"publishes a second article \(the first, \S+, stays\)", upgrade)
     label = re.search(r"I accept that it ([^<]*)</label>", upgrade)[1]
     assert re.search(r"publishes a second article \(the first, \S+, stays\)", label)
-    assert "charges a second card (the first, ch-x, stays)" in label
+    assert label.startswith("takes facts v3 → v4 and ")
+    assert "charges $5.00 again (the first, ch-x, stays)" in label
     strict = html[html.index("option-strict") : html.index("option-upgrade")]
     assert "I have read the plan" in strict and "publishes" not in strict
     # Two forms, two boxes: one tick never confirms the other option.
@@ -188,7 +190,7 @@ def test_a_plan_stored_with_its_warnings_as_sentences_still_shows_them(facts):
 
     assert shown.upgrade.warnings == said
     label = re.search(r"I accept that it ([^<]*)</label>", html[html.index("option-upgrade") :])
-    assert label[1].strip() == "; ".join(said)
+    assert label[1].strip() == "takes facts v3 → v4 and " + ", ".join(said)
     assert all(f"<li>{s}</li>" in plan_page for s in said)
 
 
@@ -224,9 +226,9 @@ def test_a_blocked_call_is_listed_with_its_effect_and_its_reason_in_full(facts):
     found = decision_q.decision(run, plan, stored)
 
     [line] = [e for e in plan.effects if e.call_id == "promote-charge"]
+    # Once: the call's reason in full, with its effect (the plan's blocker is that reason).
     assert [(b.text, b.label, b.effect_pk is not None) for b in found.blockers] == [
-        (line.answer, "charge_card (publish/promote-charge)", True),
-        (line.reason, "", False),
+        (line.reason, "charge_card (publish/promote-charge)", True),
     ]
     assert line.reason == plan.blockers[0] and "is NEVER" in line.reason
 
@@ -319,10 +321,9 @@ def test_a_kept_upper_bound_says_how_much_of_the_promise_was_used():
         return Usage({"render_image": calls}, {}, Decimal(amount))
 
     kept = PlanVerdict(True, 9, "f" * 64, "upgrade", usage(10, "5.1830"), usage(9, "5.14"), "")
-    assert kept.summary == "Plan kept: 9 of 10 promised calls, $5.14 of $5.183"
+    assert kept.summary == "Plan kept: 9 of 10 promised calls, $5.14 of $5.1830"
     exact = PlanVerdict(True, 9, "f" * 64, "strict", usage(3, "5.001"), usage(3, "5.001"), "")
-    assert exact.summary == "Plan kept: 3 calls, $5.001, as approved"
-    assert (money(Decimal("5")), money(Decimal("0.0010"))) == ("5.00", "0.001")
+    assert exact.summary == "Plan kept: 3 calls, $5.0010, as approved"
 
 
 def test_a_verdict_says_the_model_tokens_the_resumed_work_used():

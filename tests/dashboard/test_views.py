@@ -432,7 +432,7 @@ def test_decision_summary_of_a_blocked_plan_offers_no_approval(operator, facts):
     box = decision(operator.get(url(run)).content.decode())
     assert "Blocked: a supervisor decides first" in box
     assert re.search(r'<button type="button" disabled[^>]*>Strict resume</button>', box)
-    assert "blocked until a supervisor resolves it in the effect ledger" in box
+    assert "blocked until a supervisor settles it on its effect page" in box
     # No approval; the one form is the way out that is always there: closing the run out.
     assert re.findall(r'<form method="post" action="([^"]+)"', box) == [url(run, "close/")]
     assert 'name="fingerprint"' not in box

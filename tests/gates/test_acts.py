@@ -41,7 +41,7 @@ def test_a_charge_names_its_amount_and_whom_it_charges_and_needs_the_tick():
 def test_a_free_call_the_target_cannot_deduplicate_names_where_it_acts_and_needs_the_tick():
     act = act_of(PUBLISH)
 
-    assert act.text == "publishes on devblog as acct-42"
+    assert act.text == "publishes an article on devblog as acct-42"
     assert act.needs_tick and act.price == 0
 
 
@@ -62,10 +62,16 @@ def test_a_total_counts_the_acts_and_adds_their_prices():
     assert total([act_of(CHARGE)]).text == "1 charge, $5.00 in all"
 
 
-def test_money_shows_cents_and_more_places_only_when_the_price_has_them():
+def test_money_shows_cents_and_the_ledgers_four_places_only_when_the_price_has_them():
     assert [money(Decimal(v)) for v in ("5", "0.0400", "0.001", "1234.5")] == [
         "$5.00",
         "$0.04",
-        "$0.001",
+        "$0.0010",
         "$1,234.50",
     ]
+
+
+def test_a_call_not_made_yet_names_its_act_without_a_target():
+    unknown = {k: v for k, v in CHARGE.items() if k != "target"}
+    assert act_of(unknown).text == "charges $5.00"
+    assert act_of({**PUBLISH, "target": ""}).text == "publishes an article"

@@ -80,7 +80,7 @@ def test_the_run_page_lists_a_refused_calls_blocker_once_as_a_refusal():
 
     [line] = [e for e in plan.effects if e.call_id == "fee"]
     assert [(b.text, b.label, b.refused) for b in found.blockers] == [
-        (line.answer, "charge_card (pay/fee)", True)
+        (line.reason, "charge_card (pay/fee)", True)
     ]
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 
 import pytest
 from django.db import connection, connections, transaction
+from django.utils import timezone
 
 from runs.events import RunCreated
 from runs.ledger import leases
@@ -49,6 +51,18 @@ def test_the_new_holder_can_append_after_a_takeover(run):
     new = Writer(run.pk, leases.acquire(run.pk, "worker-b", takeover=True), "worker-b")
     event = append(new, started("research"))
     assert Event.objects.get(pk=event.pk).token == new.token
+
+
+def test_a_takeover_leaves_the_last_heartbeat_the_workers_own(run):
+    leases.acquire(run.pk, "worker-a")
+    # Its worker went silent five minutes ago.
+    Lease.objects.filter(run=run).update(heartbeat_at=timezone.now() - timedelta(minutes=5))
+    beat = Lease.objects.values_list("heartbeat_at", flat=True).get(run=run)
+
+    leases.acquire(run.pk, "sweeper", takeover=True)
+
+    lease = Lease.objects.get(run=run)
+    assert (lease.holder, lease.heartbeat_at) == ("sweeper", beat)
 
 
 def test_a_released_lease_cannot_append(run):

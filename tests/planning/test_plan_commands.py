@@ -16,6 +16,7 @@ from django.core.management import CommandError, call_command
 
 from demo.simulators import publish_facts
 from runs.models import Event, Run
+from runs.planning.acts import plan_acts
 from runs.planning.planner import compute_plan
 from tests.support.plans import (
     TOPIC,
@@ -64,6 +65,19 @@ def test_plan_prints_a_readable_plan(in_process):
     assert printed_fingerprint(text) == compute_plan(run).fingerprint
 
 
+def test_plan_names_what_each_option_does_outside_as_the_pages_do(in_process):
+    run = run_in_process({"timeout": "visual/upload-cover/after"})
+    publish_facts(TOPIC)
+
+    text = manage("plan", run.public_id)
+
+    words = plan_acts(compute_plan(run))
+    assert "  a strict resume publishes an article, charges $5.00; keeps facts v3" in text
+    assert f"  a strict resume {words.strict.does}\n" in text
+    assert f"    it {words.upgrade.confirm}\n" in text
+    assert words.upgrade.confirm.startswith("takes facts v3 → v4 and publishes an article")
+
+
 def test_plan_prints_blockers_and_drift(in_process):
     run = run_in_process({"timeout": "publish/promote-charge/after"})
     publish_facts(TOPIC)
@@ -88,7 +102,9 @@ def test_plan_json_is_the_plan_value(in_process):
 
     data = json.loads(manage("plan", run.public_id, "--json"))
 
-    assert data == compute_plan(run).to_dict()
+    plan = compute_plan(run)
+    assert data.pop("acts") == plan_acts(plan).to_dict()
+    assert data == plan.to_dict()
 
 
 def test_plan_of_an_unknown_run_is_a_command_error(db):

@@ -25,6 +25,7 @@ from runs.ledger.edits import edit_effect
 from runs.models import Effect, Event, GroupApproval, Run, StoredPlan
 from runs.planning import triage
 from runs.planning.planner import compute_plan
+from runs.quantities import money
 from runs.reads import inbox
 from tests.support.plans import (
     TOPIC,
@@ -100,7 +101,9 @@ def test_runs_stopped_at_the_same_call_share_a_group_and_another_stop_is_another
     assert big.resume_money == sum(row.resume_money for row in rows)
     assert big.sentence.startswith("3 runs failed at visual — strict resume reuses ")
     assert "retries with the same key upload_asset ×1" in big.sentence
-    assert big.sentence.endswith(f"${big.resume_money:.4f} in total")
+    assert big.sentence.endswith(
+        f"{money(big.resume_money)} in total; each publishes an article, charges $5.00"
+    )
     assert group_of(blocked) == small.fingerprint
     assert small.blocked and not small.approvable
     assert "publish/promote-charge (unknown)" in small.sentence
@@ -683,10 +686,10 @@ def test_the_batch_job_approves_each_run_and_lists_a_moved_one_with_its_fresh_pl
     assert stored_fingerprint(moved)[:12] in html
     # The batch is done, but the run it approved is still resuming: the page follows it
     # (issue 24) until it settles, then stops asking.
-    assert "still resuming" in html and 'hx-trigger="every 2s"' in html
+    assert "waiting for a worker to run" in html and 'hx-trigger="every 2s"' in html
     run_inline(kept.pk)
     html = client_as("viewer").get(f"/runs/batches/{row.pk}/").content.decode()
-    assert "finished: succeeded" in html
+    assert '<span class="badge status-succeeded">Succeeded</span> </td>' in html
     assert "hx-trigger" not in html
 
 

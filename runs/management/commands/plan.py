@@ -4,8 +4,10 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs import quantities
 from runs.checks import COMMAND_CHECKS
 from runs.planning import triage
+from runs.planning.acts import plan_acts
 from runs.planning.planner import compute_plan
 from runs.planning.report import plan_as_text
 from runs.planning.resume import ResumeRefused, load_run
@@ -39,7 +41,8 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         plan = compute_plan(run)
         if opts["json"]:
-            self.stdout.write(json.dumps(plan.to_dict(), indent=2, default=str))
+            data = {**plan.to_dict(), "acts": plan_acts(plan).to_dict()}
+            self.stdout.write(json.dumps(data, indent=2, default=str))
         else:
             self.stdout.write(plan_as_text(plan))
 
@@ -53,7 +56,8 @@ class Command(BaseCommand):
                         "runs": g.count,
                         "sentence": g.sentence,
                         "approvable": g.approvable,
-                        "resume_money": str(g.resume_money),
+                        "resume_money": quantities.amount(g.resume_money),
+                        "acts": g.acts.to_dict() if g.acts is not None else None,
                         "shape": g.shape,
                     }
                     for g in found.groups
@@ -74,6 +78,6 @@ class Command(BaseCommand):
                 )
         if found.unplanned:
             self.stdout.write(
-                f"{found.unplanned} run(s) need a human without a current stored plan "
+                f"{found.unplanned} stopped run(s) without a current stored plan "
                 "(`manage.py plan RUN` computes one)."
             )

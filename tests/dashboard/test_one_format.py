@@ -1,0 +1,81 @@
+"""One format per quantity (issue 48, point 4): every page of the demo says money one way (the
+`money` filter, runs/quantities.py); a run page's counts agree; a batch says what each of its
+runs is doing."""
+
+from __future__ import annotations
+
+import io
+import re
+from decimal import Decimal
+
+import pytest
+from django.core.management import call_command
+from django.template.loader import render_to_string
+
+from runs import quantities
+from runs.models import Effect, Event, Gate, Run
+from runs.planning import grouping, stored_plans
+from runs.reads.run_page import run_page
+from tests.support.plans import interrupted_with_plan
+from tests.support.web import client_as
+
+MONEY = re.compile(r"\$-?[0-9][0-9,]*(?:\.[0-9]+)?")
+# Cents, or the ledger's four places; thousands separated.
+ONE_FORMAT = re.compile(r"^\$[0-9]{1,3}(,[0-9]{3})*\.[0-9]{2}([0-9]{2})?$")
+
+
+def demo_pages() -> list[str]:
+    """Every page the demo's runs have: the inbox, each run's page, timeline and plan, each
+    effect and gate, each group, the pipelines and the workers."""
+    pages = ["/runs/", "/pipelines/", "/pipelines/content/", "/workers/"]
+    for run in Run.objects.all():
+        pages += [f"/runs/{run.public_id}/{tail}" for tail in ("", "timeline/", "plan/")]
+    pages += [f"/runs/run-{e.run_id}/effects/{e.pk}/" for e in Effect.objects.all()]
+    pages += [f"/runs/run-{g.run_id}/gates/{g.pk}/" for g in Gate.objects.all()]
+    pages += [f"/runs/groups/{g.fingerprint}/" for g in grouping.groups().groups]
+    return pages
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_page_of_the_demo_says_money_one_way(facts, redis_conn):
+    call_command("seed_demo", stdout=io.StringIO())
+    for run in Run.objects.filter(status__in=Run.RESUMABLE):
+        stored_plans.refresh(run)
+    supervisor = client_as("supervisor")
+
+    said: dict[str, list[str]] = {}
+    for path in demo_pages():
+        response = supervisor.get(path)
+        assert response.status_code == 200, path
+        for amount in MONEY.findall(response.content.decode()):
+            said.setdefault(amount, []).append(path)
+
+    assert len(said) > 5, said  # the demo's prices, charges and totals were all found
+    other = {a: paths[0] for a, paths in said.items() if not ONE_FORMAT.match(a)}
+    assert other == {}
+    # One amount, one text: no "$5.001" beside "$5.0010".
+    canonical = {a: quantities.money(Decimal(a[1:].replace(",", ""))) for a in said}
+    assert {a: c for a, c in canonical.items() if a != c} == {}
+
+
+@pytest.mark.django_db
+def test_the_pipeline_index_says_the_stage_chain_once(db):
+    html = client_as("viewer").get("/pipelines/").content.decode()
+    assert html.count("research → draft → visual → prefill → publish") == 1
+
+
+@pytest.mark.django_db
+def test_the_status_line_counts_the_events_the_timeline_counts(facts):
+    run = interrupted_with_plan()
+    # The run as read before its last events were (a poll between two appends).
+    stale = Run.objects.get(pk=run.pk)
+    stale.last_seq -= 2
+    page = run_page(stale, None)
+
+    header = render_to_string(
+        "runs/_header.html", {"page": page, "run": stale, "progress": page.progress}
+    )
+
+    total = Event.objects.filter(run=run).count()
+    assert page.timeline.total == total
+    assert f"· {total} events" in " ".join(header.split())
