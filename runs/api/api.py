@@ -23,7 +23,7 @@ from ninja.openapi.docs import Swagger
 from ninja.security import HttpBearer, SessionAuth
 
 from runs.access import roles
-from runs.api import deviations, gates, problems, tokens, triage, ways_out
+from runs.api import deviations, gates, pipelines, problems, tokens, triage, ways_out
 from runs.api import runs as run_endpoints
 from runs.api.problems import Problem, problem_response
 from runs.api.schemas import UserOut
@@ -114,6 +114,7 @@ api.add_router("/", triage.router)
 api.add_router("/gates", gates.router)
 api.add_router("/runs", deviations.router)
 api.add_router("/runs", ways_out.router)
+api.add_router("/pipelines", pipelines.router)
 
 urls = api.urls
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from runs import quantities
-from runs.dashboard.stats import PipelineStats, StageStats
+from runs.reads.pipeline_stats import PipelineStats, StageStats
 
 ROW_HEIGHT = 44
 TEXT_Y = 16

@@ -9,11 +9,11 @@ from typing import Any
 from django import forms
 
 from runs import ids
-from runs.dashboard import stats
 from runs.ledger.edits import EDITABLE_EFFECT_FIELDS
 from runs.ledger.reasons import MAX_REASON_CHARS
 from runs.models import ApprovalMode, Effect
 from runs.planning.grouping import FINGERPRINT_RE
+from runs.reads import pipeline_stats as stats
 from runs.reads.filters import InboxFilterForm, PkField
 from runs.reads.live import FOLLOWS, Seen
 

@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 from runs import ids
 from runs.access import roles
 from runs.access.guards import operator_required, viewer_required
-from runs.dashboard import charts, stats
+from runs.dashboard import charts
 from runs.dashboard.forms import (
     ApproveForm,
     GroupApproveForm,
@@ -35,6 +35,7 @@ from runs.planning import grouping, stored_plans, triage
 from runs.planning.planner import Plan
 from runs.planning.resume import AlreadyApproved, ResumeRefused, approve
 from runs.reads import batches, groups, live
+from runs.reads import pipeline_stats as stats
 from runs.reads.artifacts import artifact_view, get_artifact
 from runs.reads.decision import decision
 from runs.reads.filters import InboxFilterForm

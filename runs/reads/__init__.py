@@ -14,13 +14,15 @@ endpoints read runs, gates and plans through the same functions here, one module
     groups.py       the calls a group of runs would make
     batches.py      a group approval's outcome
     workers.py      the live RQ workers and the leases each holds (Redis and the database)
+    pipeline_stats.py  the pipeline page's figures per stage over its last N runs, with what
+                    resuming saved (resume_savings.py) apart from what gates replayed
 
 Every function here reads; none writes. Each page costs a fixed number of queries whatever
 the number of runs or events: lists are paged on an index by keyset (never OFFSET), per-row
 facts come from the row itself (the event count is `Run.last_seq`, not a COUNT over events),
 and related rows are fetched in one query per kind. A lookup that finds nothing returns None:
-the view says 404, the API a 404 problem. The pipeline page's figures stay with their page
-(runs/dashboard/stats.py).
+the view says 404, the API a 404 problem. The pipeline page's figures are read for both faces
+too (its charts are the dashboard's).
 
 May import: planning, gates, ledger, models, events, pipeline, ids, quantities and enqueue
 (the queue whose workers the workers page lists).

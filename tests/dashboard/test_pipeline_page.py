@@ -23,20 +23,17 @@ from demo.management.commands.seed_demo import run_inline
 from demo.pipeline import PROMOTION_FEE
 from runs import engine
 from runs.access import roles
-from runs.dashboard import stats
 from runs.events import read
 from runs.execution import sweeper
 from runs.gates import answers
 from runs.gates.acts import TICK
 from runs.ledger import leases
 from runs.ledger.append import Writer, append
-from runs.ledger.edits import edit_effect
 from runs.models import Effect, Event, Gate, Run
 from runs.pipeline import registry
-from runs.planning.planner import compute_plan
-from runs.planning.resume import approve
+from runs.reads import pipeline_stats as stats
 from tests.support import events
-from tests.support.plans import resumed_inline, run_in_process
+from tests.support.plans import charge_found_and_resumed, resumed_inline
 
 pytestmark = pytest.mark.django_db
 
@@ -317,17 +314,7 @@ def test_a_charge_settled_by_hand_and_reused_by_the_resume_saves_its_price(facts
 
     # The charge went out and its answer never came; a supervisor found it at the card
     # processor and recorded it as made: the resume reuses it instead of charging again.
-    run = run_in_process({"timeout": "publish/promote-charge/after"})
-    charge = Effect.objects.get(run=run, call_id="promote-charge")
-    edit_effect(
-        charge.pk,
-        {"status": Effect.Status.CONFIRMED, "external_id": "ch-found"},
-        reason="the card processor shows the charge",
-        actor="user:supervisor",
-    )
-    run.refresh_from_db()
-    approve(run, "strict", compute_plan(run).fingerprint, actor="test")
-    run = run_inline(run.pk)
+    run = charge_found_and_resumed()
     assert run.status == Run.Status.SUCCEEDED
 
     publish = by_stage(content())["publish"]

@@ -237,3 +237,26 @@ def tampered(uri: str, how: str) -> Iterator[str]:
         if current != original:
             with open(path, "wb") as handle:
                 handle.write(original)
+
+
+def charge_found_and_resumed() -> Run:
+    """A demo run whose promotion charge timed out after the card was charged, which a
+    supervisor found at the card processor and recorded as made (a ledger edit), strictly
+    resumed here to its end: the resume reuses the charge instead of charging again."""
+    from demo.management.commands.seed_demo import run_inline
+    from runs.ledger.edits import edit_effect
+    from runs.models import Effect
+    from runs.planning.planner import compute_plan
+    from runs.planning.resume import approve
+
+    run = run_in_process({"timeout": "publish/promote-charge/after"})
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+    edit_effect(
+        charge.pk,
+        {"status": Effect.Status.CONFIRMED, "external_id": "ch-found"},
+        reason="the card processor shows the charge",
+        actor="user:supervisor",
+    )
+    run.refresh_from_db()
+    approve(run, "strict", compute_plan(run).fingerprint, actor="test")
+    return run_inline(run.pk)

@@ -29,10 +29,10 @@ from enum import StrEnum
 from django.db import connection
 
 from runs import quantities
-from runs.dashboard import resume_savings
 from runs.events import ToolResult, sql_text, sql_text_at, sql_true
 from runs.models import Effect, Event, ReplayPolicy, Run
 from runs.pipeline import Pipeline, UnknownPipeline, registry
+from runs.reads import resume_savings
 
 # How many recent runs the page may look at; the form offers exactly these.
 WINDOWS = (10, 25, 50, 100, 250, 500)
