@@ -27,6 +27,7 @@ LATE_IMPORTS = {
     ("apps.py", "ready"),
     ("tools/model.py", "sdk"),
     ("tools/model.py", "price_table"),
+    ("gates/arguments.py", "_pydantic"),
     ("tracing.py", "_exporter_from_environment"),
     ("ledger/sql/driver.py", "__init__"),
 }

@@ -18,12 +18,22 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
-
-from pydantic import BaseModel, ValidationError, create_model
+from typing import TYPE_CHECKING, Any
 
 from runs.ledger.canonical import canonical_json
 from runs.pipeline import Tool, UnknownPipeline, registry
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+
+def _pydantic():
+    """pydantic, which a tool's `args` model has loaded already: imported here at first use,
+    so a command line that edits no call starts without it (tests/test_cli_start.py)."""
+    import pydantic
+
+    return pydantic
+
 
 # The JSON schema's "type" <-> the kind an argument is edited as.
 SCHEMA_KINDS = {
@@ -80,7 +90,7 @@ def edit_model(tool: Tool) -> type[BaseModel] | None:
     for name, limit in confirm.limits.items():
         info = tool.args.model_fields[name]
         fields[name] = (info.annotation, type(info).merge_field_infos(info, limit))
-    return create_model(f"{tool.args.__name__}Edit", __base__=tool.args, **fields)
+    return _pydantic().create_model(f"{tool.args.__name__}Edit", __base__=tool.args, **fields)
 
 
 def value_kind(value: Any) -> str:
@@ -241,7 +251,7 @@ def _checked(
         return args | edits
     try:
         written = model.model_validate(args | edits).model_dump(mode="json")
-    except ValidationError as exc:
+    except _pydantic().ValidationError as exc:
         errors: dict[str, list[str]] = {}
         for error in exc.errors():
             name = str(error["loc"][0]) if error["loc"] else ""

@@ -22,7 +22,6 @@ from django.db import connection
 
 from runs.events import Reconciled, ToolResult, sql_true
 from runs.pipeline import Pipeline
-from runs.planning import model_lines
 
 # Per reuse event (a reused TOOL_RESULT, a RECONCILED that found the effect): whether it is
 # a resume's saving (1) or a replay after a gate (0), with its effect's price and request.
@@ -79,8 +78,11 @@ def by_stage(pipeline: Pipeline, sql: str, params: list) -> dict[str, Saved]:
             price = tool.price_of(_json(request))
         s.calls += 1
         s.money += price
-        if tool is not None:
-            _, tokens = model_lines.saved(_json(result), tool)
+        answer = _json(result)
+        if tool is not None and tool.metered is not None and answer is not None:
+            # A reused model turn's tokens, as its answer said (prompt and completion; the
+            # cached ones are part of the prompt).
+            _, tokens = tool.metered(answer)
             s.tokens += sum(int(n) for kind, n in tokens.items() if kind != "cached")
     return found
 
