@@ -3,10 +3,13 @@ real workers against the demo service's scripted model and its outbox (issue 46)
 killed mid-loop, after the card-blocking call went out and while a model turn was in flight,
 is strictly resumed and ends PLAN_KEPT, the card blocked once and no completed turn billed
 twice; the SDK's approval (requires_approval=True) is a Resumer confirmation that waits
-through a worker's restart, answered on the gate page and, as a denial, by the API."""
+through a worker's restart, answered on the gate page and, as a denial, by the API; a
+reviewer's edit (tests/integrations/pydantic_ai_pipelines.py) is what the target gets and
+what the model is told."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -32,6 +35,8 @@ pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PIPELINE = "pydantic_ai_support.pipeline"
+# The same agent, its card block editable (imported once the example is on the path).
+EDITS = "tests.integrations.pydantic_ai_pipelines.edits"
 OPERATOR = frozenset({"operator"})
 SLOW = 180
 CARDS = "cards@bank.example"
@@ -48,11 +53,11 @@ def support(workers, demo_service, settings, monkeypatch) -> Iterator[dict[str, 
     """The example registered here and, through the environment only, in the workers, with
     fault injection on (RESUMER_FAULTS: the example knows nothing of the demo)."""
     monkeypatch.syspath_prepend(str(EXAMPLES))
-    settings.RESUMER_PIPELINES = [PIPELINE]
+    settings.RESUMER_PIPELINES = [PIPELINE, EDITS]
     registry._pipelines = None
     yield {
         "PYTHONPATH": os.pathsep.join(filter(None, [str(EXAMPLES), os.environ.get("PYTHONPATH")])),
-        "RESUMER_PIPELINES": PIPELINE,
+        "RESUMER_PIPELINES": f"{PIPELINE},{EDITS}",
         "RESUMER_FAULTS": "1",
         "RESUMER_CALL_HOOKS": "demo.faults.FaultHooks",
         "SUPPORT_API_URL": demo_service.url,
@@ -60,6 +65,7 @@ def support(workers, demo_service, settings, monkeypatch) -> Iterator[dict[str, 
     }
     registry._pipelines = None
     sys.modules.pop("pydantic_ai_support", None)
+    sys.modules.pop("tests.integrations.pydantic_ai_pipelines", None)
 
 
 def open_gate(run: Run, gate_id: str = "block_card-1") -> Gate:
@@ -193,3 +199,32 @@ def test_a_denial_through_the_api_is_told_to_the_model_and_the_card_is_not_block
     assert blocked(demo_service) == []
     assert told(run, "block_card") == "The tool call was denied. He found it."
     assert not Effect.objects.filter(run=run, tool="block_card").exists()
+
+
+def test_a_reviewers_edit_is_what_the_card_team_gets_and_the_model_is_told_of_it(
+    support, workers, demo_service
+):
+    model = demo_service.script("bank-support", STEPS)
+    run = engine.start_run("bank-support-edits", {"model": model}, actor="test")
+    workers.start(env=support)
+    gate = open_gate(run)
+
+    answers.answer(
+        gate.pk,
+        {"decision": "approve", "arg_reason": "Lost on the train."},
+        actor="user:ana",
+        roles=OPERATOR,
+        digest=gate_digest(gate),
+    )
+
+    run = ended(run)
+    assert run.status == Run.Status.SUCCEEDED
+    [mail] = blocked(demo_service)
+    assert mail["body"] == "Lost on the train."
+    assert json.loads(told(run, "block_card")) == {
+        "result": f"Card blocked ({mail['id']}).",
+        "reviewer": {
+            "by": "user:ana",
+            "edited": {"reason": {"asked": "John lost his card.", "sent": "Lost on the train."}},
+        },
+    }
