@@ -19,8 +19,11 @@ from typing import Any
 from runs.models import Effect
 from runs.pipeline import Pipeline, Tool
 from runs.planning.plan import Cost, EffectLine
-from runs.planning.replay import CALLING, Action, Decision
+from runs.planning.replay import CALLING, Action, Decision, StopKind
 from runs.quantities import tokens
+
+# A NEVER call's stop on an outcome the ledger does not know.
+UNKNOWN_OUTCOME = frozenset({StopKind.INTENT, StopKind.UNKNOWN})
 
 
 def may_bill_twice(tool: Tool, decision: Decision) -> bool:
@@ -30,8 +33,10 @@ def may_bill_twice(tool: Tool, decision: Decision) -> bool:
 
 
 def answer(tool: Tool, decision: Decision) -> str:
-    """The line's answer, with the tool's caveat where the resume retries under the key."""
-    if may_bill_twice(tool, decision):
+    """The line's answer, with the tool's caveat where the resume retries under the key, or
+    where it stops on an outcome nobody knows (a NEVER tool's: an agent adapter's tool whose
+    policy was not declared says so there, runs/integrations/)."""
+    if may_bill_twice(tool, decision) or (tool.caveat and decision.kind in UNKNOWN_OUTCOME):
         return f"{decision.answer}; {tool.caveat}" if decision.answer else tool.caveat
     return decision.answer
 

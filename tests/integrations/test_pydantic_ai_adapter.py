@@ -1,0 +1,134 @@
+"""What ResumerAgent (runs/integrations/pydantic_ai/) makes of a Pydantic AI agent before it
+runs: a pipeline tool per function tool with the policy declared for it (NEVER, said in the
+plan, when none is), the SDK's approval as a confirmation, the path a plan promises, the
+requests the model tool cannot make refused by name; and the core without the SDK."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+from pydantic_ai import Agent, RunContext
+
+from runs.integrations.pydantic_ai import Policy, ResumerAgent
+from runs.integrations.pydantic_ai.model import ModelRequestRefused, arguments
+from runs.integrations.pydantic_ai.toolset import UNDECLARED
+from runs.models import ReplayPolicy
+from runs.pipeline import Call, OnReject
+from runs.planning import model_lines
+from runs.planning.replay import Action, Decision, StopKind
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Answer(BaseModel):
+    text: str
+
+
+def support_agent() -> Agent:
+    agent = Agent("openai:gpt-4o", output_type=Answer, defer_model_check=True)
+
+    @agent.tool
+    async def lookup(ctx: RunContext[None], account: str) -> str:
+        """Looks the account up."""
+        return account
+
+    @agent.tool(requires_approval=True)
+    async def refund(ctx: RunContext[None], amount: str) -> str:
+        """Refunds the customer."""
+        return amount
+
+    return agent
+
+
+def tools_of(agent: ResumerAgent) -> dict:
+    return {tool.name: tool for tool in agent.tools}
+
+
+def test_a_tool_without_a_declared_policy_is_never_and_its_stopped_plan_line_says_so():
+    tools = tools_of(ResumerAgent(support_agent(), policies={"lookup": ReplayPolicy.SAFE}))
+    refund = tools["refund"]
+    stopped = Decision(Action.BLOCKED, "intent: outcome unknown", kind=StopKind.INTENT)
+
+    assert (refund.policy, tools["lookup"].policy) == (ReplayPolicy.NEVER, ReplayPolicy.SAFE)
+    assert model_lines.answer(refund, stopped) == f"intent: outcome unknown; {UNDECLARED}"
+    assert model_lines.answer(tools["lookup"], stopped) == "intent: outcome unknown"
+
+
+def test_a_declared_policy_gives_the_tool_its_key_and_verb():
+    tools = tools_of(
+        ResumerAgent(
+            support_agent(), policies={"refund": Policy(ReplayPolicy.IDEMPOTENT, verb="refund")}
+        )
+    )
+
+    assert tools["refund"].policy == ReplayPolicy.IDEMPOTENT
+    assert (tools["refund"].verb, tools["refund"].caveat) == ("refund", "")
+    assert tools["refund"].key is not None
+
+
+def test_the_sdks_approval_is_a_confirmation_whose_denial_is_handed_to_the_model():
+    tools = tools_of(ResumerAgent(support_agent()))
+
+    confirm = tools["refund"].confirmation
+    assert confirm is not None and confirm.on_reject == OnReject.RETURN
+    assert confirm.description == "Refunds the customer."
+    assert tools["lookup"].confirmation is None
+
+
+def test_a_policy_for_a_tool_the_agent_does_not_have_is_refused():
+    with pytest.raises(ValueError, match="policies name tools the agent does not have: charge"):
+        ResumerAgent(support_agent(), policies={"charge": ReplayPolicy.NEVER})
+
+
+def test_the_expected_path_is_a_turn_before_each_tool_and_one_to_answer():
+    agent = ResumerAgent(support_agent(), call_prefix="support")
+
+    assert agent.expected_calls("lookup", "refund", "lookup") == (
+        Call("support.turn-1", "model"),
+        Call("support.lookup-1", "lookup"),
+        Call("support.turn-2", "model"),
+        Call("support.refund-1", "refund"),
+        Call("support.turn-3", "model"),
+        Call("support.lookup-2", "lookup"),
+        Call("support.turn-4", "model"),
+    )
+
+
+def test_a_parameter_the_model_tool_does_not_pass_on_is_refused_by_name():
+    body = {"model": "m", "messages": [], "stream": False, "parallel_tool_calls": True}
+
+    with pytest.raises(ModelRequestRefused, match="does not pass on parallel_tool_calls"):
+        arguments(body)
+
+
+def test_a_streamed_request_is_refused():
+    with pytest.raises(ModelRequestRefused, match="streaming is not supported"):
+        arguments({"model": "m", "messages": [], "stream": True})
+
+
+def test_resumer_imports_and_checks_without_the_sdk():
+    # Every module of runs but the adapters, and the system check, with the SDK unimportable.
+    script = textwrap.dedent(
+        """
+        import importlib, pkgutil, sys
+        sys.modules["pydantic_ai"] = None
+        import django
+        django.setup()
+        import runs
+        for module in pkgutil.walk_packages(runs.__path__, "runs."):
+            if not module.name.startswith(("runs.integrations", "runs.migrations")):
+                importlib.import_module(module.name)
+        from django.core.management import call_command
+        call_command("check")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+
+    assert done.returncode == 0, done.stderr[-2000:]
