@@ -215,7 +215,8 @@ class Tool:
     # model's tokens) cost, read from its result; `cost` is then the price of the call alone.
     metered: Callable[[dict[str, Any]], tuple[Decimal, dict[str, int]]] | None = None
     # What a plan says about retrying an unknown outcome of this tool under the same key
-    # ("may be billed twice: model APIs do not deduplicate").
+    # ("may be billed twice: model APIs do not deduplicate"), or about stopping on one (an
+    # agent's tool with no declared policy, NEVER: runs/integrations/openai_agents/tools.py).
     caveat: str = ""
     # The arguments' types and constraints (pydantic): what an edit is checked against.
     args: type[BaseModel] | None = None

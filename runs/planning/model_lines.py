@@ -19,7 +19,10 @@ from typing import Any
 from runs.models import Effect
 from runs.pipeline import Pipeline, Tool
 from runs.planning.plan import Cost, EffectLine
-from runs.planning.replay import CALLING, Action, Decision
+from runs.planning.replay import CALLING, Action, Decision, StopKind
+
+# A NEVER effect whose outcome the ledger does not know.
+IN_DOUBT = (StopKind.INTENT, StopKind.UNKNOWN)
 
 
 def may_bill_twice(tool: Tool, decision: Decision) -> bool:
@@ -29,8 +32,11 @@ def may_bill_twice(tool: Tool, decision: Decision) -> bool:
 
 
 def answer(tool: Tool, decision: Decision) -> str:
-    """The line's answer, with the tool's caveat where the resume retries under the key."""
-    if may_bill_twice(tool, decision):
+    """The line's answer, with the tool's caveat where the resume retries under the key, or
+    where it stops on an outcome in doubt (an agent's tool whose author declared no policy is
+    NEVER, and its caveat says so)."""
+    in_doubt = decision.action == Action.BLOCKED and decision.kind in IN_DOUBT
+    if may_bill_twice(tool, decision) or (tool.caveat and in_doubt):
         return f"{decision.answer}; {tool.caveat}" if decision.answer else tool.caveat
     return decision.answer
 
