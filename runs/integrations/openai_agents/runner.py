@@ -54,6 +54,11 @@ def _agents(start: Agent[Any], more: Iterable[Agent[Any]]) -> list[Agent[Any]]:
 def _function_tools(agents: list[Agent[Any]]) -> dict[str, FunctionTool]:
     tools: dict[str, FunctionTool] = {}
     for agent in agents:
+        if agent.mcp_servers:
+            raise TypeError(
+                f"agent {agent.name}: MCP servers' tools are called outside the process: only "
+                "function tools are governed in a Resumer stage"
+            )
         for tool in agent.tools:
             if not isinstance(tool, FunctionTool):
                 raise TypeError(
