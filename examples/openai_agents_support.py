@@ -6,9 +6,10 @@ The agent is the OpenAI Agents SDK's own "Support agent" (docs/human_in_the_loop
 tools that need approval", in openai/openai-agents-python), MIT License, Copyright (c) 2025
 OpenAI: its tools, its approval rules and its agent are as the SDK's docs write them, but for
 send_email, which now sends the email (to the demo service's outbox, under the call's delivery
-key) instead of returning a string. Against the docs' code: 6 lines changed in send_email (its
-signature and body), the imports added, and the 14 lines at the end that make it a pipeline
-instead of the docs' `while result.interruptions:` loop (Resumer's gates are that loop).
+key) instead of returning a string. Against the docs' code (diff): 1 line changed (send_email's
+signature, to say whom to write to), 8 added to its body (the POST), 6 imports and 22 lines at
+the end (a comment and 21 of code) that make it a pipeline, in place of the docs'
+`while result.interruptions:` loop: Resumer's gates are that loop.
 
     cancel_order   needs_approval=True: always confirmed first; no policy declared, so NEVER
     send_email     needs_approval when the subject speaks of a refund; IDEMPOTENT: a retry
