@@ -235,7 +235,10 @@ def _made(session: Session, call_id: str, name: str, args: dict[str, Any]) -> An
         return f"{NOT_APPROVED} Rejected by {result.get('by')}: {reason}"
     output = result.get("output")
     review = session.ctx.review(call_id)
-    if review is None or not review.edits:
-        return output
-    edited = {arg: {"asked": was, "sent": now} for arg, (was, now) in review.edits.items()}
-    return json.dumps({"output": output, "reviewer": {"by": review.by, "edited": edited}})
+    if review is not None and review.edits:
+        edited = {arg: {"asked": was, "sent": now} for arg, (was, now) in review.edits.items()}
+        output = {"output": output, "reviewer": {"by": review.by, "edited": edited}}
+    # As JSON text with its keys sorted: a result handed back from the ledger (PostgreSQL's
+    # jsonb orders an object's keys its own way) tells the model what the live one told it,
+    # so the next turn's request is the one recorded.
+    return output if isinstance(output, str) else json.dumps(output, sort_keys=True)
