@@ -1,0 +1,65 @@
+"""A small OpenAI Agents SDK agent for the adapter's tests (tests/integrations/
+test_openai_agents.py): a triage agent that hands off to a billing agent, whose refund needs
+approval (its amount editable), whose lookup is SAFE and whose note nobody declared (NEVER).
+Its model is the demo service's scripted model, named by the run's input. The tools keep what
+they did in REFUNDS and NOTES: the tests run the stage in their own process."""
+
+from __future__ import annotations
+
+from agents import Agent, function_tool
+from django.conf import settings
+
+from runs.integrations.openai_agents import Durable, OpenAIAgent
+from runs.models import ReplayPolicy
+from runs.pipeline import Confirm, Input, Pipeline
+from runs.tools.model import model_tool
+
+PATH = "tests.integrations.openai_agents_pipelines.pipeline"
+REFUNDS: list[tuple[int, str]] = []
+NOTES: list[str] = []
+
+
+@function_tool
+async def lookup(order_id: int) -> dict:
+    """The order, with its total."""
+    return {"order_id": order_id, "total": "30.00"}
+
+
+@function_tool(needs_approval=True)
+async def refund(order_id: int, amount: str) -> str:
+    """Refund an order."""
+    REFUNDS.append((order_id, amount))
+    return f"Refunded {amount} on order {order_id}"
+
+
+@function_tool
+async def note(text: str) -> str:
+    """Note something on the customer's file."""
+    NOTES.append(text)
+    return "noted"
+
+
+billing = Agent(name="Billing", instructions="Refund orders.", tools=[lookup, refund, note])
+triage = Agent(name="Triage", instructions="Send billing questions on.", handoffs=[billing])
+agent = OpenAIAgent(
+    triage,
+    policies={
+        "lookup": Durable(ReplayPolicy.SAFE),
+        "refund": Durable(ReplayPolicy.IDEMPOTENT, confirm=Confirm(editable=("amount",))),
+    },
+)
+model = model_tool("model", base_url=lambda: f"{settings.DEMO_SERVICE_URL}/v1", read_timeout=10)
+
+pipeline = Pipeline(
+    name="openai-agents-billing",
+    inputs=(Input("model", lambda pinned: "script:none", versioned=False),),
+    tools=(model, *agent.tools),
+    stages=(
+        agent.stage(
+            "agent",
+            input="Please refund order 7.",
+            model=lambda ctx: ctx.inputs["model"],
+            consumes=("model",),
+        ),
+    ),
+)

@@ -1,0 +1,150 @@
+"""The OpenAI Agents SDK adapter (runs/integrations/openai_agents/) stage by stage in this
+process, against the demo service's scripted model: a handoff's agent is governed like the
+first, a reviewer's edit and a rejection reach the model, an undeclared tool is NEVER and its
+plan says so, and nothing outside the adapter imports the SDK."""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import django_rq
+import pytest
+from django.conf import settings
+
+from demo import faults
+from runs import engine
+from runs.gates import answers
+from runs.integrations.openai_agents import UNDECLARED
+from runs.models import Checkpoint, Effect, Gate, GateStatus, Run
+from runs.planning.planner import compute_plan
+from runs.planning.replay import Action
+from tests.integrations import openai_agents_pipelines as oap
+from tests.support.pipelines import registered
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RUNS = Path(__file__).resolve().parents[2] / "runs"
+OPERATOR = frozenset({"operator"})
+HANDOFF = {"tool_calls": [{"name": "transfer_to_billing", "arguments": {}}]}
+LOOKUP = {"tool_calls": [{"name": "lookup", "arguments": {"order_id": 7}}]}
+REFUND = {"tool_calls": [{"name": "refund", "arguments": {"order_id": 7, "amount": "30.00"}}]}
+DONE = {"content": "Done."}
+
+
+@pytest.fixture(autouse=True)
+def billing(settings, redis_conn, demo_service) -> Iterator[None]:
+    oap.REFUNDS.clear()
+    oap.NOTES.clear()
+    with registered(settings, oap.PATH):
+        yield
+
+
+def started(demo_service, name: str, steps: list[dict], **fault: str) -> Run:
+    model = demo_service.script(name, steps)
+    return faults.start_run(
+        "openai-agents-billing", {"model": model}, actor="test", faults=fault, enqueue=False
+    )
+
+
+def execute(run: Run) -> Run:
+    """The stage, as a worker would run it, until the run waits, stops or ends."""
+    run.refresh_from_db()
+    if run.ticket:
+        engine.execute(
+            run.pk, run.current_stage, run.ticket, holder="test", hooks=faults.FaultHooks()
+        )
+    django_rq.get_connection(settings.RESUMER_QUEUE).flushdb()  # this test runs the stage
+    run.refresh_from_db()
+    return run
+
+
+def answer(run: Run, gate_id: str, **given: str) -> None:
+    gate = Gate.objects.get(run=run, gate_id=gate_id, status=GateStatus.OPEN)
+    answers.answer(gate.pk, {"decision": "approve", **given}, actor="user:ana", roles=OPERATOR)
+
+
+def told(run: Run, call_id: str) -> str:
+    """What the model's last turn was told of a call (its tool message)."""
+    last = Effect.objects.filter(run=run, tool="model").order_by("-id").first()
+    messages = last.request["messages"]
+    asked = {
+        c["id"]: c["function"]["name"]
+        for m in messages
+        if m["role"] == "assistant"
+        for c in m.get("tool_calls") or []
+    }
+    [said] = [
+        m["content"]
+        for m in messages
+        if m["role"] == "tool" and asked[m["tool_call_id"]] == call_id.rsplit("-", 1)[0]
+    ]
+    return said
+
+
+def test_a_handoffs_agent_is_governed_and_a_reviewers_edit_reaches_the_target_and_the_model(
+    demo_service,
+):
+    run = started(demo_service, "handoff-edit", [HANDOFF, LOOKUP, REFUND, DONE])
+    assert execute(run).status == Run.Status.WAITING
+    answer(run, "refund-1", arg_amount="20.00")
+
+    run = execute(run)
+    assert run.status == Run.Status.SUCCEEDED
+    assert oap.REFUNDS == [(7, "20.00")]
+    calls = list(Effect.objects.filter(run=run).order_by("id").values_list("call_id", "tool"))
+    assert calls == [(f"turn-{n}", "model") for n in (1, 2, 3)] + [
+        ("refund-1", "refund"),
+        ("turn-4", "model"),
+    ]
+    assert json.loads(told(run, "refund-1"))["reviewer"]["edited"] == {
+        "amount": {"asked": "30.00", "sent": "20.00"}
+    }
+    assert Checkpoint.objects.get(run=run).outputs == {
+        "final_output": "Done.",
+        "last_agent": "Billing",
+    }
+
+
+def test_a_rejection_is_the_tools_result_in_the_sdks_words_with_the_reason(demo_service):
+    run = started(demo_service, "handoff-reject", [HANDOFF, REFUND, DONE])
+    execute(run)
+    gate = Gate.objects.get(run=run, gate_id="refund-1", status=GateStatus.OPEN)
+    answers.answer(
+        gate.pk, {"decision": "reject", "reason": "too much"}, actor="user:ana", roles=OPERATOR
+    )
+
+    assert execute(run).status == Run.Status.SUCCEEDED
+    assert oap.REFUNDS == []
+    assert (
+        told(run, "refund-1") == "Tool execution was not approved. Rejected by user:ana: too much"
+    )
+
+
+def test_a_tool_nobody_declared_is_never_run_again_and_its_plan_says_why(demo_service):
+    steps = [HANDOFF, {"tool_calls": [{"name": "note", "arguments": {"text": "refund"}}]}, DONE]
+    run = started(demo_service, "undeclared", steps, timeout="agent/note-1/after")
+
+    assert execute(run).status == Run.Status.FAILED
+    [line] = [line for line in compute_plan(run).effects if line.call_id == "note-1"]
+    assert (line.policy, line.action) == ("NEVER", Action.BLOCKED)
+    assert line.answer.endswith(UNDECLARED)
+    assert oap.NOTES == ["refund"]
+
+
+def test_only_the_adapters_package_imports_the_sdk():
+    importing = set()
+    for path in RUNS.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if any(name.split(".")[0] == "agents" for name in names):
+                importing.add(path.parent.relative_to(RUNS).as_posix())
+    assert importing == {"integrations/openai_agents"}
