@@ -3,5 +3,6 @@
 the core imports this package, so Resumer runs without the SDKs installed
 (requirements-agents.txt has them).
 
-May import: nothing of runs (each adapter's package says what it may).
+May import: pipeline and ledger (`keys.py`: a tool's delivery key when it declares none);
+each adapter's package says what it may.
 """

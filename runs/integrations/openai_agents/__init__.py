@@ -14,7 +14,8 @@ stage, every model turn and every function tool call a recorded call of the ledg
 
 The SDK is imported here and nowhere else in runs/ (docs/agents.md).
 
-May import: pipeline, models (the replay policies) and ledger (a delivery key's digest).
+May import: pipeline, models (the replay policies), ledger (a delivery key's digest) and
+integrations (a tool's default key).
 """
 
 from runs.integrations.openai_agents.runner import OpenAIAgent

@@ -45,8 +45,8 @@ from agents.tool_context import ToolContext
 from asgiref.sync import async_to_sync, sync_to_async
 from pydantic_core import to_jsonable_python
 
+from runs.integrations.keys import default_key
 from runs.integrations.openai_agents.session import Session
-from runs.ledger.chain import digest
 from runs.models import Effect, ReplayPolicy
 from runs.pipeline import (
     Confirm,
@@ -110,15 +110,7 @@ def declared(value: ReplayPolicy | Durable | None) -> tuple[Durable, str]:
 
 
 def _default_key(name: str) -> Callable[[Context, dict[str, Any]], KeyParts]:
-    def key(ctx: Context, args: dict[str, Any]) -> KeyParts:
-        return KeyParts(
-            ctx.pipeline.name,
-            f"openai-agents:{name}",
-            f"{ctx.root_id}/{ctx.stage}",
-            digest(args)[:32],
-        )
-
-    return key
+    return default_key("openai-agents", name)
 
 
 def _approval_needed(ctx: Context, args: dict[str, Any]) -> bool:

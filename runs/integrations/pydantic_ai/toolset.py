@@ -42,9 +42,9 @@ from pydantic_ai.tools import Tool as SDKTool
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool, WrapperToolset
 from pydantic_core import to_jsonable_python
 
+from runs.integrations.keys import default_key
 from runs.integrations.pydantic_ai.bridge import Bridge, current
 from runs.integrations.pydantic_ai.model import call_id
-from runs.ledger.chain import digest
 from runs.models import Effect, ReplayPolicy
 from runs.pipeline import Confirm, Context, KeyParts, OnReject, Reconciliation, Tool, ToolRejected
 
@@ -92,15 +92,7 @@ def function_tools(toolsets: list[AbstractToolset]) -> dict[str, SDKTool]:
 
 
 def _default_key(name: str) -> Callable[[Context, dict[str, Any]], KeyParts]:
-    def key(ctx: Context, args: dict[str, Any]) -> KeyParts:
-        return KeyParts(
-            ctx.pipeline.name,
-            f"pydantic-ai:{name}",
-            f"{ctx.root_id}/{ctx.stage}",
-            digest(args)[:32],
-        )
-
-    return key
+    return default_key("pydantic-ai", name)
 
 
 def _call(name: str) -> Callable[[dict[str, Any], str], dict[str, Any]]:
