@@ -44,7 +44,7 @@ TEST_ENV := REDIS_URL=$(TEST_REDIS_URL) RESUMER_LEASE_TTL=4 RESUMER_SWEEP_INTERV
 
 # The install stamp carries a hash of the requirement files: editing a pin reinstalls, an
 # unchanged checkout skips pip entirely.
-REQUIREMENTS := requirements.txt requirements-dev.txt
+REQUIREMENTS := requirements.txt requirements-dev.txt requirements-agents.txt
 REQ_HASH := $(shell cat $(REQUIREMENTS) 2>/dev/null | (sha256sum 2>/dev/null || shasum -a 256) | cut -c1-12)
 STAMP := $(VENV)/.installed-$(REQ_HASH)
 
