@@ -295,7 +295,7 @@ def _mail(to: str, subject: str, body: str, key: str) -> dict[str, Any]:
     return answer.json()
 
 
-@durable(ReplayPolicy.IDEMPOTENT)
+@durable(ReplayPolicy.IDEMPOTENT, external_id=lambda output: output["id"])
 @tool
 def file_bug(
     summary: str, reporter: str, delivery_key: Annotated[str, InjectedToolArg] = ""
@@ -304,7 +304,7 @@ def file_bug(
     return {"id": _mail(BUG_TRACKER, f"Bug reported by {reporter}", summary, delivery_key)["id"]}
 
 
-@durable(ReplayPolicy.IDEMPOTENT)
+@durable(ReplayPolicy.IDEMPOTENT, external_id=lambda output: output["id"])
 @tool
 def send_email(
     to: str, subject: str, body: str, delivery_key: Annotated[str, InjectedToolArg] = ""
