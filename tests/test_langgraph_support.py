@@ -61,13 +61,9 @@ def support(workers, demo_service, settings, monkeypatch) -> Iterator[dict[str, 
 
 def start(demo_service, crash: str = "") -> Run:
     """A bug report, classified and drafted by the scripted model (one conversation each:
-    the classification is asked as a tool call, the draft as text)."""
+    the classification asked as JSON of its schema, the draft as text)."""
     model = demo_service.script(
-        "support",
-        conversations=[
-            [{"tool_calls": [{"name": "EmailClassification", "arguments": CLASSIFIED}]}],
-            [{"content": DRAFT}],
-        ],
+        "support", conversations=[[{"json": CLASSIFIED}], [{"content": DRAFT}]]
     )
     inputs = {"model": model, "email_content": EMAIL, "sender_email": CUSTOMER}
     return faults.start_run(

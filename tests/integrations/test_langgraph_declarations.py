@@ -1,13 +1,17 @@
 """What the LangGraph adapter's declarations say before any stage runs
 (runs/integrations/langgraph/): a tool's replay policy, NEVER when none is said; a durable
 tool outside a stage is the tool its author wrote; the chat model has no ledger outside one;
-LangChain's tool choices in the chat API's words; tool calls numbered as a turn asked them."""
+LangChain's tool choices and structured output in the chat API's words; tool calls numbered
+as a turn asked them."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 import pytest
 from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
+from pydantic import BaseModel
 
 from runs.integrations.langgraph import ChatResumer, GraphAgent, Policy, durable, durable_tools
 from runs.integrations.langgraph.bridge import Numbering
@@ -94,3 +98,26 @@ def test_the_tool_calls_a_turn_asked_for_keep_the_numbers_given_as_it_answered()
     assert numbering.tool("lookup", "call_b") == "lookup-2"
     assert numbering.tool("lookup", "call_a") == "lookup-1"
     assert numbering.tool("lookup", None) == "lookup-3"
+
+
+def test_structured_output_is_asked_as_the_chat_apis_json_schema_response_format():
+    class Triage(BaseModel):
+        """How the email is handled."""
+
+        label: Literal["ignore", "respond"]
+
+    asked = ChatResumer(model="m").with_structured_output(Triage).first.kwargs
+
+    assert asked["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "Triage",
+            "description": "How the email is handled.",
+            "schema": {
+                "type": "object",
+                "properties": {"label": {"enum": ["ignore", "respond"], "type": "string"}},
+                "required": ["label"],
+            },
+            "strict": False,
+        },
+    }

@@ -23,10 +23,15 @@ from typing import Any
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_openai_messages
+from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
 from langchain_core.output_parsers.openai_tools import make_invalid_tool_call, parse_tool_call
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import Field
+from langchain_core.runnables import RunnableMap, RunnablePassthrough
+from langchain_core.utils.function_calling import (
+    convert_to_openai_function,
+    convert_to_openai_tool,
+)
+from pydantic import BaseModel, Field
 
 from runs.integrations.langgraph import bridge
 from runs.tools.model import PARAMETERS
@@ -66,6 +71,44 @@ class ChatResumer(BaseChatModel):
         if tool_choice is not None and tool_choice is not False:
             kwargs["tool_choice"] = _tool_choice(tool_choice, formatted)
         return self.bind(tools=formatted, **kwargs)
+
+    def with_structured_output(
+        self,
+        schema: Any,
+        *,
+        method: str = "json_schema",
+        include_raw: bool = False,
+        strict: bool | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """As LangChain's OpenAI chat model does it: `json_schema` (the default) asks for the
+        schema as the chat API's response_format and parses the answer's JSON; `json_mode`
+        asks for any JSON object; `function_calling` asks for it as a tool call."""
+        if method == "function_calling":
+            return super().with_structured_output(schema, include_raw=include_raw, **kwargs)
+        if kwargs:
+            raise ValueError(f"ChatResumer.with_structured_output takes no {', '.join(kwargs)}")
+        if method == "json_schema":
+            function = convert_to_openai_function(schema, strict=bool(strict))
+            function["schema"] = function.pop("parameters")
+            response_format: dict[str, Any] = {"type": "json_schema", "json_schema": function}
+        elif method == "json_mode":
+            response_format = {"type": "json_object"}
+        else:
+            raise ValueError(f"method is json_schema, json_mode or function_calling: {method!r}")
+        traced = {"kwargs": {"method": method}, "schema": schema}
+        model = self.bind(response_format=response_format, ls_structured_output_format=traced)
+        typed = isinstance(schema, type) and issubclass(schema, BaseModel)
+        parser = PydanticOutputParser(pydantic_object=schema) if typed else JsonOutputParser()
+        if not include_raw:
+            return model | parser
+        parsed = RunnablePassthrough.assign(
+            parsed=lambda raw: parser.invoke(raw["raw"]), parsing_error=lambda _: None
+        )
+        failed = RunnablePassthrough.assign(parsed=lambda _: None)
+        return RunnableMap(raw=model) | parsed.with_fallbacks(
+            [failed], exception_key="parsing_error"
+        )
 
     def _generate(
         self,
