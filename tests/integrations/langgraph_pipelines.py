@@ -12,6 +12,7 @@ from django.conf import settings
 from langchain_core.tools import InjectedToolArg, tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import interrupt
 
 from runs.integrations.langgraph import ChatResumer, GraphAgent, durable
 from runs.models import ReplayPolicy
@@ -19,6 +20,7 @@ from runs.pipeline import Confirm, Input, OnReject, Pipeline, Stage, StageOutput
 from runs.tools.model import model_tool
 
 PATH = "tests.integrations.langgraph_pipelines.react"
+ASKING_TOOL = "tests.integrations.langgraph_pipelines.asking_tool"
 
 
 @durable(ReplayPolicy.SAFE)
@@ -72,4 +74,36 @@ react = Pipeline(
     inputs=(Input("model", lambda pinned: "script:none", versioned=False),),
     tools=(model_tool("model", base_url=lambda: f"{settings.DEMO_SERVICE_URL}/v1"), *agent.tools),
     stages=(Stage("agent", run_agent, consumes=("model",), tools=("model", *agent.tool_names)),),
+)
+
+
+# A tool that asks a person from inside itself, as LangGraph's docs show for tool approval:
+# under Resumer its intent is written before it runs, so the interrupt is refused.
+@durable(ReplayPolicy.IDEMPOTENT)
+@tool
+def book_hotel(hotel_name: str) -> str:
+    """Book a hotel."""
+    interrupt(f"Book {hotel_name}?")
+    return f"booked {hotel_name}"
+
+
+def book(state: MessagesState) -> dict:
+    return {"messages": [("ai", book_hotel.invoke({"hotel_name": "McKittrick"}))]}
+
+
+booking = StateGraph(MessagesState)
+booking.add_node("book", book)
+booking.add_edge(START, "book")
+booker = GraphAgent(booking, tools=[book_hotel])
+
+
+def run_booker(ctx) -> StageOutput:
+    booker.invoke(ctx, {"messages": []})
+    return StageOutput(outputs={})
+
+
+asking_tool = Pipeline(
+    name="langgraph-asking-tool",
+    tools=booker.tools,
+    stages=(Stage("book", run_booker, tools=booker.tool_names),),
 )

@@ -20,7 +20,7 @@ from tests.support.state import run_status
 
 pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
 
-WORKER_PIPELINES = f"demo.pipeline.content_pipeline,{lp.PATH}"
+WORKER_PIPELINES = f"demo.pipeline.content_pipeline,{lp.PATH},{lp.ASKING_TOOL}"
 SLOW = 180
 TURNS = [
     {
@@ -40,7 +40,7 @@ TURNS = [
 
 @pytest.fixture(autouse=True)
 def react(settings) -> Iterator[None]:
-    with registered(settings, lp.PATH):
+    with registered(settings, lp.PATH, lp.ASKING_TOOL):
         yield
 
 
@@ -84,3 +84,16 @@ def test_parallel_tool_calls_keep_their_ids_and_a_confirmed_call_is_made_once(
     told = [m["content"] for m in turns.last().request["messages"] if m["role"] == "tool"]
     [sent] = demo_service.mail()
     assert told == ["clear in Lyon", "clear in Paris", json.dumps({"sent": sent["id"]})]
+
+
+def test_an_interrupt_inside_a_durable_tool_is_refused_with_nothing_sent(workers):
+    run = engine.start_run("langgraph-asking-tool", {}, actor="test")
+    workers.start("asking", env={"RESUMER_PIPELINES": WORKER_PIPELINES})
+    wait_for(lambda: run_status(run) in Run.RESUMABLE, timeout=SLOW, what="the run to stop")
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED
+    [booked] = Effect.objects.filter(run=run, tool="book_hotel")
+    assert booked.status == Effect.Status.FAILED  # refused: known not to have happened
+    failed = Event.objects.get(run=run, type=Event.Type.FAILED)
+    assert "interrupt() inside a durable tool is not supported" in read(failed).error
