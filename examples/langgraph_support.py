@@ -5,7 +5,8 @@ documentation (https://docs.langchain.com/oss/python/langgraph/thinking-in-langg
 github.com/langchain-ai/docs, src/oss/langgraph/thinking-in-langgraph.mdx), its Python code
 copied as published: read the email, classify it (a model, structured output), search the
 docs or file a bug, draft a reply (a model), have a person review it (interrupt()), send it.
-Copyright (c) LangChain, Inc., under the MIT License, as LangGraph itself.
+Copyright (c) LangChain, Inc.; LangGraph and its examples are published under the MIT
+License (github.com/langchain-ai/langgraph/blob/main/LICENSE), kept with this credit.
 
 What changed for Resumer (lines marked "# Resumer"; the closing section is new):
 
