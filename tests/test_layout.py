@@ -200,6 +200,36 @@ def test_a_rule_sentence_is_read_with_its_asides_and_its_nevers_left_out():
     assert stated_rule("No rule here.") is None
 
 
+# The agent SDKs are optional (requirements-agents.txt): the core runs without them, so only
+# their adapters under runs/integrations/ import them.
+AGENT_SDKS = {
+    "agents",
+    "langchain",
+    "langchain_core",
+    "langchain_openai",
+    "langgraph",
+    "pydantic_ai",
+}
+
+
+def test_only_the_integrations_import_an_agent_sdk():
+    found = [
+        f"{name}:{node.lineno}"
+        for name, tree, _ in _modules()
+        if not name.startswith("integrations/")
+        for node in ast.walk(tree)
+        for module in (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom) and node.level == 0
+            else []
+        )
+        if module.split(".")[0] in AGENT_SDKS
+    ]
+    assert found == []
+
+
 # --- One fact, one place -------------------------------------------------------------------
 
 
