@@ -10,9 +10,9 @@ two IMMEDIATE transactions (a guarded event insert and the head move, each); an 
 first attempt's is the same two with the effect row in them (the claim's insert, with its
 delivery key, run and status indexes, and the outcome's update). The difference printed here
 is what that row costs before any hashing or JSON of the engine's: set it against 0.3x the
-SAFE call of bench/tool_call.py. Variants: the schema as migrated, and without
-effect_status_idx (the admin's status filter and its "unsettled" run list), to show what that
-index adds.
+SAFE call of bench/tool_call.py. Variants: the schema as migrated, and with the
+effect_status_idx that migration 0022 dropped (it blocked PostgreSQL's in-place update of an
+outcome), to show what that index cost.
 
 The statements are the append path's own (runs/ledger/sql/sqlite.py, SQLiteAppend), with `?` for `%s`,
 against a scratch database migrated in a temp folder.
@@ -35,7 +35,9 @@ import _common
 
 VARIANTS = {
     "as migrated": (),
-    "without effect_status_idx": ("DROP INDEX effect_status_idx",),
+    "with effect_status_idx": (
+        'CREATE INDEX "effect_status_idx" ON "runs_effect" ("status", "policy")',
+    ),
 }
 SAFE_CALLED = '{"args":{"i":1},"call":"c1","policy":"SAFE","tool":"inc"}'
 SAFE_RESULT = '{"call":"c1","cost":"0","duration_ms":0,"result":{"external_id":"2"},"tool":"inc"}'
