@@ -52,6 +52,22 @@ class SQLiteAppend(AppendSQL):
             f"ON CONFLICT ({qn('delivery_key')}) DO NOTHING RETURNING {qn('id')}"
         )
 
+    def cursor(self, connection) -> Any:
+        # Django's cursor, made once per database connection and kept open, where nobody
+        # observes the connection: a new one for each append (its driver cursor and two
+        # wrappers) cost more than one of the statements it runs. An observed connection
+        # gets a new one, so its wrappers see every statement.
+        if connection.execute_wrappers or connection.queries_logged:
+            return connection.cursor()
+        # What Django's cursor() does before it makes one, as driver.kept_cursor() does.
+        connection.close_if_health_check_failed()
+        connection.ensure_connection()
+        connection.validate_thread_sharing()
+        kept = getattr(connection, "_resumer_kept_cursor", None)
+        if kept is None or kept.raw is not connection.connection:
+            kept = connection._resumer_kept_cursor = _Kept(connection)
+        return kept
+
     def execute(self, cursor, sql: str, params: Sequence[Any] | None = None) -> Any:
         # Django's SQLite cursor rewrites every statement's %s to ? with a regular expression
         # on each execution, under three layers of wrappers, which on these long statements
@@ -170,3 +186,20 @@ class SQLiteAppend(AppendSQL):
     def set_maintenance(self, connection, on: bool) -> None:
         # The triggers call resumer_maintenance(), which reads this flag (runs/apps.py).
         connection._resumer_maintenance = on
+
+
+class _Kept:
+    """Django's cursor for one SQLite connection, kept open: a `with` hands it out and leaves
+    it open (SQLiteAppend.cursor)."""
+
+    __slots__ = ("raw", "wrapper")
+
+    def __init__(self, connection) -> None:
+        self.raw = connection.connection
+        self.wrapper = connection.cursor()
+
+    def __enter__(self) -> Any:
+        return self.wrapper
+
+    def __exit__(self, *exc: object) -> None:
+        return None
