@@ -95,8 +95,10 @@ def child(n_lo: int, n_hi: int, rounds: int) -> None:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA foreign_keys=ON")
-        # The append-only triggers call this (runs/apps.py registers it on Django's connections).
+        # The triggers call these (runs/apps.py registers them on Django's connections): no
+        # maintenance, and every effect write the ledger's own, as the append path's are.
         db.create_function("resumer_maintenance", 0, lambda: 0)
+        db.create_function("resumer_ledger", 0, lambda: 1)
         for statement in ddl:
             db.execute(statement)
         results[variant] = measure(db, qmark, run, token, n_lo, n_hi, rounds)
