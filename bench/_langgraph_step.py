@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sqlite3
 import sys
 import time
@@ -86,6 +87,16 @@ def saver_for(args) -> tuple[object, dict, dict]:
     return saver, {}, counts
 
 
+def cpu_used(backend_pid: int | None) -> float:
+    """CPU seconds of this process (its saver's threads too) and of its PostgreSQL backend."""
+    used = time.process_time()
+    if backend_pid:
+        with open(f"/proc/{backend_pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        used += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return used
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--db", choices=("sqlite", "postgres"), required=True)
@@ -107,13 +118,17 @@ def main() -> None:
     timed(20)  # warm: imports, the saver's statements
     timed(200)
     print(RESULT_PREFIX + json.dumps({"ready": True, "connection": said}), flush=True)
+    conn = getattr(saver, "conn", None)
+    backend = conn.info.backend_pid if args.db == "postgres" and conn is not None else None
     for line in sys.stdin:
         _, n = line.split()
         before = dict(counts)
+        cpu = cpu_used(backend)
         seconds = timed(int(n))
         steps = int(n)
         result = {
             "seconds": seconds,
+            "cpu": cpu_used(backend) - cpu,
             "statements": (counts["statements"] - before["statements"]) / steps,
             "commits": (counts["commits"] - before["commits"]) / steps,
         }

@@ -128,9 +128,32 @@ def resumer_child() -> None:
         timed[case](200)  # warm
     said = _sqlite_level(connection) if connection.vendor == "sqlite" else {}
     _common.emit_result({"ready": True, "connection": said})
+    connection.ensure_connection()
+    server = getattr(connection.connection, "info", None)
+    meter = CpuMeter(server.backend_pid if server is not None else None)
     for line in sys.stdin:
         case, n = line.split()
-        _common.emit_result({"seconds": timed[case](int(n))})
+        before = meter.read()
+        seconds = timed[case](int(n))
+        _common.emit_result({"seconds": seconds, "cpu": meter.read() - before})
+
+
+class CpuMeter:
+    """CPU seconds this process and its database server's backend (PostgreSQL, by pid, on this
+    machine) have used: what a unit costs the machine, which outside load moves far less than
+    its wall time."""
+
+    def __init__(self, backend_pid: int | None) -> None:
+        self.stat = f"/proc/{backend_pid}/stat" if backend_pid else None
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def read(self) -> float:
+        used = time.process_time()
+        if self.stat:
+            with open(self.stat) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            used += (int(fields[11]) + int(fields[12])) / self.tick
+        return used
 
 
 FLOOR_DDL = {
@@ -207,22 +230,24 @@ class Setup:
         # WAL checkpoint falling into one of its two timings does not swamp the difference.
         self.floor_scale = 10 if name == "sqlite NORMAL" else 1
         self.ms: dict[str, list[float]] = {case: [] for case in (*CASES, "step")}
+        self.cpu: dict[str, list[float]] = {case: [] for case in (*CASES, "step")}
         self.counts: dict = {}
 
     def round(self, n_lo: int, n_hi: int) -> None:
         """One round: each unit at N_lo, then each at N_hi, the two engines in turn, so that
         whatever load the machine has falls on both within seconds."""
-        seconds: dict[str, list[float]] = {case: [] for case in self.ms}
+        answers: dict[str, list[dict]] = {case: [] for case in self.ms}
         for n in (n_lo, n_hi):
             for case in CASES:
                 k = self.floor_scale if case == "floor" else 1
-                seconds[case].append(self.resumer.ask(f"{case} {n * k}")["seconds"] / k)
+                answer = self.resumer.ask(f"{case} {n * k}")
+                answers[case].append({key: value / k for key, value in answer.items()})
                 if case == "idempotent":
-                    answer = self.peer.ask(f"step {n}")
-                    seconds["step"].append(answer["seconds"])
-                    self.counts = answer
-        for case, (lo, hi) in seconds.items():
-            self.ms[case].append((hi - lo) / (n_hi - n_lo) * 1000)
+                    self.counts = self.peer.ask(f"step {n}")
+                    answers["step"].append(self.counts)
+        for case, (lo, hi) in answers.items():
+            self.ms[case].append((hi["seconds"] - lo["seconds"]) / (n_hi - n_lo) * 1000)
+            self.cpu[case].append((hi["cpu"] - lo["cpu"]) / (n_hi - n_lo) * 1000)
 
 
 def start_children(dbs: list[str], scratch: Path) -> list[Setup]:
@@ -277,6 +302,7 @@ def print_units(setups: list[Setup]) -> None:
     for setup in setups:
         cases = ", ".join(f"{case} {spread(setup.ms[case])}" for case in CASES)
         print(f"  resumer   {setup.name:<14} {cases}{said(setup.resumer)}")
+        print(f"  {'':24} CPU: idempotent {spread(setup.cpu['idempotent'])}")
         counts = setup.counts
         per_step = (
             f"  ({counts['statements']:.1f} statements, {counts['commits']:.1f} commits a step)"
@@ -285,6 +311,7 @@ def print_units(setups: list[Setup]) -> None:
         )
         step = spread(setup.ms["step"])
         print(f"  langgraph {setup.name:<14} step {step}{per_step}{said(setup.peer)}")
+        print(f"  {'':24} CPU: step {spread(setup.cpu['step'])}")
 
 
 # (what, Resumer's setting, LangGraph's, the goals' database: None for no goal)
@@ -312,6 +339,9 @@ def report(setups: list[Setup]) -> list[str]:
         print(line)
         missed += [] if ok else [f"{what}: IDEMPOTENT / LangGraph"]
         print(ratio_line("SAFE call / LangGraph step", resumer["safe"], peer["step"], None)[0])
+        # The same in CPU (process + server): what outside load moves least.
+        cpu_resumer, cpu_peer = by_name[ours].cpu["idempotent"], by_name[theirs].cpu["step"]
+        print(ratio_line("  in CPU, IDEMPOTENT / LangGraph", cpu_resumer, cpu_peer, None)[0])
         if db is None:
             continue
         # The floor's goal is held where its commit is the one the call's intent waits for:
