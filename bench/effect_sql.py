@@ -10,9 +10,9 @@ two IMMEDIATE transactions (a guarded event insert and the head move, each); an 
 first attempt's is the same two with the effect row in them (the claim's insert, with its
 delivery key, run and status indexes, and the outcome's update). The difference printed here
 is what that row costs before any hashing or JSON of the engine's: set it against 0.3x the
-SAFE call of bench/tool_call.py. Variants: the schema as migrated, and without
-effect_status_idx (the admin's status filter and its "unsettled" run list), to show what that
-index adds.
+SAFE call of bench/tool_call.py. Variants: the schema as migrated, and with the
+effect_status_idx that migration 0022 dropped (it blocked PostgreSQL's in-place update of an
+outcome), to show what that index cost.
 
 The statements are the append path's own (runs/ledger/sql/sqlite.py, SQLiteAppend), with `?` for `%s`,
 against a scratch database migrated in a temp folder.
@@ -35,7 +35,9 @@ import _common
 
 VARIANTS = {
     "as migrated": (),
-    "without effect_status_idx": ("DROP INDEX effect_status_idx",),
+    "with effect_status_idx": (
+        'CREATE INDEX "effect_status_idx" ON "runs_effect" ("status", "policy")',
+    ),
 }
 SAFE_CALLED = '{"args":{"i":1},"call":"c1","policy":"SAFE","tool":"inc"}'
 SAFE_RESULT = '{"call":"c1","cost":"0","duration_ms":0,"result":{"external_id":"2"},"tool":"inc"}'
@@ -93,8 +95,10 @@ def child(n_lo: int, n_hi: int, rounds: int) -> None:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA foreign_keys=ON")
-        # The append-only triggers call this (runs/apps.py registers it on Django's connections).
+        # The triggers call these (runs/apps.py registers them on Django's connections): no
+        # maintenance, and every effect write the ledger's own, as the append path's are.
         db.create_function("resumer_maintenance", 0, lambda: 0)
+        db.create_function("resumer_ledger", 0, lambda: 1)
         for statement in ddl:
             db.execute(statement)
         results[variant] = measure(db, qmark, run, token, n_lo, n_hi, rounds)

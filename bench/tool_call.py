@@ -25,8 +25,8 @@ load hits all alike:
                      RESUMER_DEFER_FLUSH off, every commit waiting for the disk. By default a
                      SAFE call's events, a confirmed outcome and a re-use do not wait (an
                      intent does: runs/ledger/append.py); these show what that buys. SQLite's
-                     settings never wait for the disk, so there they would repeat safe and
-                     idempotent;
+                     default (NORMAL) never waits for the disk, so there they would repeat
+                     safe and idempotent (bench/peers_call.py measures FULL);
   * http, http-flushed: an IDEMPOTENT http_tool (runs/tools/http.py) POSTing to a tiny local
                      HTTP target the bench starts (a process of its own answering
                      {"id": n} at once), so the call, its recorded exchanges and the

@@ -9,8 +9,6 @@ the SQL it runs is the vendor's (runs/ledger/sql/).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models.functions import Now
@@ -46,6 +44,7 @@ from runs.ledger.sql.shapes import (
     KeyTaken,
     Write,
 )
+from runs.ledger.sql.reading import loaded
 from runs.models import Checkpoint, Event, Lease, Run
 
 __all__ = [
@@ -199,12 +198,13 @@ def _appended(
     """What follows a write of `new` (and of `ends.then`, as `written`'s row, when it
     follows): this process knows the head it left, and a stop is announced."""
     event, follower = written
-    after = head_after(head, new, event)
     _after_append(event, head, new)
-    if follower is not None and ends.then is not None:
-        _after_append(follower, after, ends.then)
-        after = head_after(after, ends.then, follower)
-    after = replace(after, committed_seq=after.last_seq if committed else 0)
+    if follower is None or ends.then is None:
+        after = head_after(head, new, event, event.seq if committed else 0)
+    else:
+        middle = head_after(head, new, event)
+        _after_append(follower, middle, ends.then)
+        after = head_after(middle, ends.then, follower, follower.seq if committed else 0)
     heads.remember(connection.alias, writer.token, after, committed)
     return event
 
@@ -279,10 +279,11 @@ def _write(
     if written is None:
         return None
     pk, created_at, rider = written
-    # The row exists now: the instance is what a query would have returned (from_db, in
+    # The row exists now: the instance is what a query would have returned (loaded, in
     # EVENT_FIELDS order, skips the constructor's per-field work and marks it saved). The row
     # holds the JSON columns as text; the instance holds the values the text encodes.
-    event = Event.from_db(
+    event = loaded(
+        Event,
         connection.alias,
         EVENT_FIELDS,
         (pk, *row, sql.created_at(created_at, connection, pk)),

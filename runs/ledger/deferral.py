@@ -55,14 +55,14 @@ def deferred_commit(flush: bool = False) -> Iterator[None]:
     tool's exchanges and their artifact rows), all of which a crash may lose. Appends inside
     must say flush=False too (one that must wait raises LedgerError). On PostgreSQL the first
     one turns synchronous_commit off in its own statement (no round trip more, unless it took
-    the locked path). A plain transaction.atomic() with `flush`, with RESUMER_DEFER_FLUSH off,
+    the locked path); on SQLite at FULL the transaction commits at NORMAL. A plain transaction.atomic() with `flush`, with RESUMER_DEFER_FLUSH off,
     or inside a transaction already open: that one's commit decides, and waits."""
     connection = connections[DEFAULT_DB_ALIAS]
     if flush or not settings.RESUMER_DEFER_FLUSH or connection.in_atomic_block:
         with transaction.atomic():
             yield
         return
-    with transaction.atomic():
+    with for_connection(connection).deferring(connection), transaction.atomic():
         token = _deferral.set(Deferral(connection))
         try:
             yield

@@ -9,7 +9,6 @@ checks the token, the expiry and that the head is still the one it knows.
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
@@ -31,7 +30,7 @@ def learn(alias: str, token: int, head: Head) -> None:
     while the token holds, only this writer moves the head, so its first append can be the
     guarded one too. Nothing is known committed under the token yet."""
     with _lock:
-        _store((alias, head.pk, token), replace(head, committed_seq=0))
+        _store((alias, head.pk, token), head._replace(committed_seq=0))
 
 
 def remember(alias: str, token: int, head: Head, committed: bool) -> None:
@@ -41,7 +40,7 @@ def remember(alias: str, token: int, head: Head, committed: bool) -> None:
     with _lock:
         before = _known.get(key)
         if not committed:
-            head = replace(head, committed_seq=before.committed_seq if before else 0)
+            head = head._replace(committed_seq=before.committed_seq if before else 0)
         _store(key, head)
     if not committed and transaction.get_connection(alias).in_atomic_block:
         # Committed with the caller's transaction, if it is: only then may check_head() count
@@ -60,7 +59,7 @@ def _committed(key: tuple[str, int, int], seq: int) -> None:
     with _lock:
         found = _known.get(key)
         if found is not None and found.committed_seq < seq:
-            _known[key] = replace(found, committed_seq=seq)
+            _known[key] = found._replace(committed_seq=seq)
 
 
 def forget() -> None:

@@ -9,8 +9,8 @@ encoded once (`new_event`), whichever path writes them; the run's head it goes o
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db.models.functions import Now
@@ -90,9 +90,10 @@ class NewEvent:
     run_fields: Mapping[str, Any]  # MOVABLE_RUN_FIELDS to set: a value or Now()
 
 
-@dataclass(frozen=True)
-class Head:
-    """What the append path reads of the run, under its lock."""
+class Head(NamedTuple):
+    """What the append path reads of the run, under its lock. A tuple: two are built on
+    every append (the head it leaves, the one this process then knows), and a frozen
+    dataclass's constructor and `replace()` cost a tool call several microseconds each."""
 
     pk: int
     pipeline: str
@@ -119,7 +120,7 @@ def new_event(actor: str, token: int | None, event: RunEvent, move: RunMove = ST
         raise LedgerError(f"{event!r} is not an event (runs/events.py)")
     if move.status is not None and move.status not in RUN_STATUSES:
         raise LedgerError(f"unknown run status {move.status!r}")
-    unknown = set(move.fields) - MOVABLE_RUN_FIELDS
+    unknown = set(move.fields) - MOVABLE_RUN_FIELDS if move.fields else None
     if unknown:
         raise LedgerError(f"run fields {sorted(unknown)} are not set through events")
     payload, encoded = _encode_payload(event.to_payload())
@@ -191,14 +192,17 @@ def closing_event(writer: Writer, new: NewEvent, status: str | None) -> NewEvent
     return new_event(writer.actor, writer.token, CLOSING[status](), RunMove(status))
 
 
-def head_after(head: Head, new: NewEvent, row: EventRow) -> Head:
-    """The head `row` (appending `new`) leaves, as the next event in the same write sees it."""
-    return replace(
-        head,
-        status=new.status or head.status,
-        last_seq=row.seq,
-        head_hash=row.hash,
-        deviated=bool(new.run_fields.get("deviated", head.deviated)),
+def head_after(head: Head, new: NewEvent, row: EventRow, committed_seq: int = 0) -> Head:
+    """The head `row` (appending `new`) leaves, as the next event in the same write sees it;
+    `committed_seq` as Head's."""
+    return Head(
+        head.pk,
+        head.pipeline,
+        new.status or head.status,
+        row.seq,
+        row.hash,
+        bool(new.run_fields.get("deviated", head.deviated)) if new.run_fields else head.deviated,
+        committed_seq,
     )
 
 

@@ -127,6 +127,19 @@ def test_on_postgresql_a_first_attempt_is_two_statements_outside_any_transaction
     assert len(calls) == 2 * 4, calls
 
 
+def test_on_sqlite_a_first_attempt_is_two_transactions_of_five_statements(pipeline):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's statements; PostgreSQL's two are pinned above")
+    run, outcome = run_stage(n="4")
+    assert outcome == "verified"
+    calls = [sql.split(None, 2)[:2] for sql in SEEN if "demo_" not in sql]
+    # The intent: its effect row claiming the key, its event, the head; the outcome: its
+    # event, the head, the effect row. Each in its own IMMEDIATE transaction, no read.
+    begin, insert, commit = ["BEGIN", "IMMEDIATE"], ["INSERT", "INTO"], ["COMMIT"]
+    head, effect = ["UPDATE", '"runs_run"'], ["UPDATE", '"runs_effect"']
+    assert calls == [begin, insert, insert, head, commit, begin, insert, head, effect, commit] * 4
+
+
 def test_a_key_another_run_confirmed_is_reused_not_called_again(pipeline):
     first, _ = run_stage(n="2", batch="shared")
     second, outcome = run_stage(n="2", batch="shared")

@@ -2,7 +2,8 @@
 always do; a SAFE call's events, a confirmed outcome and a memoized re-use need not, since
 losing them in a database crash leaves a state the protocol already recovers from (as if the
 worker had died just before the write). On PostgreSQL such a write turns off
-synchronous_commit for its own transaction; SQLite's settings never wait for the disk. An
+synchronous_commit for its own transaction; on SQLite it commits at NORMAL where the
+connection's commits wait for the disk (FULL), and at NORMAL nothing waits anyway. An
 HTTP tool's result or outcome is written in a transaction with its exchanges (issue 29):
 deferred_commit() says the whole transaction need not wait.
 
@@ -27,7 +28,7 @@ from runs.tools.http import http_tool
 from tests.support.events import result
 from tests.support.pipelines import registered
 
-on_postgresql = pytest.mark.postgres(reason="SQLite's commits never wait for the disk")
+on_postgresql = pytest.mark.postgres(reason="synchronous_commit is PostgreSQL's")
 
 # (event type, whether its statement turned synchronous_commit off) for every statement that
 # writes an event, in the order the stage's worker sent them.
@@ -339,3 +340,94 @@ def test_a_write_rolled_back_with_its_callers_transaction_is_not_taken_for_a_los
     assert event.payload == result(3, "calls").to_payload()
     assert Run.objects.get(pk=run.pk).last_seq == event.seq
     assert verify_chain(run.pk).ok
+
+
+# --- SQLite whose commits wait for the disk (RESUMER_SQLITE_SYNCHRONOUS=FULL) ----------------
+
+on_sqlite = pytest.mark.skipif(
+    connection.vendor != "sqlite", reason="SQLite's synchronous level is SQLite's"
+)
+# The level each event-writing statement's transaction commits at, as the connection was told
+# with PRAGMA synchronous (FULL until told otherwise).
+LEVELS: list[tuple[str, str]] = []
+
+
+def _record_level(execute, sql, params, many, context):
+    said = sql.strip().upper()
+    if said.startswith("PRAGMA SYNCHRONOUS="):
+        LEVELS.append(("", said.split("=", 1)[1]))
+    types = [p for p in params or () if isinstance(p, str) and p in EVENT_TYPES]
+    if types and said.startswith("INSERT"):
+        level = next((lvl for typ, lvl in reversed(LEVELS) if not typ), "FULL")
+        LEVELS.append((types[0], "NORMAL" if level in ("NORMAL", "1") else "FULL"))
+    return execute(sql, params, many, context)
+
+
+@pytest.fixture
+def sqlite_full(pipeline):
+    """The test's connection made again as RESUMER_SQLITE_SYNCHRONOUS=FULL makes it."""
+    options = connection.settings_dict["OPTIONS"]
+    said = options["init_command"]
+    options["init_command"] = said.replace("synchronous=NORMAL", "synchronous=FULL")
+    connection.close()
+    LEVELS.clear()
+    try:
+        yield
+    finally:
+        options["init_command"] = said
+        connection.close()
+
+
+def synchronous_level() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA synchronous")
+        return cursor.fetchone()[0]
+
+
+@on_sqlite
+def test_on_sqlite_at_full_only_writes_the_protocol_recovers_from_skip_the_flush(sqlite_full):
+    run = engine.start_run("flushing", {}, actor="test", enqueue=False)
+    assert synchronous_level() == 2
+    with connection.execute_wrapper(_record_level):
+        assert engine.execute(run.pk, "calls", run.ticket, holder="worker:test") == "verified"
+    assert [write for write in LEVELS if write[0]] == [
+        (Event.Type.STARTED, "FULL"),
+        (Event.Type.TOOL_CALLED, "NORMAL"),  # the SAFE call, before
+        (Event.Type.TOOL_RESULT, "NORMAL"),  # the SAFE call, after
+        (Event.Type.TOOL_CALLED, "FULL"),  # the intent: on disk before the call
+        (Event.Type.TOOL_RESULT, "NORMAL"),  # the confirmed outcome
+        (Event.Type.VERIFIED, "FULL"),
+        (Event.Type.SUCCEEDED, "FULL"),  # in VERIFIED's transaction
+    ]
+    assert synchronous_level() == 2  # the connection's own level again
+    assert verify_chain(run.pk).ok
+
+
+@on_sqlite
+def test_on_sqlite_at_full_with_deferred_flush_off_every_commit_waits(sqlite_full, settings):
+    settings.RESUMER_DEFER_FLUSH = False
+    run = engine.start_run("flushing", {}, actor="test", enqueue=False)
+    with connection.execute_wrapper(_record_level):
+        engine.execute(run.pk, "calls", run.ticket, holder="worker:test")
+    assert len([write for write in LEVELS if write[0]]) == 7
+    assert {level for _, level in LEVELS} == {"FULL"}
+
+
+@on_sqlite
+def test_on_sqlite_at_full_a_deferred_commit_commits_at_normal(sqlite_full):
+    run, writer = held_writer()
+    append(writer, result(1, "calls"))
+    with deferred_commit():
+        append(writer, result(2, "calls"), flush=False)
+        inside = synchronous_level()
+    assert (inside, synchronous_level()) == (1, 2)
+    assert Run.objects.get(pk=run.pk).last_seq == Event.objects.filter(run=run).count()
+
+
+@on_sqlite
+def test_on_sqlite_at_normal_no_write_says_its_level(pipeline):
+    run = engine.start_run("flushing", {}, actor="test", enqueue=False)
+    LEVELS.clear()
+    with connection.execute_wrapper(_record_level):
+        engine.execute(run.pk, "calls", run.ticket, holder="worker:test")
+    assert [level for event, level in LEVELS if not event] == []

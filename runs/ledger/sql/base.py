@@ -11,6 +11,7 @@ a shape of head move), never per call.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, ClassVar
 
 from django.db.models.functions import Now
@@ -289,14 +290,19 @@ class AppendSQL:
         base is for a vendor whose guarded write is one statement: in autocommit that
         statement is its own transaction, one round trip instead of BEGIN, it and COMMIT.
 
-        A vendor whose every commit already returns before the disk flush ignores the
-        write's `flush`."""
+        A vendor whose commits do not wait for the disk ignores the write's `flush`."""
         return self.write_guarded(cursor, write)
 
     def defer_flush(self, cursor) -> None:
         """Let the open transaction's commit return before it reaches the disk, for a
         deferred_commit() whose append could not say so in its own statement. A vendor
         whose every commit already returns before the disk flush does nothing."""
+
+    def deferring(self, connection) -> AbstractContextManager:
+        """Around a transaction that need not wait for the disk, entered before it begins
+        and left once it has ended: where a vendor can say so only outside a transaction
+        (sqlite.py), it says it here. Nothing by default."""
+        return nullcontext()
 
     def read_effect(self, cursor, connection, key: str) -> Effect | None:
         """The effect holding `key`, as a query would have returned it, or None."""

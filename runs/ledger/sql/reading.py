@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Model
+from django.db.models import Model, signals
+from django.db.models.base import ModelState
 
-__all__ = ["RowReader", "convert", "converters_of"]
+__all__ = ["RowReader", "convert", "converters_of", "loaded"]
 
 
 class RowReader:
@@ -36,7 +37,24 @@ class RowReader:
         values = list(row)
         for i, column, converters in self.converters:
             values[i] = convert(values[i], column, converters, connection)
-        return self.model.from_db(connection.alias, self.names, values)
+        return loaded(self.model, connection.alias, self.names, values)
+
+
+def loaded(model: type[Model], alias: str, names: tuple[str, ...], values) -> Model:
+    """model.from_db(alias, names, values) for a row of every concrete field in model order
+    (`names`, their attnames), without the constructor: from_db passes the row to __init__,
+    whose per-field work cost the append path as much as hashing the event does (a tool call
+    builds two). The instance is the same, marked saved on `alias`; while anything listens
+    for the constructor's signals (none of Resumer's models has a receiver), from_db builds
+    it and sends them."""
+    if signals.pre_init.receivers or signals.post_init.receivers:
+        return model.from_db(alias, names, values)
+    instance = model.__new__(model)
+    attributes = instance.__dict__
+    attributes.update(zip(names, values, strict=True))
+    state = attributes["_state"] = ModelState()
+    state.adding, state.db = False, alias
+    return instance
 
 
 def converters_of(field, connection) -> tuple[Any, list]:

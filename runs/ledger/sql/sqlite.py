@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from django.db.backends.utils import CursorDebugWrapper
@@ -50,6 +51,22 @@ class SQLiteAppend(AppendSQL):
             f"SELECT {', '.join(['%s'] * len(EFFECT_COLUMNS))} {head_is} "
             f"ON CONFLICT ({qn('delivery_key')}) DO NOTHING RETURNING {qn('id')}"
         )
+
+    def cursor(self, connection) -> Any:
+        # Django's cursor, made once per database connection and kept open, where nobody
+        # observes the connection: a new one for each append (its driver cursor and two
+        # wrappers) cost more than one of the statements it runs. An observed connection
+        # gets a new one, so its wrappers see every statement.
+        if connection.execute_wrappers or connection.queries_logged:
+            return connection.cursor()
+        # What Django's cursor() does before it makes one, as driver.kept_cursor() does.
+        connection.close_if_health_check_failed()
+        connection.ensure_connection()
+        connection.validate_thread_sharing()
+        kept = getattr(connection, "_resumer_kept_cursor", None)
+        if kept is None or kept.raw is not connection.connection:
+            kept = connection._resumer_kept_cursor = _Kept(connection)
+        return kept
 
     def execute(self, cursor, sql: str, params: Sequence[Any] | None = None) -> Any:
         # Django's SQLite cursor rewrites every statement's %s to ? with a regular expression
@@ -106,17 +123,53 @@ class SQLiteAppend(AppendSQL):
     def write_alone(self, cursor, write: Write) -> Written | None:
         # Two to four statements: their own IMMEDIATE transaction, taken on the raw cursor
         # (the connection is in autocommit, so the driver adds nothing of its own). A stale
-        # head wrote nothing and rolls back; so does anything that raises. The write's
-        # `flush` changes nothing here: every commit waits for the disk as
-        # RESUMER_SQLITE_SYNCHRONOUS says (NORMAL: none does; FULL: all do; docs/deploy.md).
-        self.execute(cursor, "BEGIN IMMEDIATE")
-        try:
-            written = self.write_guarded(cursor, write)
-        except BaseException:
-            self.execute(cursor, "ROLLBACK")
-            raise
-        self.execute(cursor, "COMMIT" if written is not None else "ROLLBACK")
+        # head wrote nothing and rolls back; so does anything that raises. A write that need
+        # not wait for the disk commits at NORMAL on a connection whose commits wait (FULL).
+        with self.deferring(cursor.db) if not write.flush else nullcontext():
+            self.execute(cursor, "BEGIN IMMEDIATE")
+            try:
+                written = self.write_guarded(cursor, write)
+            except BaseException:
+                self.execute(cursor, "ROLLBACK")
+                raise
+            self.execute(cursor, "COMMIT" if written is not None else "ROLLBACK")
         return written
+
+    @contextmanager
+    def deferring(self, connection) -> Iterator[None]:
+        # SQLite takes its safety level only outside a transaction, so the transaction is
+        # wrapped: NORMAL (the WAL written, not flushed) until it has ended, then the
+        # connection's own level again. In WAL mode a commit that waits flushes every frame
+        # before its own, and recovery keeps a prefix of the WAL: a power loss takes only a
+        # tail of such writes, never one from before a write that waited, as on PostgreSQL.
+        # Nothing at all where no commit waits (NORMAL, the default): no statement more.
+        level = self.waiting_level(connection)
+        if not level:
+            yield
+            return
+        raw = connection.connection
+        self._synchronous(connection, "NORMAL")
+        try:
+            yield
+        finally:
+            if connection.connection is raw:  # not a connection that died meanwhile
+                self._synchronous(connection, level)
+
+    def _synchronous(self, connection, level: int | str) -> None:
+        with connection.cursor() as cursor:
+            self.execute(cursor, f"PRAGMA synchronous={level}")
+
+    def waiting_level(self, connection) -> int:
+        """The connection's `PRAGMA synchronous` if its commits wait for the disk (2, FULL;
+        3, EXTRA), else 0: read once per database connection, which settings.py's
+        RESUMER_SQLITE_SYNCHRONOUS set as it connected."""
+        connection.ensure_connection()
+        raw = connection.connection
+        known = getattr(connection, "_resumer_synchronous", None)
+        if known is None or known[0] is not raw:
+            (level,) = raw.execute("PRAGMA synchronous").fetchone()
+            known = connection._resumer_synchronous = (raw, level)
+        return known[1] if known[1] >= 2 else 0
 
     def write_effect(self, cursor, effect: EffectWrite) -> int | None:
         # The effect rows' trigger (migration 0014) calls resumer_ledger(), which reads this
@@ -133,3 +186,20 @@ class SQLiteAppend(AppendSQL):
     def set_maintenance(self, connection, on: bool) -> None:
         # The triggers call resumer_maintenance(), which reads this flag (runs/apps.py).
         connection._resumer_maintenance = on
+
+
+class _Kept:
+    """Django's cursor for one SQLite connection, kept open: a `with` hands it out and leaves
+    it open (SQLiteAppend.cursor)."""
+
+    __slots__ = ("raw", "wrapper")
+
+    def __init__(self, connection) -> None:
+        self.raw = connection.connection
+        self.wrapper = connection.cursor()
+
+    def __enter__(self) -> Any:
+        return self.wrapper
+
+    def __exit__(self, *exc: object) -> None:
+        return None
