@@ -36,6 +36,7 @@ from runs.ledger.rows import (
     refusal,
 )
 from runs.ledger.sql import for_connection
+from runs.ledger.sql.reading import loaded
 from runs.ledger.sql.shapes import (
     EVENT_COLUMNS,
     CheckpointSeal,
@@ -44,7 +45,6 @@ from runs.ledger.sql.shapes import (
     KeyTaken,
     Write,
 )
-from runs.ledger.sql.reading import loaded
 from runs.models import Checkpoint, Event, Lease, Run
 
 __all__ = [
