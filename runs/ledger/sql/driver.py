@@ -67,10 +67,11 @@ class KeptCursor:
         return self.cursor.rowcount
 
 
-def kept_cursor(db) -> KeptCursor | Any:
-    """The cursor for the ledger's statements on `db`: the kept one, or Django's own when
-    someone observes the connection (an execute_wrapper, DEBUG's query log,
-    assertNumQueries), so they see every statement there is."""
+def kept_cursor(db, make: Any = None) -> KeptCursor | Any:
+    """The cursor for the ledger's statements on `db`: the kept one (`make(db, raw)` makes it
+    for a new database connection; a KeptCursor by default), or Django's own when someone
+    observes the connection (an execute_wrapper, DEBUG's query log, assertNumQueries), so
+    they see every statement there is."""
     if db.execute_wrappers or db.queries_logged:
         return db.cursor()
     # What Django's cursor() does before it makes one: a failed health check closes the
@@ -80,5 +81,5 @@ def kept_cursor(db) -> KeptCursor | Any:
     db.validate_thread_sharing()
     kept = getattr(db, "_resumer_kept_cursor", None)
     if kept is None or kept.raw is not db.connection:
-        kept = db._resumer_kept_cursor = KeptCursor(db, db.connection)
+        kept = db._resumer_kept_cursor = (make or KeptCursor)(db, db.connection)
     return kept

@@ -10,6 +10,7 @@ from typing import Any
 from django.db.backends.utils import CursorDebugWrapper
 
 from runs.ledger.sql.base import AppendSQL
+from runs.ledger.sql.driver import kept_cursor
 from runs.ledger.sql.shapes import (
     EFFECT_COLUMNS,
     EVENT_COLUMNS,
@@ -57,16 +58,7 @@ class SQLiteAppend(AppendSQL):
         # observes the connection: a new one for each append (its driver cursor and two
         # wrappers) cost more than one of the statements it runs. An observed connection
         # gets a new one, so its wrappers see every statement.
-        if connection.execute_wrappers or connection.queries_logged:
-            return connection.cursor()
-        # What Django's cursor() does before it makes one, as driver.kept_cursor() does.
-        connection.close_if_health_check_failed()
-        connection.ensure_connection()
-        connection.validate_thread_sharing()
-        kept = getattr(connection, "_resumer_kept_cursor", None)
-        if kept is None or kept.raw is not connection.connection:
-            kept = connection._resumer_kept_cursor = _Kept(connection)
-        return kept
+        return kept_cursor(connection, lambda db, raw: _Kept(db))
 
     def execute(self, cursor, sql: str, params: Sequence[Any] | None = None) -> Any:
         # Django's SQLite cursor rewrites every statement's %s to ? with a regular expression
