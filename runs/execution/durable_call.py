@@ -28,6 +28,7 @@ from runs.execution.reentry import Reentry
 from runs.execution.stage_state import StagePart, StageState, StageStopped
 from runs.ledger import effects, leases, payload_summary
 from runs.ledger.append import LeaseLost, LedgerError, RunMove, append, deferred_commit
+from runs.ledger.canonical import as_recorded
 from runs.ledger.effects import (
     Intent,
     MorePayload,
@@ -89,7 +90,7 @@ class DurableCalls(StagePart):
         if replaying:
             # The facts the stage had, and the reviewer saw: never fetched again in this run.
             append(self.writer, self._result(call_id, tool, replayed=True), flush=False)
-            return before.result
+            return as_recorded(before.result)
         # Neither of a SAFE call's events waits for the disk (append's flush): lost in a
         # database crash, the call is simply made again, which is what SAFE means.
         append(
@@ -113,7 +114,7 @@ class DurableCalls(StagePart):
         # does not wait for the disk.
         with deferred_commit() if more is not None else nullcontext():
             append(self.writer, with_more(made, more), flush=False)
-        return result
+        return as_recorded(result)
 
     # Calls with an effect -----------------------------------------------------------------
 
@@ -214,7 +215,7 @@ class DurableCalls(StagePart):
             record_found(
                 self.writer, existing, answer, more_payload=self._exchanges(asked, call_id)
             )
-            return Returned(answer.result)
+            return Returned(as_recorded(answer.result))
         # CALL or RETRY_SAME_KEY: intent first, then the call.
         return record_intent(
             self.writer,
@@ -243,7 +244,7 @@ class DurableCalls(StagePart):
             # A supervisor confirmed it by hand (edits.edit_effect): the external id is all
             # that is known, and the stage must still see it, not "no result".
             return Returned({"external_id": existing.external_id})
-        return Returned(existing.result)
+        return Returned(as_recorded(existing.result))
 
     def _skip(self, call_id: str, tool: Tool, key: str) -> Returned:
         append(
@@ -312,7 +313,7 @@ class DurableCalls(StagePart):
             more_payload=self._exchanges(seen, call_id),
             flush=False,
         )
-        return result
+        return as_recorded(result)
 
     def _metered(self, tool: Tool, price: Decimal, result: dict) -> tuple[Decimal, dict[str, int]]:
         """What a confirmed call cost, and the tokens it used: a tool billed by what it

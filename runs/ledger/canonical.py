@@ -14,3 +14,11 @@ CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
 
 def canonical_json(value: Any) -> str:
     return CANONICAL.encode(value)
+
+
+def as_recorded(value: Any) -> Any:
+    """A value as the ledger records it, and as a stage is handed it, first time or replayed:
+    JSON, keys sorted. A JSON column hands a result back in its own key order (PostgreSQL's
+    jsonb sorts keys its way), so a stage that put a result in a prompt would ask another
+    request when it runs again; handed the same form both times, it asks the same."""
+    return json.loads(canonical_json(value))
