@@ -10,7 +10,6 @@ import json
 from decimal import Decimal
 
 import pytest
-from django.conf import settings
 
 from demo import faults
 from demo.management.commands.seed_demo import run_inline
@@ -30,7 +29,10 @@ SECRET = "sk-test-never-record-me-4242"
 
 
 @pytest.fixture
-def service(facts) -> ServiceClient:
+def service(facts, settings) -> ServiceClient:
+    # The stages run here, inline, with no heartbeat thread renewing their lease: the lease
+    # must outlive a whole stage of model calls on a loaded machine, not the suite's 4 s.
+    settings.RESUMER_LEASE_TTL = 30
     return ServiceClient(settings.DEMO_SERVICE_URL)
 
 
@@ -149,7 +151,6 @@ def test_a_lost_answer_is_retried_under_the_same_key_and_may_be_billed_twice(
 ):
     # "late": the answer comes after the tool's 5 s time-out (a lease outlives it here, with no
     # heartbeat in this process); "drop": the connection closes without one. Billed either way.
-    settings.RESUMER_LEASE_TTL = 30
     run = started({"network": {"draft/generate": fault}})
     assert run.status == Run.Status.FAILED
     effect = Effect.objects.get(run=run, call_id="generate")
