@@ -403,6 +403,12 @@ class Pipeline:
                 changed[spec.name] = (pinned[spec.name], now)
         return changed
 
+    def open_stages(self, stages: Iterable[str]) -> list[str]:
+        """Of `stages`, those that declare no calls and make theirs as they go (an agent
+        loop): what a plan lists of them is what they recorded, and a call they make after it
+        continues the plan (planning/contract.py, Contract.open)."""
+        return [name for name in stages if not self.stage(name).calls]
+
     def first_affected(self, changed_inputs: Iterable[str]) -> str:
         """The earliest stage that consumes any of the changed inputs ("" if none does)."""
         changed = set(changed_inputs)

@@ -359,8 +359,7 @@ def compute_plan(run: Run) -> Plan:
         cost_fresh=fresh_cost(pipeline),
         upgrade=upgrade,
         gates=gate_lines.strict_lines(run, pipeline, rerun, refused),
-        # Stages that declare no calls make theirs as they go (an agent loop).
-        open_stages=[s for s in rerun if not pipeline.stage(s).calls],
+        open_stages=pipeline.open_stages(rerun),
     )
     plan.fingerprint = digest(plan.fingerprint_basis())
     return plan

@@ -219,11 +219,6 @@ def _strict(writer: Writer, run: Run, plan: Plan) -> Approval:
     return Approval(run, ApprovalMode.STRICT)
 
 
-def _declares(run: Run, stage: str) -> bool:
-    """Whether the stage declares the calls it makes (else it makes them as it goes)."""
-    return bool(registry.get(run.pipeline).stage(stage).calls)
-
-
 def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
     upgrade = plan.upgrade
     point = (
@@ -242,7 +237,7 @@ def _upgrade(writer: Writer, run: Run, plan: Plan, actor: str) -> Approval:
             upgrade.effects,
             upgrade.cost,
             upgrade.gates,
-            [s for s in upgrade.stages_rerun if not _declares(run, s)],
+            registry.get(run.pipeline).open_stages(upgrade.stages_rerun),
         ).to_payload(),
     )
     branch = create_run(
