@@ -348,19 +348,31 @@ on_sqlite = pytest.mark.skipif(
     connection.vendor != "sqlite", reason="SQLite's synchronous level is SQLite's"
 )
 # The level each event-writing statement's transaction commits at, as the connection was told
-# with PRAGMA synchronous (FULL until told otherwise).
+# with PRAGMA synchronous (FULL until told otherwise), seen by the driver itself: the ledger
+# says its PRAGMAs on the driver's connection, past Django's cursor.
 LEVELS: list[tuple[str, str]] = []
 
 
-def _record_level(execute, sql, params, many, context):
+def _record_level(sql: str) -> None:
     said = sql.strip().upper()
     if said.startswith("PRAGMA SYNCHRONOUS="):
         LEVELS.append(("", said.split("=", 1)[1]))
-    types = [p for p in params or () if isinstance(p, str) and p in EVENT_TYPES]
-    if types and said.startswith("INSERT"):
+    elif said.startswith('INSERT INTO "RUNS_EVENT"'):
+        # The driver hands the statement with its values in place: the type is one of them.
+        (event_type,) = [t for t in EVENT_TYPES if f"'{t}'" in sql]
         level = next((lvl for typ, lvl in reversed(LEVELS) if not typ), "FULL")
-        LEVELS.append((types[0], "NORMAL" if level in ("NORMAL", "1") else "FULL"))
-    return execute(sql, params, many, context)
+        LEVELS.append((event_type, "NORMAL" if level in ("NORMAL", "1") else "FULL"))
+
+
+@contextlib.contextmanager
+def recording_levels():
+    connection.ensure_connection()
+    raw = connection.connection
+    raw.set_trace_callback(_record_level)
+    try:
+        yield
+    finally:
+        raw.set_trace_callback(None)
 
 
 @pytest.fixture
@@ -388,7 +400,7 @@ def synchronous_level() -> int:
 def test_on_sqlite_at_full_only_writes_the_protocol_recovers_from_skip_the_flush(sqlite_full):
     run = engine.start_run("flushing", {}, actor="test", enqueue=False)
     assert synchronous_level() == 2
-    with connection.execute_wrapper(_record_level):
+    with recording_levels():
         assert engine.execute(run.pk, "calls", run.ticket, holder="worker:test") == "verified"
     assert [write for write in LEVELS if write[0]] == [
         (Event.Type.STARTED, "FULL"),
@@ -407,7 +419,7 @@ def test_on_sqlite_at_full_only_writes_the_protocol_recovers_from_skip_the_flush
 def test_on_sqlite_at_full_with_deferred_flush_off_every_commit_waits(sqlite_full, settings):
     settings.RESUMER_DEFER_FLUSH = False
     run = engine.start_run("flushing", {}, actor="test", enqueue=False)
-    with connection.execute_wrapper(_record_level):
+    with recording_levels():
         engine.execute(run.pk, "calls", run.ticket, holder="worker:test")
     assert len([write for write in LEVELS if write[0]]) == 7
     assert {level for _, level in LEVELS} == {"FULL"}
@@ -428,6 +440,6 @@ def test_on_sqlite_at_full_a_deferred_commit_commits_at_normal(sqlite_full):
 def test_on_sqlite_at_normal_no_write_says_its_level(pipeline):
     run = engine.start_run("flushing", {}, actor="test", enqueue=False)
     LEVELS.clear()
-    with connection.execute_wrapper(_record_level):
+    with recording_levels():
         engine.execute(run.pk, "calls", run.ticket, holder="worker:test")
     assert [level for event, level in LEVELS if not event] == []
