@@ -132,5 +132,14 @@ def head_anchor(run_id: int, last_seq: int, head_hash: str) -> str:
     key = settings.RESUMER_CHAIN_KEY
     if not key:
         return ""
-    message = f"{run_id}:{last_seq}:{head_hash}".encode()
-    return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
+    keyed = _KEYED.get(key)
+    if keyed is None:
+        # The key's two padded blocks, hashed once per key (a setting, one or two per
+        # process): every append moves the anchor, and hmac.new() hashes them again each time.
+        keyed = _KEYED[key] = hmac.new(key.encode(), digestmod=hashlib.sha256)
+    anchor = keyed.copy()
+    anchor.update(f"{run_id}:{last_seq}:{head_hash}".encode())
+    return anchor.hexdigest()
+
+
+_KEYED: dict[str, hmac.HMAC] = {}

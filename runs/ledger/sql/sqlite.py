@@ -78,7 +78,7 @@ class SQLiteAppend(AppendSQL):
             return super().execute(cursor, sql, params)
         db.validate_no_broken_transaction()
         driver = cursor.cursor
-        with db.wrap_database_errors:
+        try:
             if params is None:
                 sqlite3.Cursor.execute(driver, sql)
             else:
@@ -86,6 +86,10 @@ class SQLiteAppend(AppendSQL):
                 if qmark is None:
                     qmark = self._qmark[sql] = driver.convert_query(sql)
                 sqlite3.Cursor.execute(driver, qmark, params)
+        except Exception:
+            # Translated as Django's cursor translates it, entered only when one was raised.
+            with db.wrap_database_errors:
+                raise
         return driver
 
     def write_guarded(self, cursor, write: Write) -> Written | None:
