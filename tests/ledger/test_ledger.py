@@ -345,6 +345,16 @@ def test_every_append_anchors_the_run_head_under_the_chain_key(run, writer):
     assert len(set(anchors)) == 3
 
 
+def test_an_anchor_follows_the_chain_key_the_setting_names(run, writer, settings):
+    # The key's HMAC state is kept per key (chain.head_anchor): a key changed is a new one.
+    append(writer, called(1, "research"))
+    first = Run.objects.get(pk=run.pk).head_anchor
+    settings.RESUMER_CHAIN_KEY = "another-key"
+    append(writer, called(2, "research"))
+    assert Run.objects.get(pk=run.pk).head_anchor == expected_anchor(run.pk)
+    assert first != expected_anchor(run.pk)
+
+
 def test_a_history_rewritten_with_every_hash_recomputed_fails_on_its_head_anchor(run, writer):
     for n in range(4):
         append(writer, called(n, "research"))
