@@ -50,17 +50,27 @@ class KeptCursor:
         # What Django's cursor checks first: a statement after an error in an atomic block
         # that has not rolled back is refused, not sent.
         db.validate_no_broken_transaction()
-        with db.wrap_database_errors:
+        try:
             self.cursor.execute(sql, params)
+        except Exception:
+            # Translated as Django's cursor translates it, entered only when one was raised.
+            with db.wrap_database_errors:
+                raise
         return self
 
     def fetchone(self) -> tuple | None:
-        with self.db.wrap_database_errors:
+        try:
             return self.cursor.fetchone()
+        except Exception:
+            with self.db.wrap_database_errors:
+                raise
 
     def fetchall(self) -> list[tuple]:
-        with self.db.wrap_database_errors:
+        try:
             return self.cursor.fetchall()
+        except Exception:
+            with self.db.wrap_database_errors:
+                raise
 
     @property
     def rowcount(self) -> int:
