@@ -11,7 +11,7 @@ first attempt's is the same two with the effect row in them (the claim's insert,
 delivery key, run and status indexes, and the outcome's update). The difference printed here
 is what that row costs before any hashing or JSON of the engine's: set it against 0.3x the
 SAFE call of bench/tool_call.py. Variants: the schema as migrated, and with the
-effect_status_idx that migration 0022 dropped (it blocked PostgreSQL's in-place update of an
+effect_status_idx that migration 0024 dropped (it blocked PostgreSQL's in-place update of an
 outcome), to show what that index cost.
 
 The statements are the append path's own (runs/ledger/sql/sqlite.py, SQLiteAppend), with `?` for `%s`,
