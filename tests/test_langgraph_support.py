@@ -19,12 +19,12 @@ from django.urls import reverse
 from demo import faults
 from runs.gates import answers
 from runs.gates.decision import gate_digest
-from runs.models import Checkpoint, Effect, Event, Gate, GateStatus, Run
+from runs.models import Checkpoint, Effect, Event, Gate, Run
 from runs.pipeline import registry
 from runs.planning.planner import Action, compute_plan
 from runs.planning.resume import approve
 from tests.support.processes import Workers, wait_for
-from tests.support.state import run_status
+from tests.support.state import run_status, wait_open_gate
 from tests.support.web import api_as, client_as, form_values
 
 pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
@@ -71,19 +71,8 @@ def start(demo_service, crash: str = "") -> Run:
     )
 
 
-def review_gate(run: Run) -> Gate:
-    return wait_for(
-        lambda: (
-            run_status(run) == Run.Status.WAITING
-            and Gate.objects.filter(run=run, gate_id=GATE, status=GateStatus.OPEN).first()
-        ),
-        timeout=SLOW,
-        what=f"{run.public_id} to ask {GATE}",
-    )
-
-
 def approve_review(run: Run) -> None:
-    gate = review_gate(run)
+    gate = wait_open_gate(run, GATE)
     answer = {"approved": True, "edited_response": EDITED}
     answers.answer(gate.pk, answer, actor="user:ana", roles=OPERATOR)
 
@@ -193,7 +182,7 @@ def test_the_review_interrupt_is_answered_on_a_gate_after_its_worker_died(
 ):
     run = start(demo_service)
     asker = workers.start("asker", env=support)
-    gate = review_gate(run)
+    gate = wait_open_gate(run, GATE)
     assert gate.initial == {"edited_response": DRAFT}
     asker.kill()  # the run waits with no worker: nothing holds it
     asker.wait(timeout=SLOW)

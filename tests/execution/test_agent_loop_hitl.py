@@ -14,11 +14,11 @@ from django.db.models.functions import Now
 
 from runs import engine, enqueue
 from runs.gates import answers
-from runs.models import Effect, Event, Gate, GateStatus, Lease, Run
+from runs.models import Effect, Event, Lease, Run
 from tests.execution import loop_pipelines as lp
 from tests.support.pipelines import registered
 from tests.support.processes import Workers, wait_for
-from tests.support.state import run_status
+from tests.support.state import run_status, wait_open_gate
 
 pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
 
@@ -49,17 +49,6 @@ def settled(run: Run) -> Run:
     )
     run.refresh_from_db()
     return run
-
-
-def open_gate(run: Run, gate_id: str) -> Gate:
-    return wait_for(
-        lambda: (
-            run_status(run) == Run.Status.WAITING
-            and Gate.objects.filter(run=run, gate_id=gate_id, status=GateStatus.OPEN).first()
-        ),
-        timeout=SLOW,
-        what=f"{run.public_id} to wait at {gate_id}",
-    )
 
 
 def sent(run: Run, turn: int) -> list[dict]:
@@ -108,10 +97,10 @@ def test_a_rejection_with_feedback_reaches_the_model_and_the_loop_goes_on(worker
             {"content": "Sent."},
         ],
     )
-    gate = open_gate(run, "send_mail-1")
+    gate = wait_open_gate(run, "send_mail-1")
     reject = {"decision": "reject", "reason": "Too curt: say when."}
     answers.answer(gate.pk, reject, actor="user:ana", roles=OPERATOR)
-    gate = open_gate(run, "send_mail-2")
+    gate = wait_open_gate(run, "send_mail-2")
     answers.answer(gate.pk, {"decision": "approve"}, actor="user:ana", roles=OPERATOR)
 
     assert settled(run).status == Run.Status.SUCCEEDED
@@ -128,7 +117,7 @@ def test_an_edit_is_reported_to_the_model_with_the_call_made_as_edited(workers, 
         "reviewed",
         [{"tool_calls": [{"name": "send_mail", "arguments": ANA}]}, {"content": "Sent."}],
     )
-    gate = open_gate(run, "send_mail-1")
+    gate = wait_open_gate(run, "send_mail-1")
     edit = {"decision": "approve", "arg_body": "Yes, at one.", "reason": "Say when."}
     answers.answer(gate.pk, edit, actor="user:ana", roles=OPERATOR)
 
@@ -155,7 +144,7 @@ def test_a_question_waits_with_no_worker_held_and_its_answer_reaches_the_model(
             {"content": "Booked for Tuesday."},
         ],
     )
-    gate = open_gate(run, "ask_human-1")
+    gate = wait_open_gate(run, "ask_human-1")
     wait_for(
         lambda: Lease.objects.filter(run=run, holder="", expires_at__lte=Now()).exists(),
         timeout=SLOW,

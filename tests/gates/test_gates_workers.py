@@ -43,7 +43,7 @@ from runs.planning.resume import approve
 from tests.gates import pipelines as gp
 from tests.support.pipelines import registered
 from tests.support.processes import Workers, wait_for
-from tests.support.state import run_status
+from tests.support.state import run_status, wait_open_gate
 from tests.support.web import api_as, client_as, form_values
 
 pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
@@ -63,18 +63,6 @@ def gate_pipelines(settings) -> Iterator[None]:
 
 def start_worker(workers: Workers, label: str = ""):
     return workers.start(label, env={"RESUMER_PIPELINES": WORKER_PIPELINES})
-
-
-def open_gate(run: Run, gate_id: str) -> Gate:
-    """Wait until the run waits at this gate; return the gate."""
-    return wait_for(
-        lambda: (
-            run_status(run) == Run.Status.WAITING
-            and Gate.objects.filter(run=run, gate_id=gate_id, status=GateStatus.OPEN).first()
-        ),
-        timeout=SLOW,
-        what=f"{run.public_id} to wait at {gate_id}",
-    )
 
 
 def settled(run: Run) -> str:
@@ -125,12 +113,12 @@ def reviewed_run(workers: Workers, **faults_spec: str) -> Run:
 
 
 def approve_review(run: Run, **changes: str) -> None:
-    gate = open_gate(run, "review")
+    gate = wait_open_gate(run, "review")
     answers.answer(gate.pk, {**gate.initial, **changes}, actor="ana", roles=OPERATOR)
 
 
 def approve_charge(run: Run, **data: str) -> None:
-    gate = open_gate(run, "promote-charge")
+    gate = wait_open_gate(run, "promote-charge")
     answer = {"decision": "approve", TICK: "on", **data}
     answers.answer(gate.pk, answer, actor="sam", roles=SUPERVISOR)
 
@@ -141,7 +129,7 @@ def approve_charge(run: Run, **data: str) -> None:
 def test_a_waiting_run_holds_no_lease_no_ticket_and_no_job(workers, redis_conn):
     run = reviewed_run(workers)
 
-    open_gate(run, "review")
+    wait_open_gate(run, "review")
     # The job ends (and lets the lease go) just after the gate's commit.
     wait_for(lambda: lease_free(run), timeout=SLOW, what="the lease let go")
 
@@ -159,7 +147,7 @@ def test_a_waiting_run_survives_a_worker_restart_and_a_redis_flush(
     workers, redis_conn, demo_service
 ):
     run = reviewed_run(workers)
-    review = open_gate(run, "review")
+    review = wait_open_gate(run, "review")
     wait_for(lambda: lease_free(run), timeout=SLOW, what="the lease let go")
     workers.stop_all()
     redis_conn.flushdb()
@@ -277,7 +265,7 @@ def race(gate_pk: int, data: dict[str, Any], people: list[str]) -> dict[str, Any
 def test_two_people_answering_at_once_leave_exactly_one_answer(workers, redis_conn):
     run = engine.start_run("gate-question", {}, actor="test")
     start_worker(workers)
-    gate = open_gate(run, "go")
+    gate = wait_open_gate(run, "go")
 
     got = race(gate.pk, {"decision": "approve", "notes": ""}, ["ana", "bob"])
 
@@ -299,7 +287,7 @@ def test_an_operator_may_not_answer_a_supervisors_charge_and_nothing_is_written(
 ):
     run = engine.start_run("gate-charge", {}, actor="test")
     start_worker(workers)
-    gate = open_gate(run, "fee")
+    gate = wait_open_gate(run, "fee")
     wait_for(lambda: lease_free(run), timeout=SLOW, what="the lease let go")
     before = (Event.objects.filter(run=run).count(), Run.objects.get(pk=run.pk).version)
 
@@ -352,7 +340,7 @@ def test_an_edited_charge_reaches_the_target_under_the_edited_requests_key(
 ):
     run = engine.start_run("gate-charge", {}, actor="test")
     start_worker(workers)
-    gate = open_gate(run, "fee")
+    gate = wait_open_gate(run, "fee")
     asked = dict(gate.call["args"])
 
     answers.answer(
@@ -391,7 +379,7 @@ def test_a_rejected_call_is_never_made_and_fails_the_stage_with_the_reason(
 ):
     run = engine.start_run("gate-charge", {}, actor="test")
     start_worker(workers)
-    gate = open_gate(run, "fee")
+    gate = wait_open_gate(run, "fee")
 
     answers.answer(
         gate.pk,
@@ -416,10 +404,10 @@ def test_two_gates_in_one_stage_are_each_asked_once_and_both_answers_are_seen(wo
     run = engine.start_run("gate-two", {}, actor="test")
     start_worker(workers)
 
-    first = open_gate(run, "first")
+    first = wait_open_gate(run, "first")
     assert not Gate.objects.filter(run=run, gate_id="second").exists()
     answers.answer(first.pk, {"decision": "approve", "notes": "one"}, actor="ana", roles=OPERATOR)
-    second = open_gate(run, "second")
+    second = wait_open_gate(run, "second")
     answers.answer(second.pk, {"decision": "approve", "notes": "two"}, actor="bob", roles=OPERATOR)
 
     assert settled(run) == Run.Status.SUCCEEDED
@@ -437,7 +425,7 @@ def test_two_gates_in_one_stage_are_each_asked_once_and_both_answers_are_seen(wo
 def test_identical_gates_of_three_runs_are_answered_in_bulk_and_all_finish(workers, redis_conn):
     runs = [engine.start_run("gate-question", {}, actor="test") for _ in range(3)]
     start_worker(workers)
-    gates = [open_gate(run, "go") for run in runs]
+    gates = [wait_open_gate(run, "go") for run in runs]
     assert len({g.shape for g in gates}) == 1
 
     result = answers.answer_many(
@@ -467,7 +455,7 @@ def deadline_passed(gate: Gate) -> None:
 def test_a_two_person_gate_without_votes_takes_its_default_at_the_deadline(workers, redis_conn):
     run = engine.start_run("gate-quorum-timeout", {}, actor="test")
     start_worker(workers)
-    gate = open_gate(run, "go")
+    gate = wait_open_gate(run, "go")
 
     deadline_passed(gate)
 
@@ -488,7 +476,7 @@ def test_a_two_person_gate_with_one_vote_that_differs_takes_its_default_at_the_d
 ):
     run = engine.start_run("gate-quorum-timeout", {}, actor="test")
     start_worker(workers)
-    gate = open_gate(run, "go")
+    gate = wait_open_gate(run, "go")
     ana = User.objects.create_user("ana").pk
     vote = {"decision": "approve", "notes": "ana wants it"}
     answers.answer(gate.pk, vote, actor="user:ana", roles=OPERATOR, user=ana)
@@ -506,7 +494,7 @@ def test_a_two_person_gate_with_one_vote_that_differs_takes_its_default_at_the_d
 def test_two_different_people_settle_a_two_person_gate_and_the_stage_goes_on(workers, redis_conn):
     run = engine.start_run("gate-quorum", {}, actor="test")
     start_worker(workers)
-    gate = open_gate(run, "go")
+    gate = wait_open_gate(run, "go")
     ana, bob = (User.objects.create_user(name).pk for name in ("ana", "bob"))
     vote = {"decision": "approve", "notes": "both of us"}
 
@@ -545,7 +533,7 @@ def test_a_bulk_review_of_three_runs_publishes_each_runs_own_article_and_bulk_ch
         ensure_topic(topic)
         runs.append(faults.start_run("content", {"review": "on", "topic": topic}, actor="test"))
     start_worker(workers)
-    reviews = [open_gate(run, "review") for run in runs]
+    reviews = [wait_open_gate(run, "review") for run in runs]
     shape = reviews[0].shape
     operator = client_as("operator")
 
@@ -554,7 +542,7 @@ def test_a_bulk_review_of_three_runs_publishes_each_runs_own_article_and_bulk_ch
     response = operator.post(f"/runs/gate-groups/{shape}/answer/", bulk_post(reviews))
     assert response.status_code == 200
 
-    charges = [open_gate(run, "promote-charge") for run in runs]
+    charges = [wait_open_gate(run, "promote-charge") for run in runs]
     published = {a["title"]: a["content_hash"] for a in demo_service.articles()}
     assert published == {
         g.initial["title"]: content_hash(g.initial["title"], g.initial["body"]) for g in reviews
@@ -584,7 +572,7 @@ def test_a_rejection_returned_as_the_result_lets_the_stage_go_on_with_the_feedba
 ):
     run = engine.start_run("gate-charge-learning", {}, actor="test")
     start_worker(workers)
-    gate = open_gate(run, "fee")
+    gate = wait_open_gate(run, "fee")
 
     answers.answer(
         gate.pk,
@@ -611,7 +599,7 @@ def test_the_stage_learns_who_edited_the_call_and_what_they_changed(
 ):
     run = engine.start_run("gate-charge-learning", {}, actor="test")
     start_worker(workers)
-    gate = open_gate(run, "fee")
+    gate = wait_open_gate(run, "fee")
 
     answers.answer(
         gate.pk,
@@ -637,7 +625,7 @@ def meeting_gate(workers: Workers) -> Gate:
     """A gate-meeting run waiting for its meeting's confirmation, its worker started."""
     run = engine.start_run("gate-meeting", {}, actor="test")
     start_worker(workers)
-    return open_gate(run, "meeting")
+    return wait_open_gate(run, "meeting")
 
 
 def delivered(gate: Gate) -> tuple[Effect, list[dict]]:

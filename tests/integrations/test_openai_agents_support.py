@@ -21,13 +21,13 @@ from demo.models import RunFaults
 from runs.gates import answers
 from runs.gates.acts import TICK
 from runs.gates.decision import gate_digest
-from runs.models import ApprovalMode, Checkpoint, Effect, Event, Gate, GateStatus, Lease, Run
+from runs.models import ApprovalMode, Checkpoint, Effect, Event, Lease, Run
 from runs.planning.planner import compute_plan
 from runs.planning.replay import Action
 from runs.planning.resume import approve
 from tests.support.pipelines import registered
 from tests.support.processes import Workers, wait_for
-from tests.support.state import run_status
+from tests.support.state import run_status, wait_open_gate
 from tests.support.web import api_as, client_as, form_values
 
 pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
@@ -72,19 +72,8 @@ def started(workers: Workers, support: dict, demo_service, **fault: object):
     return run, workers.start("support", env=support)
 
 
-def open_gate(run: Run, gate_id: str) -> Gate:
-    return wait_for(
-        lambda: (
-            run_status(run) == Run.Status.WAITING
-            and Gate.objects.filter(run=run, gate_id=gate_id, status=GateStatus.OPEN).first()
-        ),
-        timeout=SLOW,
-        what=f"{run.public_id} to ask {gate_id}",
-    )
-
-
 def approve_gate(run: Run, gate_id: str) -> None:
-    gate = open_gate(run, gate_id)
+    gate = wait_open_gate(run, gate_id)
     answers.answer(gate.pk, {"decision": "approve", TICK: "on"}, actor="user:ana", roles=OPERATOR)
 
 
@@ -109,7 +98,7 @@ def test_the_sdks_approvals_are_answered_on_the_gate_page_and_by_the_api_across_
     support, workers, demo_service
 ):
     run, first = started(workers, support, demo_service)
-    cancel = open_gate(run, "cancel_order-1")
+    cancel = wait_open_gate(run, "cancel_order-1")
     wait_for(lambda: Lease.objects.get(run=run).holder == "", what="the lease let go")
     workers.stop(first)
     workers.start("after-restart", env=support)
@@ -120,7 +109,7 @@ def test_the_sdks_approvals_are_answered_on_the_gate_page_and_by_the_api_across_
     page = operator.get(reverse("runs:gate", args=[run.pk, cancel.pk])).content.decode()
     assert operator.post(action, form_values(page, action) | {TICK: "on"}).status_code == 302
     # send_email: the SDK's rule asks for approval of a subject about a refund; the API.
-    send = open_gate(run, "send_email-1")
+    send = wait_open_gate(run, "send_email-1")
     assert send.call["args"] == EMAIL and send.call["policy"] == "IDEMPOTENT"
     answered = api_as("operator").post(
         f"/api/v1/gates/{send.pk}/answer",

@@ -23,12 +23,12 @@ from demo import faults
 from runs import engine
 from runs.gates import answers
 from runs.gates.decision import gate_digest
-from runs.models import Checkpoint, Effect, Event, Gate, GateStatus, Run
+from runs.models import Checkpoint, Effect, Event, Gate, Run
 from runs.pipeline import registry
 from runs.planning.planner import compute_plan
 from runs.planning.resume import approve
 from tests.support.processes import wait_for
-from tests.support.state import run_status
+from tests.support.state import run_status, wait_open_gate
 from tests.support.web import api_as, client_as, form_values
 
 pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
@@ -68,19 +68,8 @@ def support(workers, demo_service, settings, monkeypatch) -> Iterator[dict[str, 
     sys.modules.pop("tests.integrations.pydantic_ai_pipelines", None)
 
 
-def open_gate(run: Run, gate_id: str = "block_card-1") -> Gate:
-    return wait_for(
-        lambda: (
-            run_status(run) == Run.Status.WAITING
-            and Gate.objects.filter(run=run, gate_id=gate_id, status=GateStatus.OPEN).first()
-        ),
-        timeout=SLOW,
-        what=f"{run.public_id} to ask {gate_id}",
-    )
-
-
 def approve_block(run: Run) -> None:
-    gate = open_gate(run)
+    gate = wait_open_gate(run, "block_card-1")
     answers.answer(gate.pk, {"decision": "approve"}, actor="user:ana", roles=OPERATOR)
 
 
@@ -158,7 +147,7 @@ def test_an_approval_waits_through_a_worker_restart_and_is_given_on_the_gate_pag
     model = demo_service.script("bank-support", STEPS)
     run = engine.start_run("bank-support", {"model": model}, actor="test")
     first = workers.start("first", env=support)
-    gate = open_gate(run)
+    gate = wait_open_gate(run, "block_card-1")
     workers.stop(first)
     workers.start("second", env=support)
 
@@ -185,7 +174,7 @@ def test_a_denial_through_the_api_is_told_to_the_model_and_the_card_is_not_block
     model = demo_service.script("bank-support", STEPS)
     run = engine.start_run("bank-support", {"model": model}, actor="test")
     workers.start(env=support)
-    gate = open_gate(run)
+    gate = wait_open_gate(run, "block_card-1")
 
     response = api_as("operator").post(
         f"/api/v1/gates/{gate.pk}/answer",
@@ -207,7 +196,7 @@ def test_a_reviewers_edit_is_what_the_card_team_gets_and_the_model_is_told_of_it
     model = demo_service.script("bank-support", STEPS)
     run = engine.start_run("bank-support-edits", {"model": model}, actor="test")
     workers.start(env=support)
-    gate = open_gate(run)
+    gate = wait_open_gate(run, "block_card-1")
 
     answers.answer(
         gate.pk,

@@ -27,6 +27,22 @@ def wait_settled(run: Any, *, timeout: float = 90) -> str:
     )
 
 
+def wait_open_gate(run: Any, gate_id: str, *, timeout: float = 180) -> Any:
+    """Wait until the run waits at its gate `gate_id` (the run WAITING and the gate OPEN, both
+    committed); return the gate."""
+    from runs.models import Gate, GateStatus, Run
+
+    pk = getattr(run, "pk", run)
+    return wait_for(
+        lambda: (
+            run_status(pk) == Run.Status.WAITING
+            and Gate.objects.filter(run_id=pk, gate_id=gate_id, status=GateStatus.OPEN).first()
+        ),
+        timeout=timeout,
+        what=f"run-{pk} to wait at {gate_id}",
+    )
+
+
 def wait_lease_free(run: Any, *, timeout: float = 60) -> None:
     """Wait until nobody holds the run's lease (released, or run out). A sweeper releases it
     only after the stop's after-commit work; a test that stops the workers first may leave
