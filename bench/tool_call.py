@@ -376,7 +376,7 @@ def child(
         counts["statements"] += 1
         result = execute(sql, params, many, context)
         verb = sql.lstrip().split(None, 1)[0].upper()
-        if verb not in ("SELECT", "ROLLBACK", "BEGIN") and not in_transaction():
+        if verb not in ("SELECT", "ROLLBACK", "BEGIN", "PRAGMA") and not in_transaction():
             counts["commits"] += 1
         return result
 

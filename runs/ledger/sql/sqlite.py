@@ -146,16 +146,24 @@ class SQLiteAppend(AppendSQL):
         if not level:
             yield
             return
-        # On the driver's connection: a PRAGMA returns no row and needs none of Django's
-        # wrappers, and a Django cursor made for each of the two cost more than the disk
-        # flush it saves a tenth of (bench/peers_call.py, FULL).
         raw = connection.connection
-        raw.execute(SYNCHRONOUS[1])
+        self._synchronous(connection, raw, 1)
         try:
             yield
         finally:
             if connection.connection is raw:  # not a connection that died meanwhile
-                raw.execute(SYNCHRONOUS[level])
+                self._synchronous(connection, raw, level)
+
+    def _synchronous(self, connection, raw, level: int) -> None:
+        if connection.execute_wrappers or connection.queries_logged:
+            # Observed (as execute() decides): through Django's cursor, seen as every
+            # statement of the append path is.
+            with connection.cursor() as cursor:
+                cursor.execute(SYNCHRONOUS[level])
+            return
+        # On the driver's connection: a PRAGMA returns no row, and a Django cursor made for
+        # each of the two cost a tenth of the disk flush it saves (bench/peers_call.py, FULL).
+        raw.execute(SYNCHRONOUS[level])
 
     def waiting_level(self, connection) -> int:
         """The connection's `PRAGMA synchronous` if its commits wait for the disk (2, FULL;
