@@ -137,7 +137,13 @@ def test_a_waiting_run_holds_no_lease_no_ticket_and_no_job(workers, redis_conn):
     assert (run.status, run.ticket, run.current_stage) == (Run.Status.WAITING, "", "publish")
     lease = Lease.objects.get(run=run)
     assert lease.holder == ""
-    assert jobs_pending(run, redis_conn) == []
+    # RQ marks the job finished once its function has returned, a moment after the release
+    # that rode with the gate's commit: waited for, not read at once.
+    wait_for(
+        lambda: jobs_pending(run, redis_conn) == [],
+        timeout=SLOW,
+        what=f"{run.public_id}'s stage job to finish",
+    )
 
 
 # --- (b) it survives a worker restart and a Redis flush -------------------------------------
