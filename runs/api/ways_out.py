@@ -1,10 +1,13 @@
-"""The ways out of a failed answer, for machines: a confirmation asked again after its target
-refused the call (runs/gates/reopen.py), and a stopped run closed out with a reason
-(runs/planning/close_out.py). Each calls what the run page's buttons call; both are an
-operator's act, recorded as an event under their name."""
+"""The ways out of a stopped run, for machines: a confirmation asked again after its target
+refused the call (runs/gates/reopen.py), a stopped run closed out with a reason
+(runs/planning/close_out.py), and a supervisor asked to settle an effect the plan is blocked on
+(runs/asks.py). Each calls what the run and effect pages' buttons call, as an operator's act:
+the first two recorded as events under their name, the ask as who asked (no event: the ask
+changes nothing of the run)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest, JsonResponse
@@ -18,9 +21,10 @@ from runs.api.common import find_run, require
 from runs.api.gates import gate_out
 from runs.api.problems import Problem
 from runs.api.schemas import PROBLEMS, GateOut, ReasonIn
+from runs.asks import AskRefused, ask_supervisor
 from runs.events import read
 from runs.gates.reopen import AskAgainRefused, ask_again
-from runs.models import Gate
+from runs.models import Effect, Gate
 from runs.planning.close_out import CloseRefused, InvalidReason, close_out
 
 router = Router(tags=["ways out"])
@@ -97,3 +101,47 @@ def ask_again_gate(request: HttpRequest, run_id: str, body: AskAgainIn) -> JsonR
         return 200, GateOut.model_validate(gate_out(reopened)).model_dump(mode="json")
 
     return idempotency.run(request, body.model_dump(mode="json"), act)
+
+
+class SupervisorAsked(Schema):
+    run: str
+    effect: int
+    tool: str
+    by: str
+    asked_at: datetime
+    # The notification that tells the supervisors, sent once its window closes; null when no
+    # target is configured (RESUMER_WEBHOOK_URL, RESUMER_NOTIFY_EMAILS): then nobody was told.
+    notification: int | None
+    told: bool
+
+
+@router.post(
+    "/{run_id}/effects/{effect_id}/ask-supervisor",
+    response={200: SupervisorAsked, **PROBLEMS},
+    summary="Ask a supervisor to settle an effect of a stopped run (Idempotency-Key)",
+)
+def ask_a_supervisor(request: HttpRequest, run_id: str, effect_id: int) -> JsonResponse:
+    """The run must be stopped and the effect not settled (confirmed or abandoned): otherwise
+    a 409, and nothing is recorded or sent. An effect of another run is a 404."""
+    require(request, roles.can_approve)
+    run, who = find_run(run_id), ids.user_actor(request.user)
+    if not Effect.objects.filter(pk=effect_id, run=run).exists():
+        raise Problem(404, f"{run.public_id} has no effect {effect_id}", kind="not-found")
+
+    def act() -> tuple[int, Any]:
+        try:
+            ask = ask_supervisor(effect_id, actor=who)
+        except AskRefused as exc:
+            raise Problem(409, str(exc), kind="not-asked") from None
+        ask.refresh_from_db(fields=["created_at"])
+        return 200, {
+            "run": run.public_id,
+            "effect": effect_id,
+            "tool": ask.effect.tool,
+            "by": who,
+            "asked_at": ask.created_at.isoformat(),
+            "notification": ask.notification_id,
+            "told": ask.notification_id is not None,
+        }
+
+    return idempotency.run(request, {"effect": effect_id}, act)
