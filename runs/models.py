@@ -29,8 +29,8 @@ class OneOf(In):
     tables' CHECK constraints say their vocabularies this way: PostgreSQL evaluates every CHECK
     of a row it writes, and an IN list is stored as one constant per value, which it reads
     back and folds into an array again in every statement (a tenth of the server's work on a
-    tool call's two statements, issue 49); one array constant it does not fold. SQLite keeps
-    IN."""
+    tool call's two statements, issue 49); one array constant it does not fold. On SQLite,
+    comparisons or'd (as_sqlite)."""
 
     lookup_name = "one_of"
 
