@@ -40,9 +40,7 @@ def test_an_operators_token_asks_and_is_told_nobody_hears_without_a_target(opera
     assert (body["notification"], body["told"]) == (None, False)
 
 
-def test_with_a_webhook_configured_the_ask_joins_the_runs_notification(
-    operator, blocked, settings
-):
+def test_with_a_webhook_configured_the_ask_joins_the_runs_notification(operator, blocked, settings):
     settings.RESUMER_WEBHOOK_URL = "http://127.0.0.1:9/hook"
 
     body = operator.post(ask_path(blocked)).json()
