@@ -15,9 +15,11 @@ same role (runs/access/roles.py); nothing here decides a rule of its own.
     triage.py       groups of runs by plan shape, a group's approval, its batch
     gates.py        gates waiting for a human, one gate, its answer
     deviations.py   a finished run's deviation acknowledged
-    ways_out.py     a stopped run closed out; a confirmation its target refused asked again
+    ways_out.py     a stopped run closed out; a confirmation its target refused asked again;
+                    a supervisor asked to settle a blocked effect
     token_views.py  the dashboard's page where a person makes and revokes their own tokens
 
 May import: access, reads, planning, gates, ledger, models, events, pipeline, ids,
-quantities and execution.engine (start_run); never the dashboard.
+quantities, asks (an operator asking a supervisor, as the dashboard does) and
+execution.engine (start_run); never the dashboard.
 """
