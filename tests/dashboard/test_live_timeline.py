@@ -13,13 +13,12 @@ import pytest
 from django.test import Client
 
 from demo import faults
-from runs.access import roles
 from runs.execution import sweeper
 from runs.ledger import leases
 from runs.ledger.append import Writer, append
 from runs.models import Run
 from tests.support import events
-from tests.support.web import form_values
+from tests.support.web import client_as, form_values
 
 pytestmark = pytest.mark.django_db
 
@@ -32,9 +31,7 @@ def quick_settings(settings) -> None:
 
 @pytest.fixture
 def viewer() -> Client:
-    client = Client()
-    client.force_login(roles.ensure_user("viewer", "viewer-demo-pass", "viewer")[0])
-    return client
+    return client_as("viewer")
 
 
 def url(run: Run, suffix: str = "") -> str:

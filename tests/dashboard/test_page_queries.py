@@ -9,9 +9,8 @@ import pytest
 from django.test import Client
 
 from demo import faults
-from runs.access import roles
 from tests.support.plans import stopped_with_plan
-from tests.support.web import form_values
+from tests.support.web import client_as, form_values
 
 pytestmark = pytest.mark.django_db
 
@@ -24,9 +23,7 @@ def quick_settings(settings) -> None:
 
 @pytest.fixture
 def operator() -> Client:
-    client = Client()
-    client.force_login(roles.ensure_user("operator", "operator-demo-pass", "operator")[0])
-    return client
+    return client_as("operator")
 
 
 @pytest.fixture
