@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -146,3 +148,22 @@ def run_child(script: Path, args: list[str], env: dict[str, str]) -> dict:
     if proc.wait() != 0:
         raise RuntimeError(f"{script.name} {' '.join(args)} exited with {proc.returncode}")
     return result
+
+
+def bare_and_stage(
+    bare: Callable[[int], None], stage: Callable[[int], None], *, runs: int, rounds: int
+) -> tuple[float, float]:
+    """The median ms a run of an agent bare and as a Resumer stage: each side warmed once
+    (imports, connections, the first artifact), then `runs` runs of one side and of the other,
+    round after round, so that outside load falls on both. Each run is told its number (from
+    1), for an agent whose runs must differ."""
+    per_run: dict[str, list[float]] = {"bare": [], "stage": []}
+    for side in (bare, stage):
+        side(0)
+    for round_ in range(rounds):
+        for name, side in (("bare", bare), ("stage", stage)):
+            started = time.perf_counter()
+            for i in range(runs):
+                side(round_ * runs + i + 1)
+            per_run[name].append((time.perf_counter() - started) / runs * 1000)
+    return statistics.median(per_run["bare"]), statistics.median(per_run["stage"])

@@ -26,15 +26,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import ROOT, child_env, demo_service, scratch_dir, setup_django
+from bench._common import ROOT, bare_and_stage, child_env, demo_service, scratch_dir, setup_django
 
 CLASSIFIED = {"intent": "bug", "urgency": "high", "topic": "PDF export", "summary": "PDF crash"}
 SCRIPT = [
@@ -118,19 +116,9 @@ def measure(url: str, runs: int, rounds: int) -> None:
         run.refresh_from_db()
         return run
 
-    per_run: dict[str, list[float]] = {"bare": [], "stage": []}
     # This process executes every stage itself: nothing is put on a queue.
     with mock.patch.object(enqueue, "dispatch", lambda *args, **kwargs: True):
-        for side in (bare, stage):  # warm both: imports, connections, the first artifact
-            side(0)
-        for round_ in range(rounds):
-            for name, side in (("bare", bare), ("stage", stage)):
-                started = time.perf_counter()
-                for i in range(runs):
-                    side(round_ * runs + i + 1)
-                per_run[name].append((time.perf_counter() - started) / runs * 1000)
-    bare_ms = statistics.median(per_run["bare"])
-    stage_ms = statistics.median(per_run["stage"])
+        bare_ms, stage_ms = bare_and_stage(bare, stage, runs=runs, rounds=rounds)
     print(f"agent runs per side: {runs} x {rounds} rounds, demo service at {url}")
     print("  each: 2 completions, a bug filed and a reply sent by mail, a review answered")
     print(f"  bare LangGraph (ChatOpenAI)  {bare_ms:8.1f} ms")

@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import ROOT, child_env, demo_service, scratch_dir, setup_django
+from bench._common import ROOT, bare_and_stage, child_env, demo_service, scratch_dir, setup_django
 
 TICKET = "Please tell me when order 42 ships. Bo"
 SCRIPT = [
@@ -81,26 +79,17 @@ def measure(url: str, runs: int, rounds: int) -> None:
     client = AsyncOpenAI(base_url=f"{url}/v1", api_key="bench", max_retries=0)
     config = RunConfig(model=OpenAIChatCompletionsModel(model, client), tracing_disabled=True)
 
-    def bare() -> None:
+    def bare(_: int) -> None:
         result = Runner.run_sync(agent, TICKET, run_config=config)
         assert result.final_output == SCRIPT[-1]["content"]
 
-    def stage() -> None:
+    def stage(_: int) -> None:
         inputs = {"model": model, "ticket": TICKET}
         run = engine.start_run("openai-agents-support", inputs, actor="bench", enqueue=False)
         engine.execute(run.pk, run.current_stage, run.ticket, holder="bench")
         assert Run.objects.get(pk=run.pk).status == Run.Status.SUCCEEDED
 
-    per_run: dict[str, list[float]] = {"bare": [], "stage": []}
-    for side in (bare, stage):  # warm both: connections, imports, the first artifact
-        side()
-    for _ in range(rounds):
-        for name, side in (("bare", bare), ("stage", stage)):
-            started = time.perf_counter()
-            for _ in range(runs):
-                side()
-            per_run[name].append((time.perf_counter() - started) / runs * 1000)
-    bare_ms, stage_ms = statistics.median(per_run["bare"]), statistics.median(per_run["stage"])
+    bare_ms, stage_ms = bare_and_stage(bare, stage, runs=runs, rounds=rounds)
     per_call = (stage_ms - bare_ms) / CALLS_PER_RUN
     print(f"agent runs per side: {runs} x {rounds} rounds, demo service at {url}, DEBUG off")
     print(f"  bare Runner.run_sync      {bare_ms:8.2f} ms a run")

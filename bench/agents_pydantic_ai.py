@@ -29,14 +29,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import ROOT, child_env, demo_service, scratch_database, setup_django
+from bench._common import (
+    ROOT,
+    bare_and_stage,
+    child_env,
+    demo_service,
+    scratch_database,
+    setup_django,
+)
 
 EXAMPLES = ROOT / "examples"
 QUERY = "What is my balance?"
@@ -80,10 +85,10 @@ def measure(url: str, runs: int, rounds: int, db: str) -> None:
     bare_model = OpenAIChatModel(model_name, provider=provider)
     deps = SupportDependencies(customer_id=123, db=DatabaseConn())
 
-    def bare() -> None:
+    def bare(_: int) -> None:
         support_agent.run_sync(QUERY, deps=deps, model=bare_model)
 
-    def stage() -> None:
+    def stage(_: int) -> None:
         run = engine.start_run(
             "bank-support", {"model": model_name, "query": QUERY}, actor="bench", enqueue=False
         )
@@ -91,17 +96,7 @@ def measure(url: str, runs: int, rounds: int, db: str) -> None:
         if Run.objects.get(pk=run.pk).status != Run.Status.SUCCEEDED:
             raise SystemExit(f"the stage of {run.public_id} did not succeed")
 
-    per_run: dict[str, list[float]] = {"bare": [], "stage": []}
-    for side in (bare, stage):  # warm both: imports, connections, the first artifact
-        side()
-    for _ in range(rounds):
-        for name, side in (("bare", bare), ("stage", stage)):
-            started = time.perf_counter()
-            for _ in range(runs):
-                side()
-            per_run[name].append((time.perf_counter() - started) / runs * 1000)
-    bare_ms = statistics.median(per_run["bare"])
-    stage_ms = statistics.median(per_run["stage"])
+    bare_ms, stage_ms = bare_and_stage(bare, stage, runs=runs, rounds=rounds)
     print(f"agent runs per side: {runs} x {rounds} rounds ({db}), each 2 turns and 1 tool call")
     print(f"  bare (the SDK's run_sync)        {bare_ms:8.2f} ms")
     print(f"  as a stage (ResumerAgent)        {stage_ms:8.2f} ms  (+{stage_ms - bare_ms:.2f} ms)")
