@@ -167,3 +167,21 @@ def bare_and_stage(
                 side(round_ * runs + i + 1)
             per_run[name].append((time.perf_counter() - started) / runs * 1000)
     return statistics.median(per_run["bare"]), statistics.median(per_run["stage"])
+
+
+def drive(run):
+    """Execute the run's queued stages in this process until it stops (the demo's fault
+    hooks installed); the project's modules are imported here, so a child running another
+    checkout drives with that checkout's."""
+    from demo import faults
+    from runs import engine
+
+    hooks = faults.FaultHooks()
+    for _ in range(20):
+        run.refresh_from_db()
+        if not (run.is_active and run.ticket):
+            return run
+        engine.execute(
+            run.pk, run.current_stage, run.ticket, holder="bench:in-process", hooks=hooks
+        )
+    raise RuntimeError(f"{run.public_id} did not stop")

@@ -49,22 +49,6 @@ INBOX_RUNS = 300
 # --- child: one database, one checkout --------------------------------------------------------
 
 
-def drive(run):
-    """Execute the run's queued stages in this process until it stops."""
-    from demo import faults
-    from runs import engine
-
-    hooks = faults.FaultHooks()
-    for _ in range(20):
-        run.refresh_from_db()
-        if not (run.is_active and run.ticket):
-            return run
-        engine.execute(
-            run.pk, run.current_stage, run.ticket, holder="bench:in-process", hooks=hooks
-        )
-    raise RuntimeError(f"{run.public_id} did not stop")
-
-
 def copy_events(source, run, count: int) -> None:
     """Append `count` events to `run`, cycled from `source`'s log after its RUN_CREATED,
     chained with the ledger's own hashing; the run's head moves past them."""
@@ -211,7 +195,7 @@ def child(db: str, root: Path, before_only: bool) -> None:
 
     settings.ALLOWED_HOSTS = ["testserver"]
     ensure_topic()
-    source = drive(faults.start_run("content", {}, actor="bench", faults={}, enqueue=False))
+    source = _common.drive(faults.start_run("content", {}, actor="bench", faults={}, enqueue=False))
     client = Client()
     client.force_login(User.objects.create_superuser("bench", "bench@example.com", "bench-123"))
     result = {

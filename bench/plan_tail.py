@@ -53,22 +53,6 @@ FILLER_RESULT = "x" * 240  # a TOOL_RESULT of a few hundred bytes, like the real
 # --- child: one database ---------------------------------------------------------------------
 
 
-def drive(run):
-    """Execute the run's queued stages in this process until it stops."""
-    from demo import faults
-    from runs import engine
-
-    hooks = faults.FaultHooks()
-    for _ in range(20):
-        run.refresh_from_db()
-        if not (run.is_active and run.ticket):
-            return run
-        engine.execute(
-            run.pk, run.current_stage, run.ticket, holder="bench:in-process", hooks=hooks
-        )
-    raise RuntimeError(f"{run.public_id} did not stop")
-
-
 def add_filler(run, count: int, batch: int = 5000) -> None:
     """Append `count` chained events right after RUN_CREATED, bypassing append() for speed."""
     from django.db import transaction
@@ -121,13 +105,15 @@ def build(total_events: int, real_events: int):
     run = faults.start_run("content", {}, actor="bench", faults=OPTIONS, enqueue=False)
     # RUN_CREATED is already there; the stages will add `real_events - 1` more.
     add_filler(run, total_events - real_events)
-    return drive(run)
+    return _common.drive(run)
 
 
 def count_real_events() -> int:
     from demo import faults
 
-    probe = drive(faults.start_run("content", {}, actor="bench", faults=OPTIONS, enqueue=False))
+    probe = _common.drive(
+        faults.start_run("content", {}, actor="bench", faults=OPTIONS, enqueue=False)
+    )
     return probe.last_seq
 
 
