@@ -640,6 +640,19 @@ def test_the_bulk_review_offers_no_field_whose_value_differs_per_run(facts):
     assert 'name="answer-decision"' in html and 'name="answer-notes"' in html
 
 
+def test_the_bulk_page_shows_each_runs_pinned_inputs_beside_its_gate(facts):
+    runs = [reviewed("gates"), reviewed("leases")]
+    shape = gate_of(runs[0], "review").shape
+
+    html = client_as("operator").get(f"/runs/gate-groups/{shape}/").content.decode()
+
+    rows = html.split('<th scope="row">')[1:]
+    assert len(rows) == 2
+    for run in runs:
+        (row,) = [r for r in rows if run.public_id in r.split("</th>")[0]]
+        assert f"<code>topic={run.inputs['topic']}</code>" in row.split("</th>")[0]
+
+
 def test_a_bulk_review_approved_on_the_page_keeps_each_runs_own_title_and_body(facts):
     gates = [gate_of(reviewed(t), "review") for t in ("gates", "leases", "plans")]
 
