@@ -42,9 +42,19 @@ class AnswerForm(forms.Form):
     answer = forms.CharField(widget=forms.Textarea, max_length=4000)
 
 
+# What a number field's limits are recorded as, per type: rebuilt, the form refuses what the
+# stage's own form refused (a minimum, a maximum, a number of digits).
+NUMBER_LIMITS = {
+    "integer": ("min_value", "max_value"),
+    "decimal": ("min_value", "max_value", "max_digits", "decimal_places"),
+}
+BOUNDS = ("min_value", "max_value")
+
+
 def _type_of(field: forms.Field) -> str:
-    # Most specific first: a TypedChoiceField is a ChoiceField, a BooleanField is not text.
-    for name in ("choice", "boolean", "integer", "decimal", "text"):
+    # Most specific first: a TypedChoiceField is a ChoiceField, a BooleanField is not text,
+    # a DecimalField is an IntegerField (Django subclasses it).
+    for name in ("choice", "boolean", "decimal", "integer", "text"):
         if isinstance(field, FIELD_TYPES[name]):
             return name
     raise TypeError(
@@ -70,6 +80,11 @@ def describe(form_class: type[forms.Form]) -> list[dict[str, Any]]:
         if kind == "text":
             spec["multiline"] = isinstance(field.widget, forms.Textarea)
             spec["max_length"] = field.max_length
+        for limit in NUMBER_LIMITS.get(kind, ()):
+            value = getattr(field, limit, None)
+            if value is not None:
+                # A decimal's bounds as text, exact (0.1 is not a float's 0.1000000000000000055).
+                spec[limit] = str(value) if kind == "decimal" and limit in BOUNDS else value
         if field.initial is not None:
             spec["initial"] = jsonable(field.initial)
         fields.append(spec)
@@ -132,7 +147,13 @@ def _field(spec: dict[str, Any]) -> forms.Field:
         return ArgumentField(
             kind=spec["kind"], choices=spec.get("choices"), widget=widget, **common
         )
-    return _one(FIELD_TYPES[kind])(**common)
+    # A description recorded before limits were (or with none) rebuilds without them.
+    limits = {k: _limit(k, spec[k]) for k in NUMBER_LIMITS.get(kind, ()) if k in spec}
+    return _one(FIELD_TYPES[kind])(**common, **limits)
+
+
+def _limit(name: str, value: Any) -> Any:
+    return Decimal(value) if name in BOUNDS and isinstance(value, str) else value
 
 
 @cache

@@ -1,0 +1,62 @@
+"""A gate's form as the event records it (runs/gates/forms.py): rebuilt in another process,
+it refuses what the stage's own form refused and accepts what the stage showed."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django import forms
+
+from runs.gates.forms import build, describe
+
+
+class RefundForm(forms.Form):
+    amount = forms.DecimalField(min_value=Decimal("0.01"), max_value=100, decimal_places=2)
+    items = forms.IntegerField(min_value=1, max_value=10)
+
+
+def rebuilt(data: dict) -> forms.Form:
+    return build(describe(RefundForm), {"amount": "12.50", "items": 2}, data=data)
+
+
+def test_a_decimal_field_is_recorded_as_a_decimal_with_its_limits():
+    spec = {s["name"]: s for s in describe(RefundForm)}
+
+    assert spec["amount"]["type"] == "decimal"
+    assert (spec["amount"]["min_value"], spec["amount"]["max_value"]) == ("0.01", "100")
+    assert spec["amount"]["decimal_places"] == 2
+    assert (spec["items"]["type"], spec["items"]["min_value"], spec["items"]["max_value"]) == (
+        "integer",
+        1,
+        10,
+    )
+
+
+def test_the_rebuilt_form_accepts_the_decimal_value_the_stage_showed():
+    form = rebuilt({"amount": "12.50", "items": "2"})
+
+    assert form.is_valid(), form.errors
+    assert form.cleaned_data == {"amount": Decimal("12.50"), "items": 2}
+
+
+def test_the_rebuilt_form_refuses_numbers_outside_the_stages_limits():
+    for data, field in (
+        ({"amount": "-5", "items": "2"}, "amount"),
+        ({"amount": "9" * 41, "items": "2"}, "amount"),
+        ({"amount": "1.001", "items": "2"}, "amount"),
+        ({"amount": "5", "items": "-40"}, "items"),
+        ({"amount": "5", "items": "11"}, "items"),
+    ):
+        form = rebuilt(data)
+        assert not form.is_valid() and list(form.errors) == [field], (data, form.errors)
+
+
+def test_a_description_recorded_without_limits_rebuilds_without_them():
+    spec = [
+        {"name": "n", "type": "integer", "label": "N", "required": True, "help": ""},
+        {"name": "d", "type": "decimal", "label": "D", "required": True, "help": ""},
+    ]
+
+    form = build(spec, {}, data={"n": "-40", "d": "-5.5"})
+
+    assert form.is_valid(), form.errors
