@@ -17,7 +17,7 @@ May import: nothing of runs."""
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation, getcontext
 from typing import Any
 
 CENT = Decimal("0.01")
@@ -35,11 +35,20 @@ def decimal(value: Any) -> Decimal | None:
     return found if found.is_finite() else None
 
 
+def at(value: Decimal, places: Decimal = LEDGER) -> Decimal:
+    """`value` at `places` (the ledger's four by default). Decimal's default context holds 28
+    digits and refuses to quantize a longer number (InvalidOperation): a reviewer's or an
+    argument's 41-digit amount would make every page showing it a 500. The context here is as
+    wide as the number needs."""
+    wide = Context(prec=max(getcontext().prec, value.adjusted() - places.as_tuple().exponent + 2))
+    return value.quantize(places, context=wide)
+
+
 def places(value: Decimal) -> Decimal:
     """The amount at the places it is shown with: cents, or the ledger's four when it has a
     fraction of a cent."""
-    exact = value.quantize(LEDGER)
-    return exact if exact != exact.quantize(CENT) else exact.quantize(CENT)
+    exact = at(value)
+    return exact if exact != at(exact, CENT) else at(exact, CENT)
 
 
 def amount(value: Any) -> str:
@@ -56,7 +65,7 @@ def money(value: Any) -> str:
     if found is None:
         return "" if value is None else str(value)
     shown = places(found)
-    return f"{'-' if shown < 0 else ''}${abs(shown):,f}"
+    return f"{'-' if shown < 0 else ''}${shown.copy_abs():,f}"
 
 
 def tokens(value: Any) -> str:

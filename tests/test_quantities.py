@@ -45,3 +45,11 @@ def test_the_templates_money_and_tokens_filters_are_these_formats():
     page = Template("{% load runs_extras %}{{ a|money }} {{ b|money }} {{ n|tokens }}")
     said = page.render(Context({"a": "5.0000", "b": Decimal("0.001"), "n": 12345}))
     assert said == "$5.00 $0.0010 12,345"
+
+
+def test_an_amount_longer_than_decimals_28_digits_is_shown_not_raised():
+    huge = "9" * 41
+
+    assert quantities.money(huge) == f"${int(huge):,}.00"
+    assert quantities.amount(huge) == f"{huge}.00"
+    assert quantities.money(Decimal(huge + ".001")) == f"${int(huge):,}.0010"

@@ -18,7 +18,7 @@ from typing import Any
 from runs.events import TOKEN_KINDS, read
 from runs.models import ApprovalMode, Event, Run
 from runs.planning.replay import CALLING, GUARDED_POLICIES, STOPPING, Action
-from runs.quantities import money
+from runs.quantities import at, money
 
 # What the engine may do in place of a promised call, on a plan that is an upper bound.
 DOING_LESS = frozenset({Action.REUSE, Action.RECORD_FOUND, Action.SKIP})
@@ -89,15 +89,15 @@ class Usage:
         data: dict[str, Any] = {
             "calls": dict(sorted(self.calls.items())),
             "queries": dict(sorted(self.queries.items())),
-            "money": str(self.money.quantize(Decimal("0.0001"))),
+            "money": str(at(self.money)),
         }
         if self.tokens or self.metered_money:
             # Only where something was metered: usage without it reads as it always did.
             data["tokens"] = {k: self.tokens[k] for k in TOKEN_KINDS if k in self.tokens}
-            data["metered_money"] = str(self.metered_money.quantize(Decimal("0.0001")))
+            data["metered_money"] = str(at(self.metered_money))
         if self.beyond:
             data["beyond"] = dict(sorted(self.beyond.items()))
-            data["beyond_money"] = str(self.beyond_money.quantize(Decimal("0.0001")))
+            data["beyond_money"] = str(at(self.beyond_money))
         return data
 
     @classmethod

@@ -20,7 +20,7 @@ from runs.models import Effect
 from runs.pipeline import Pipeline, Tool
 from runs.planning.plan import Cost, EffectLine
 from runs.planning.replay import CALLING, Action, Decision, StopKind
-from runs.quantities import tokens
+from runs.quantities import at, tokens
 
 # A NEVER call's stop on an outcome the ledger does not know.
 UNKNOWN_OUTCOME = frozenset({StopKind.INTENT, StopKind.UNKNOWN})
@@ -80,9 +80,9 @@ def price(pipeline: Pipeline, lines: list[EffectLine], cost: Cost) -> Decimal:
             if n:
                 cost.tokens[kind] = cost.tokens.get(kind, 0) + int(n)
     if metered or cost.tokens:
-        cost.metered_money = str(metered.quantize(Decimal("0.0001")))
+        cost.metered_money = str(at(metered))
     if twice:
-        cost.billed_twice_money = str(twice.quantize(Decimal("0.0001")))
+        cost.billed_twice_money = str(at(twice))
     return metered
 
 

@@ -8,8 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 from runs.planning.replay import Action
-
-FOUR = Decimal("0.0001")
+from runs.quantities import at
 
 
 @dataclass
@@ -236,5 +235,5 @@ class Plan:
             # What may be billed twice is said of the lines already (may_bill_twice).
             del cost["billed_twice"], cost["billed_twice_money"]
             if estimated:
-                cost["money"] = str((Decimal(cost["money"]) - estimated).quantize(FOUR))
+                cost["money"] = str(at(Decimal(cost["money"]) - estimated))
         return data

@@ -32,6 +32,7 @@ from runs.planning.replay import (
     first_action,
 )
 from runs.planning.replay_log import EMPTY, replay_logs
+from runs.quantities import at
 
 __all__ = ["Action", "Plan", "compute_plan", "fresh_cost"]
 
@@ -156,7 +157,7 @@ def _cost(pipeline: Pipeline, lines: list[EffectLine]) -> Cost:
         if tool.meter:
             cost.meters[tool.meter] = cost.meters.get(tool.meter, 0) + 1
     money += model_lines.price(pipeline, lines, cost)
-    cost.money = str(money.quantize(Decimal("0.0001")))
+    cost.money = str(at(money))
     return cost
 
 
