@@ -69,13 +69,13 @@ class Input:
         try:
             pinned = self.schema.model_validate(value).model_dump(mode="json")
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
-            raise InvalidInput(f"{label} does not fit: {_errors(exc)}", input=self.name) from None
+            raise InvalidInput(f"{label} does not fit: {errors_of(exc)}", input=self.name) from None
         if len(json.dumps(pinned, ensure_ascii=False).encode()) > MAX_INPUT_BYTES:
             raise InvalidInput(f"{label} is over {MAX_INPUT_BYTES} bytes", input=self.name)
         return pinned
 
 
-def _errors(exc: ValueError) -> str:
+def errors_of(exc: ValueError) -> str:
     """A pydantic validation error as one line: where and what, for the first few problems."""
     errors = getattr(exc, "errors", None)
     if not callable(errors):

@@ -22,6 +22,7 @@ from uuid import UUID
 # A pipeline's inputs live in runs/inputs.py; pipelines import them from here too.
 from runs.inputs import Input as Input
 from runs.inputs import InvalidInput as InvalidInput
+from runs.inputs import errors_of
 from runs.models import Checkpoint, Effect, GateRole, ReplayPolicy, Run
 
 # What a call comes to besides a result lives in runs/outcomes.py; pipelines import it here.
@@ -232,6 +233,19 @@ class Tool:
     def price_of(self, args: dict[str, Any] | None) -> Decimal:
         return self.cost if self.price is None or args is None else Decimal(self.price(args))
 
+    def check_args(self, args: dict[str, Any]) -> None:
+        """The stage's own call is held to the tool's model, as a reviewer's edit is: before
+        anything is recorded, asked or sent, arguments the model refuses (an amount of -5
+        where it says gt=0) stop the stage with InvalidArguments, and nothing happens."""
+        if self.args is None:
+            return
+        try:
+            self.args.model_validate(args)
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            raise InvalidArguments(
+                f"tool {self.name}: the arguments do not fit its model ({errors_of(exc)})"
+            ) from None
+
     def __post_init__(self) -> None:
         if self.policy != ReplayPolicy.SAFE and self.key is None:
             raise ValueError(f"tool {self.name}: a {self.policy} tool must declare its key")
@@ -240,6 +254,10 @@ class Tool:
         limits = set(self.confirmation.limits) if self.confirmation else set()
         if limits and (self.args is None or not limits <= set(self.confirmation.editable)):
             raise ValueError(f"tool {self.name}: limits are for editable fields of its args")
+
+
+class InvalidArguments(ValueError):
+    """A call whose arguments its tool's `args` model refuses: nothing was recorded or sent."""
 
 
 @dataclass(frozen=True)

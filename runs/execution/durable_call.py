@@ -74,6 +74,7 @@ class DurableCalls(StagePart):
         if tool_name not in self.spec.tools:
             raise LedgerError(f"stage {self.stage} may not call tool {tool_name!r}")
         tool = self.pipeline.tool(tool_name)
+        tool.check_args(args)
         with tracing.tool_call(self, call_id, tool):  # a span when tracing is on
             if tool.policy == ReplayPolicy.SAFE:
                 return self._call_safe(call_id, tool, args)
