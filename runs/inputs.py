@@ -56,7 +56,13 @@ class Input:
                 f"input {self.name} is text, not {type(value).__name__}", input=self.name
             )
         if given and self.validate is not None:
-            self.validate(value, known)
+            try:
+                self.validate(value, known)
+            except InvalidInput as exc:
+                if exc.input:
+                    raise
+                # A pipeline's validator that did not say which input: this one.
+                raise InvalidInput(str(exc), input=self.name) from None
         return value if self.schema is not None else str(value)
 
     def _typed(self, value: Any) -> Any:

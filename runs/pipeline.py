@@ -387,7 +387,15 @@ class Pipeline:
         pinned: dict[str, Any] = {}
         for spec in self.inputs:  # declared order, so later inputs may depend on earlier ones
             value = given.get(spec.name)
-            if value is not None and value != "":
+            if isinstance(value, str) and not value.strip():
+                # Given, and blank: an unset shell variable (--input account=$ACCOUNT), not a
+                # wish for the default, which leaving the input out asks for (the start page
+                # leaves out the fields left blank).
+                rest = "leave it out to pin its default" if spec.current else "it is required"
+                raise InvalidInput(
+                    f"input {spec.name} is blank: give it a value ({rest})", input=spec.name
+                )
+            if value is not None:
                 pinned[spec.name] = spec.pin(value, pinned)
             elif spec.current is None:
                 raise InvalidInput(

@@ -155,6 +155,19 @@ def test_starting_a_run_with_an_unknown_input_is_a_422_problem(operator, facts):
     assert Run.objects.count() == 0
 
 
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_a_blank_input_is_a_422_naming_it_not_its_default(operator, facts, blank):
+    response = operator.post("/runs", {"pipeline": "content", "inputs": {"topic": blank}})
+
+    body = is_problem(response, 422)
+    assert body["input"] == "topic"
+    assert (
+        "input topic is blank: give it a value (leave it out to pin its default)"
+        in (body["detail"])
+    )
+    assert Run.objects.count() == 0
+
+
 def test_starting_a_run_of_an_unknown_pipeline_is_a_422_problem(operator):
     is_problem(operator.post("/runs", {"pipeline": "nothing-here"}), 422)
 
