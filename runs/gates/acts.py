@@ -104,9 +104,35 @@ def total(acts: Iterable[Act]) -> Total:
     return Total(len(acts), price, f"{len(acts)} {noun}, {money(price)} in all")
 
 
+class _TickBox(forms.CheckboxInput):
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> Any:
+        # Django's checkbox hands its field bool(value): "off" is True before the field sees
+        # it. The field reads what was sent.
+        return data.get(name)
+
+
+class TickField(forms.BooleanField):
+    """The tick as each face sends it: a browser's checkbox (and the command line) "on", the
+    API's JSON true. Django's BooleanField reads any text but "false" and "0" as ticked, so
+    "off" or "no" through the API would approve a charge: here anything else that is not
+    left out (false, null, "") is an error of the box, and nothing is answered."""
+
+    widget = _TickBox
+
+    def to_python(self, value: Any) -> bool:
+        if value is True or value == "on":
+            return True
+        if value in (None, False, ""):
+            return False
+        raise forms.ValidationError(
+            "Tick the box to approve (true through the API), or leave it out; "
+            f"{value!r} is neither."
+        )
+
+
 def add_tick(form: forms.Form, says: str) -> None:
     """The box an approval must tick, naming what approving does."""
-    form.fields[TICK] = forms.BooleanField(
+    form.fields[TICK] = TickField(
         required=False,
         label=f"I confirm that approving {says}",
         help_text="needed to approve; a rejection needs no tick",

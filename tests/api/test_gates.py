@@ -207,6 +207,21 @@ def test_approving_a_charge_without_the_tick_is_a_422_naming_the_act(supervisor,
     assert Gate.objects.get(pk=charge.pk).status == GateStatus.OPEN
 
 
+@pytest.mark.parametrize("tick", ["off", "yes", "no", 1, "true"])
+def test_a_tick_that_is_not_true_is_a_422_of_the_box_and_nothing_is_answered(
+    supervisor, review, tick
+):
+    charge = charge_gate(review)
+    before = answered(charge)
+
+    response = supervisor.post(f"/gates/{charge.pk}/answer", sent(charge, **{TICK: tick}))
+
+    problem = is_problem(response, 422)
+    assert "Tick the box to approve (true through the API)" in problem["errors"][TICK][0]["message"]
+    assert Gate.objects.get(pk=charge.pk).status == GateStatus.OPEN
+    assert answered(charge) == before
+
+
 def test_the_openapi_description_says_an_answer_needs_the_digest(viewer):
     schema = viewer.get("/openapi.json").json()
 
