@@ -49,6 +49,14 @@ def is_structured(value: Any) -> bool:
 
 
 @register.filter
+def entries(mapping: Any) -> list[tuple[Any, Any]]:
+    """A dict's (key, value) pairs. In a template `mapping.items` looks the key "items" up
+    first: a stage output, an input, a form field or an argument of that name would be
+    iterated instead of the dict (a 500 on the page that shows it)."""
+    return list(mapping.items()) if isinstance(mapping, dict) else []
+
+
+@register.filter
 def by_kind(tokens: Any) -> list[tuple[str, int]]:
     """A usage's tokens in one order, prompt, completion, cached (the kinds it counts)."""
     found = tokens if isinstance(tokens, dict) else {}
