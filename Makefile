@@ -87,6 +87,11 @@ $(STAMP): $(REQUIREMENTS)
 # (given PORT), the demo service and, once the demo service answers and seed_demo has put the
 # demo data in, the worker, which first prints RESUMER_BANNER. Ctrl-C (or any of them
 # exiting) stops them all; Redis keeps running.
+# Pipelines of your own (RESUMER_PIPELINES naming none of the demo's) run without the demo
+# service and its seeded users and runs: Procfile.own.
+OWN_PIPELINES := $(and $(RESUMER_PIPELINES),$(if $(findstring demo.,$(RESUMER_PIPELINES)),,own))
+RUN_PROCFILE := $(if $(OWN_PIPELINES),Procfile.own,Procfile.dev)
+
 run: $(STAMP)
 	@mkdir -p $(VAR)
 	$(MANAGE) migrate --noinput
@@ -106,16 +111,19 @@ run: $(STAMP)
 	  " Resumer is running" \
 	  "   App:     http://127.0.0.1:$(PORT)/" \
 	  "   Admin:   http://127.0.0.1:$(PORT)/admin/   (RQ queues: /admin/rq/)" \
+	  $(if $(OWN_PIPELINES),"   Pipelines: $(RESUMER_PIPELINES)" \
+	  "   Logins:  none seeded; make one from another shell:" \
+	  "            .venv/bin/python manage.py create_user NAME --role operator",\
 	  "   Logins:  viewer / viewer-demo-pass" \
 	  "            operator / operator-demo-pass" \
-	  "            supervisor / supervisor-demo-pass" \
+	  "            supervisor / supervisor-demo-pass") \
 	  "   $$(cat $(VAR)/redis.info)" \
 	  "   Worker:  its output is the lines marked worker.1" \
 	  "   Chain key: $(VAR)/chain.key anchors the run heads; a manage.py command from" \
 	  "            another shell needs it too: export RESUMER_CHAIN_KEY=\$$(cat $(VAR)/chain.key)" \
-	  "   Demo service (renderer, assets, platform, card): $(DEMO_SERVICE_URL)" \
-	  "            its output is the lines marked demo.1" \
-	  " Ctrl-C stops the web server, the worker and the demo service (Redis keeps running:" \
+	  $(if $(OWN_PIPELINES),,"   Demo service (renderer, assets, platform, card): $(DEMO_SERVICE_URL)" \
+	  "            its output is the lines marked demo.1") \
+	  " Ctrl-C stops the web server$(if $(OWN_PIPELINES), and the worker,, the worker and the demo service) (Redis keeps running:" \
 	  " 'make stop' stops it too)." \
 	  "===================================================================" \
 	  "")"; \
@@ -123,7 +131,7 @@ run: $(STAMP)
 	export RESUMER_PUBLIC_URL="$${RESUMER_PUBLIC_URL:-http://127.0.0.1:$(PORT)}"; \
 	export DEBUG="$${DEBUG:-0}"; \
 	export PATH="$(abspath $(VENV))/bin:$$PATH" PYTHONUNBUFFERED=1; \
-	exec honcho -f Procfile.dev start -p $(PORT)
+	exec honcho -f $(RUN_PROCFILE) start -p $(PORT)
 
 # Ensure the dev Redis (REDIS_URL) answers; .ci/run falls back to this.
 redis: $(STAMP)
