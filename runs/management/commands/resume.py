@@ -61,7 +61,9 @@ class Command(BaseCommand):
             return
         except ResumeRefused as exc:
             hint = f" Fresh fingerprint: {exc.plan.fingerprint}" if exc.plan else ""
-            raise CommandError(f"{exc}.{hint}") from exc
+            # A refusal that says why in sentences ends with its own full stop.
+            said = str(exc) if str(exc).endswith(".") else f"{exc}."
+            raise CommandError(f"{said}{hint}") from exc
         if approval.branch:
             self.stdout.write(f"{run.public_id} superseded by branch {approval.branch.public_id}")
         else:
