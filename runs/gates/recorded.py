@@ -31,6 +31,12 @@ def approved_calls(run: Run, stages: list[str] | None = None) -> dict[tuple[str,
     }
 
 
+def rejected_calls(run: Run, stages: list[str] | None = None) -> dict[tuple[str, str], Gate]:
+    """The rejected confirmations of these stages, by (stage, call): a resume hands each
+    stage the same rejection (the answer is recorded, and never asked again)."""
+    return {where: gate for where, gate in recorded(run, stages).items() if gate.approved is False}
+
+
 def call_args(gate: Gate | None, effect: Effect | None) -> dict[str, Any] | None:
     """The arguments a call is made with, as the plan prices it: what its effect was asked
     (sent, or about to be), else what its confirmation approved; None when neither is known

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from runs.gates.decision import GateAction, decide
 from runs.gates.recorded import recorded
-from runs.models import GateKind, Run
-from runs.pipeline import Pipeline
-from runs.planning.plan import GateLine
+from runs.models import Gate, GateKind, Run
+from runs.pipeline import Pipeline, Tool
+from runs.planning.plan import EffectLine, GateLine
+from runs.planning.replay import Action
 
 
 def _declared(pipeline: Pipeline, stage: str) -> list[tuple[str, str, str]]:
@@ -76,3 +77,17 @@ def upgrade_lines(run: Run, pipeline: Pipeline, stages: list[str]) -> list[GateL
         )
         lines.append(GateLine(line.stage, line.gate_id, line.kind, GateAction.ASK, said, line.role))
     return lines
+
+
+def rejected_line(stage: str, tool: Tool, gate: Gate) -> EffectLine:
+    """The line of a call whose confirmation a human rejected (recorded.rejected_calls) and
+    that was never made. A resume never asks an answered gate again (runs/execution/asking.py
+    hands the stage the recorded answer), so the stage gets the same rejection: the line
+    promises no call and no cost, where "call" would promise what the resume will not do."""
+    reason = gate.answer.get("reason") or ""
+    return EffectLine(
+        stage, gate.gate_id, tool.name, str(tool.policy), "none", "", "",
+        f"by {gate.answered_by}{f' ({reason})' if reason else ''} at its confirmation: the "
+        "stage is handed the same rejection, nothing is called",
+        str(Action.REJECTED), "0", verb=tool.verb, target=str(gate.call.get("target", "")),
+    )  # fmt: skip

@@ -93,6 +93,7 @@ ACTION_WORDS = {
     Action.CALL: "calls",
     Action.RERUN: "re-runs",
     Action.SKIP: "skips (abandoned)",
+    Action.REJECTED: "does not call (rejected)",
 }
 
 

@@ -22,12 +22,11 @@ from runs.ledger.chain import digest
 from runs.ledger.checkpoints import latest_checkpoint, manifest_problems
 from runs.models import Checkpoint, Effect, Event, Gate, Run
 from runs.pipeline import Call, Pipeline, registry
-from runs.planning import divergence, gate_lines, made_again, model_lines
+from runs.planning import disagreement, divergence, gate_lines, made_again, model_lines
 from runs.planning.plan import ArtifactLine, Cost, DriftLine, EffectLine, Plan, Upgrade
 from runs.planning.replay import (
     CALLING,
     Action,
-    StopKind,
     decide_on,
     first_action,
 )
@@ -185,27 +184,6 @@ def fresh_cost(pipeline: Pipeline) -> Cost:
     return _cost(pipeline, lines)
 
 
-def _disagreeing(
-    effects: dict[tuple[str, str], Effect], said: dict[str, derived.Derived]
-) -> dict[tuple[str, str], str]:
-    """The effect rows the plan would act on that their events do not explain (a row written
-    behind the append path: "confirmed as ch-forged" would skip the reconcile-first lookup)."""
-    found = {}
-    for where, effect in effects.items():
-        reason = derived.effect_disagreement(effect, said.get(effect.delivery_key))
-        if reason:
-            found[where] = f"{reason}; a supervisor must look before anything is planned on it"
-    return found
-
-
-def _blocked_line(stage: str, call_id: str, effect: Effect, reason: str) -> EffectLine:
-    return EffectLine(
-        stage, call_id, effect.tool, effect.policy, effect.status, effect.delivery_key, "",
-        "the ledger row disagrees with its events", str(Action.BLOCKED), "0",
-        kind=str(StopKind.LEDGER_DISAGREES), reason=reason,
-    )  # fmt: skip
-
-
 def _expected_lines(
     run: Run, pipeline: Pipeline, stages: list[str], after_seq: int = 0
 ) -> tuple[list[EffectLine], list[str], dict[tuple[str, str], str]]:
@@ -214,9 +192,10 @@ def _expected_lines(
     effects = _own_effects(run, stages)
     # Their events are all after the chosen checkpoint: the stages it re-runs ran after it.
     said = derived.said_of([run.pk], effects.values(), after_seq=after_seq)
-    disagreeing = _disagreeing(effects, said)
+    disagreeing = disagreement.disagreeing(effects, said)
     refused = reopen.confirmed_calls(run, effects.values(), said)
     approved = recorded.approved_calls(run, stages)
+    rejected = recorded.rejected_calls(run, stages)
     # What each stage recorded in this run: the same value the engine replays from.
     logs = replay_logs(run.pk, stages, after_seq=after_seq)
     lines, blockers = [], []
@@ -235,10 +214,14 @@ def _expected_lines(
             reason = disagreeing.get((stage_name, call.call_id))
             if reason:
                 effect = effects[(stage_name, call.call_id)]
-                lines.append(_blocked_line(stage_name, call.call_id, effect, reason))
+                lines.append(disagreement.blocked_line(stage_name, call.call_id, effect, reason))
                 blockers.append(reason)
                 continue
             effect = effects.get((stage_name, call.call_id))
+            if effect is None and (stage_name, call.call_id) in rejected:
+                gate = rejected[(stage_name, call.call_id)]
+                lines.append(gate_lines.rejected_line(stage_name, pipeline.tool(call.tool), gate))
+                continue
             key = effect.delivery_key if effect else ""
             line = _effect_line(
                 stage_name,

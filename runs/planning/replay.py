@@ -25,6 +25,7 @@ the engine's decision differs from the plan's line and the contract check sees i
             found, same request .......................... RECORD_FOUND
             found, different ............................. BLOCKED
         NEVER ............................................ BLOCKED
+    no effect, its confirmation rejected (the planner) ... REJECTED
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ class Action(StrEnum):
     REFUSE = "refuse"  # the delivery key was used for a different request
     # SAFE, made before by this stage in this run: its recorded result, no call (replay_log.py)
     REPLAY = "replay"
+    # A human rejected it at its confirmation: the recorded answer stands (a resume never asks
+    # an answered gate again), so the stage is handed the same rejection and nothing is called.
+    REJECTED = "rejected"
 
 
 class StopKind(models.TextChoices):

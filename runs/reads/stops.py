@@ -101,6 +101,7 @@ def at_stake(planned: str, policy: str, verb: str = "call") -> str:
         Action.BLOCKED: ": a supervisor must decide",
         Action.REFUSE: ": its key was used for another request, a supervisor must decide",
         Action.SKIP: "; a supervisor abandoned it",
+        Action.REJECTED: "; rejected at its confirmation: not called",
         RESOLVED: "; its outcome is in the ledger now",
     }
     if planned in consequences:

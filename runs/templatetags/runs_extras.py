@@ -138,6 +138,7 @@ ACTION_LABELS = {
     Action.SKIP: "Skip (abandoned by a supervisor)",
     Action.BLOCKED: "Blocked: a supervisor decides",
     Action.RERUN: "Run again (pure computation)",
+    Action.REJECTED: "Not called (rejected at its confirmation)",
 }
 
 
