@@ -12,8 +12,11 @@ def _calls(n: int) -> str:
     return f"{n} call{'s' if n != 1 else ''}"
 
 
-def plan_as_text(plan: Plan) -> str:
+def plan_as_text(plan: Plan, why: list[str] | None = None) -> str:
+    """`why`: the sentences of why the run stopped (runs/reads/inbox.stop_facts), as the run
+    page and the inbox say them."""
     out = [f"Plan for {plan.run} ({plan.pipeline}, {plan.status})"]
+    out += [f"  why it stopped: {sentence}" for sentence in why or []]
     if not plan.resumable:
         out.append(f"  not resumable: {plan.not_resumable_reason}")
     out.append(f"  checkpoint: {plan.checkpoint or 'none'} — {plan.checkpoint_reason}")

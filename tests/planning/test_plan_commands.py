@@ -65,6 +65,16 @@ def test_plan_prints_a_readable_plan(in_process):
     assert printed_fingerprint(text) == compute_plan(run).fingerprint
 
 
+def test_plan_says_why_the_run_stopped_as_the_run_page_does(in_process):
+    run = run_in_process({"timeout": "visual/upload-cover/after"})
+
+    text = manage("plan", run.public_id)
+
+    assert text.splitlines()[1] == (
+        "  why it stopped: upload-cover timed out; the resume retries it with the same key"
+    )
+
+
 def test_plan_names_what_each_option_does_outside_as_the_pages_do(in_process):
     run = run_in_process({"timeout": "visual/upload-cover/after"})
     publish_facts(TOPIC)

@@ -11,6 +11,7 @@ from runs.planning.acts import plan_acts
 from runs.planning.planner import compute_plan
 from runs.planning.report import plan_as_text
 from runs.planning.resume import ResumeRefused, load_run
+from runs.reads import inbox
 
 
 class Command(BaseCommand):
@@ -44,7 +45,8 @@ class Command(BaseCommand):
             data = {**plan.to_dict(), "acts": plan_acts(plan).to_dict()}
             self.stdout.write(json.dumps(data, indent=2, default=str))
         else:
-            self.stdout.write(plan_as_text(plan))
+            why = inbox.stop_facts(run, inbox.stopping_events([run]).get(run.pk, {})).why
+            self.stdout.write(plan_as_text(plan, why))
 
     def _groups(self, as_json: bool) -> None:
         found = triage.groups()
