@@ -57,7 +57,7 @@ def test_close_run_without_a_reason_is_refused(reason):
 def test_close_run_of_a_running_or_unknown_run_is_refused():
     pending = engine.start_run("gate-charge", {}, actor="test", enqueue=False)
 
-    with pytest.raises(CommandError, match="a worker owns it"):
+    with pytest.raises(CommandError, match="is pending: its stage job is queued or due"):
         command("close_run", pending.public_id, "--reason", "stop")
     with pytest.raises(CommandError, match="unknown run"):
         command("close_run", "run-987654", "--reason", "gone")

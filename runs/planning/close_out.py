@@ -43,9 +43,16 @@ def _not_stopped(run: Run) -> str:
         )
         return f"{run.public_id} was closed out already (by {closed or 'someone'})"
     if run.is_active:
+        # A pending run waits for its job (or, queued nowhere, for the sweeper to find it
+        # lost): no worker holds it yet.
+        who = (
+            "its stage job is queued or due"
+            if run.status == Run.Status.PENDING
+            else "a worker owns it"
+        )
         return (
-            f"{run.public_id} is {run.get_status_display().lower()}: a worker owns it; it "
-            "can be closed out once it stops"
+            f"{run.public_id} is {run.get_status_display().lower()}: {who}; it can be closed "
+            "out once it stops"
         )
     return f"{run.public_id} is {run.get_status_display().lower()}: there is nothing to close"
 

@@ -109,7 +109,7 @@ def test_a_run_that_is_not_stopped_is_not_closed():
     succeeded = confirm(waiting_charge())
     assert succeeded.status == Run.Status.SUCCEEDED
 
-    with pytest.raises(CloseRefused, match="a worker owns it"):
+    with pytest.raises(CloseRefused, match="is pending: its stage job is queued or due"):
         close_out(pending.pk, REASON, actor="user:ana")
     with pytest.raises(CloseRefused, match="nothing to close"):
         close_out(succeeded.pk, REASON, actor="user:ana")
