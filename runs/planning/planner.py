@@ -160,12 +160,17 @@ def _cost(pipeline: Pipeline, lines: list[EffectLine]) -> Cost:
     return cost
 
 
-def _call_line(stage: str, call: Call, pipeline: Pipeline) -> EffectLine:
-    """A call that nothing has been recorded for: it will be made."""
+def _call_line(
+    stage: str, call: Call, pipeline: Pipeline, made: Effect | None = None
+) -> EffectLine:
+    """A call that nothing has been recorded for: it will be made. `made`: the effect of the
+    same call on an earlier attempt, whose request prices it (a refund's amount), where the
+    tool's `cost` is only what a plan assumes before it knows."""
     tool = pipeline.tool(call.tool)
+    price = tool.price_of(made.request) if made is not None else tool.cost
     return EffectLine(
         stage, call.call_id, tool.name, str(tool.policy), "none", "", "", "",
-        str(first_action(tool)), str(tool.cost), verb=tool.verb,
+        str(first_action(tool)), str(price), verb=tool.verb,
     )  # fmt: skip
 
 
@@ -178,9 +183,15 @@ def _bound(line: EffectLine) -> EffectLine:
     return replace(line, answer=UPPER_BOUND)
 
 
-def fresh_cost(pipeline: Pipeline) -> Cost:
-    """What a blind retry from step one would spend: every expected call again."""
-    lines = [_call_line(s.name, call, pipeline) for s in pipeline.stages for call in s.calls]
+def fresh_cost(pipeline: Pipeline, run: Run | None = None) -> Cost:
+    """What a blind retry from step one would spend: every expected call again, a call the
+    run made priced as it was asked then (the same inputs ask the same again)."""
+    made = _own_effects(run, pipeline.stage_names) if run is not None else {}
+    lines = [
+        _call_line(s.name, call, pipeline, made.get((s.name, call.call_id)))
+        for s in pipeline.stages
+        for call in s.calls
+    ]
     return _cost(pipeline, lines)
 
 
@@ -340,7 +351,7 @@ def compute_plan(run: Run) -> Plan:
         blockers=blockers,
         drift=drift,
         cost_resume=_cost(pipeline, lines),
-        cost_fresh=fresh_cost(pipeline),
+        cost_fresh=fresh_cost(pipeline, run),
         upgrade=upgrade,
         gates=gate_lines.strict_lines(run, pipeline, rerun, refused),
         open_stages=pipeline.open_stages(rerun),
