@@ -17,7 +17,7 @@ from typing import Any
 from django import forms
 
 from runs import quantities
-from runs.gates.forms import APPROVE
+from runs.gates.forms import APPROVE, RawCheckbox
 from runs.models import ReplayPolicy
 
 # The answer's field that carries the tick (the gate's form gains it when the act needs it).
@@ -104,20 +104,13 @@ def total(acts: Iterable[Act]) -> Total:
     return Total(len(acts), price, f"{len(acts)} {noun}, {money(price)} in all")
 
 
-class _TickBox(forms.CheckboxInput):
-    def value_from_datadict(self, data: Any, files: Any, name: str) -> Any:
-        # Django's checkbox hands its field bool(value): "off" is True before the field sees
-        # it. The field reads what was sent.
-        return data.get(name)
-
-
 class TickField(forms.BooleanField):
     """The tick as each face sends it: a browser's checkbox (and the command line) "on", the
     API's JSON true. Django's BooleanField reads any text but "false" and "0" as ticked, so
     "off" or "no" through the API would approve a charge: here anything else that is not
     left out (false, null, "") is an error of the box, and nothing is answered."""
 
-    widget = _TickBox
+    widget = RawCheckbox
 
     def to_python(self, value: Any) -> bool:
         if value is True or value == "on":

@@ -109,7 +109,7 @@ def clean(gate: Gate, data: Any, *, preview: bool = False) -> tuple[dict[str, An
         raise InvalidAnswer("approving needs the tick that names what it does", form)
     cleaned = forms.jsonable(form.cleaned_data)
     if gate.kind != GateKind.CONFIRM:
-        return cleaned, forms.diff(gate.initial, cleaned)
+        return cleaned, forms.diff(forms.as_shown(form, gate.initial), cleaned)
     if cleaned.get("decision") == forms.REJECT and not cleaned.get("reason", "").strip():
         form.add_error("reason", "Say why the call is rejected: the stage is told.")
         raise InvalidAnswer("a rejection needs a reason", form)

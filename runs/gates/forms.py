@@ -9,6 +9,7 @@ the JSON value itself (runs/gates/arguments.py reads and checks it)."""
 
 from __future__ import annotations
 
+from contextlib import suppress
 from decimal import Decimal
 from functools import cache
 from typing import Any
@@ -101,6 +102,47 @@ class OneValue:
         return super().to_python(value)
 
 
+class RawCheckbox(forms.CheckboxInput):
+    """A checkbox that hands its field what was sent. Django's hands it bool(value), so "no"
+    or "off" through the API or the command line is True before the field sees it."""
+
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> Any:
+        return data.get(name)
+
+
+YES, NO = frozenset({"true", "yes", "on", "1"}), frozenset({"false", "no", "off", "0", ""})
+
+
+class BooleanAnswer(forms.BooleanField):
+    """A yes-or-no answer as each face sends it: JSON true or false (the API), "on" or
+    nothing (a browser's checkbox), true/false, yes/no, on/off, 1/0 (the command line's
+    --set). Anything else ("maybe", a list) is an error of the field, never a yes."""
+
+    widget = RawCheckbox
+
+    def to_python(self, value: Any) -> bool:
+        if value is None or isinstance(value, bool):
+            return bool(value)
+        said = value.strip().lower() if isinstance(value, str) else None
+        if said in YES or said in NO:
+            return said in YES
+        raise forms.ValidationError(f"Answer yes or no (true or false); {value!r} is neither.")
+
+
+def as_shown(form: forms.Form, shown: dict[str, Any]) -> dict[str, Any]:
+    """The values a gate showed, read as its form reads an answer (a decimal shown as 40.0
+    is the "40.0" an untouched answer gives back), so that an answer that changes nothing
+    has no diff. A value its field cannot read is kept as it was."""
+    read = dict(shown)
+    for name, value in shown.items():
+        field = form.fields.get(name)
+        if field is None or isinstance(field, forms.CharField | forms.ChoiceField):
+            continue
+        with suppress(forms.ValidationError):
+            read[name] = jsonable(field.to_python(value))
+    return read
+
+
 class TextField(forms.CharField):
     """Text as the stage showed it: a browser sends a textarea's lines ending in CRLF (HTML's
     form encoding), so an untouched multi-line value would read as changed (and be used with
@@ -147,6 +189,8 @@ def _field(spec: dict[str, Any]) -> forms.Field:
         return ArgumentField(
             kind=spec["kind"], choices=spec.get("choices"), widget=widget, **common
         )
+    if kind == "boolean":
+        return BooleanAnswer(**common)
     # A description recorded before limits were (or with none) rebuilds without them.
     limits = {k: _limit(k, spec[k]) for k in NUMBER_LIMITS.get(kind, ()) if k in spec}
     return _one(FIELD_TYPES[kind])(**common, **limits)

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from django import forms
 
-from runs.gates.forms import build, describe
+from runs.gates.forms import as_shown, build, describe, diff, jsonable
 
 
 class RefundForm(forms.Form):
@@ -60,3 +60,39 @@ def test_a_description_recorded_without_limits_rebuilds_without_them():
     form = build(spec, {}, data={"n": "-40", "d": "-5.5"})
 
     assert form.is_valid(), form.errors
+
+
+class ApproveForm(forms.Form):
+    approved = forms.BooleanField(required=False)
+    amount = forms.DecimalField(decimal_places=2)
+
+
+def approve_form(data: dict) -> forms.Form:
+    return build(describe(ApproveForm), {"approved": False, "amount": 40.0}, data=data)
+
+
+def answered(value) -> bool:
+    form = approve_form({"approved": value, "amount": "40"})
+    assert form.is_valid(), (value, form.errors)
+    return form.cleaned_data["approved"]
+
+
+def test_a_yes_or_no_field_reads_no_as_no_and_refuses_what_is_neither():
+    said = {
+        value: answered(value)
+        for value in (True, "on", "yes", "true", False, "no", "off", "false", "", None)
+    }
+    assert [v for v, answer in said.items() if answer] == [True, "on", "yes", "true"]
+    for value in ("maybe", [], ["yes"], 1):
+        form = approve_form({"approved": value, "amount": "40"})
+        assert not form.is_valid() and list(form.errors) == ["approved"], value
+
+
+def test_an_untouched_answer_has_no_diff_even_when_shown_as_a_float():
+    form = approve_form({"approved": False, "amount": "40.0"})
+    assert form.is_valid(), form.errors
+
+    shown = as_shown(form, {"approved": False, "amount": 40.0})
+
+    assert diff(shown, jsonable(form.cleaned_data)) == {}
+    assert diff(shown, {"approved": False, "amount": "41.0"}) == {"amount": ["40.0", "41.0"]}
