@@ -90,6 +90,7 @@ REFUSED = [
     pytest.param(["--approve", "--set", "colour=red", "--confirm-act"], "fields are", id="field"),
     pytest.param(["--approve", "--set", "amount=-3", "--confirm-act"], "amount", id="bad-edit"),
     pytest.param(["--reject"], "reason", id="a-rejection-without-a-reason"),
+    pytest.param(["--confirm-act"], "say --approve or --reject", id="no-decision-on-a-call"),
     pytest.param(["--approve", "--confirm-act", "--as", "vic"], "supervisor", id="a-viewer"),
     pytest.param(["--approve", "--confirm-act", "--as", "nobody"], "no active user", id="user"),
 ]

@@ -87,8 +87,9 @@ class Command(BaseCommand):
                 f"--digest is required: the one `answer_gate {gate.pk} --show` prints"
             )
         actor, held, user = self._who(opts["username"])
-        data = self._data(gate, opts)
         try:
+            answers.check_shown(gate, opts["digest"])  # a stale page first, as the page says it
+            data = self._data(gate, opts)
             done = answers.answer(
                 gate.pk, data, actor=actor, roles=held, user=user, digest=opts["digest"]
             )
@@ -136,6 +137,10 @@ class Command(BaseCommand):
             if "decision" not in form.fields:
                 raise CommandError("this gate's form has no decision: give its fields with --set")
             data["decision"] = opts["decision"]
+        elif gate.kind == GateKind.CONFIRM:
+            # The page shows "approve" selected and a person clicks it; a command line that
+            # says nothing has not decided to make the call.
+            raise CommandError("say --approve or --reject: this gate confirms a call")
         if opts["reason"] is not None:
             said = next((n for n in ("reason", "notes") if n in form.fields), None)
             if said is None:
