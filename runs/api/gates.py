@@ -90,6 +90,16 @@ def answer_gate(request: HttpRequest, gate_id: str, body: AnswerIn) -> JsonRespo
     held = roles.roles(request.user)
 
     def act() -> tuple[int, Any]:
+        unknown = answers.unknown_fields(gate, body.answer)
+        if unknown:
+            fields = ", ".join(answers.form_for(gate).fields)
+            raise Problem(
+                422,
+                f"this gate's form has no field {', '.join(unknown)}; its fields are {fields}; "
+                "nothing was recorded",
+                kind="invalid-answer",
+                errors={name: [{"message": "not a field of this gate's form"}] for name in unknown},
+            )
         try:
             done = answers.answer(
                 gate.pk,

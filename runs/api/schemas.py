@@ -390,7 +390,10 @@ class GatePage(Schema):
 class AnswerIn(Schema):
     """The gate's form, filled in: field name → value (as the gate page posts them), and the
     digest of the gate as it was read (required): a gate that changed since is a 409 with its
-    fresh digest, and nothing is recorded."""
+    fresh digest, and nothing is recorded. A field the form does not have, in the answer or
+    beside it, is a 422: never dropped unsaid."""
+
+    model_config = ConfigDict(extra="forbid")
 
     answer: dict[Annotated[str, StringConstraints(max_length=64)], Any] = Field(max_length=50)
     digest: str = Field(

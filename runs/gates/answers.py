@@ -83,6 +83,14 @@ def form_for(gate: Gate, data: Any = None, prefix: str = "") -> django_forms.For
     return form
 
 
+def unknown_fields(gate: Gate, data: dict[str, Any]) -> list[str]:
+    """The names in an answer that the gate's form does not have (an argument that is not
+    editable, a typo): a typed answer (the API) is refused for them rather than have them
+    dropped, as the command line's --set refuses them. A browser's post carries its own
+    extras (the CSRF token, the digest) and is not asked."""
+    return sorted(set(data) - set(form_for(gate).fields))
+
+
 def check_shown(gate: Gate, digest: str | None) -> None:
     """Raise StaleAnswer unless `digest` is the gate's (None: an internal caller who answers
     without a page, like the time-out)."""

@@ -222,6 +222,33 @@ def test_a_tick_that_is_not_true_is_a_422_of_the_box_and_nothing_is_answered(
     assert answered(charge) == before
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [{"arg_account": "acct-9"}, {"bogus": 1}],
+    ids=["an-argument-that-is-not-editable", "a-typo"],
+)
+def test_a_field_the_form_does_not_have_is_a_422_naming_it(supervisor, review, answer):
+    charge = charge_gate(review)
+    before = answered(charge)
+
+    response = supervisor.post(f"/gates/{charge.pk}/answer", sent(charge, **{TICK: True}, **answer))
+
+    problem = is_problem(response, 422)
+    (name,) = answer
+    assert problem["errors"] == {name: [{"message": "not a field of this gate's form"}]}
+    assert f"this gate's form has no field {name}" in problem["detail"]
+    assert (Gate.objects.get(pk=charge.pk).status, answered(charge)) == (GateStatus.OPEN, before)
+
+
+def test_a_field_beside_the_answer_is_a_422(supervisor, review):
+    charge = charge_gate(review)
+
+    body = {**sent(charge, **{TICK: True}), "approve": True}
+    is_problem(supervisor.post(f"/gates/{charge.pk}/answer", body), 422)
+
+    assert Gate.objects.get(pk=charge.pk).status == GateStatus.OPEN
+
+
 def test_the_openapi_description_says_an_answer_needs_the_digest(viewer):
     schema = viewer.get("/openapi.json").json()
 
