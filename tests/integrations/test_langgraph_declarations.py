@@ -57,6 +57,11 @@ def test_a_policy_in_the_mapping_carries_its_confirmation():
     assert set(refunded.resumer.args.model_fields) == {"order", "cents"}
 
 
+def test_a_policy_for_a_tool_the_list_does_not_have_is_refused():
+    with pytest.raises(ValueError, match="policies name tools the list does not have: typo"):
+        durable_tools([lookup, refund], {"typo": ReplayPolicy.SAFE})
+
+
 def test_a_durable_tool_outside_a_stage_is_the_tool_its_author_wrote():
     assert durable(ReplayPolicy.SAFE)(lookup).invoke({"order": "A-1"}) == "order A-1: shipped"
 

@@ -12,13 +12,16 @@ from pathlib import Path
 
 import django_rq
 import pytest
+from agents import function_tool
 from django.conf import settings
 
 from demo import faults
 from runs import engine
 from runs.gates import answers
-from runs.integrations.openai_agents import UNDECLARED
-from runs.models import Checkpoint, Effect, Gate, GateStatus, Run
+from runs.integrations.openai_agents import UNDECLARED, Durable
+from runs.integrations.openai_agents.tools import pipeline_tool
+from runs.models import Checkpoint, Effect, Gate, GateStatus, ReplayPolicy, Run
+from runs.pipeline import Confirm, OnReject
 from runs.planning.planner import compute_plan
 from runs.planning.replay import Action
 from tests.integrations import openai_agents_pipelines as oap
@@ -132,6 +135,20 @@ def test_a_tool_nobody_declared_is_never_run_again_and_its_plan_says_why(demo_se
     assert (line.policy, line.action) == ("NEVER", Action.BLOCKED)
     assert line.answer.endswith(UNDECLARED)
     assert oap.NOTES == ["refund"]
+
+
+def test_a_durable_confirmation_without_needs_approval_confirms_every_call():
+    @function_tool
+    def pay_back(order: str, amount: str) -> str:
+        """Refunds an order."""
+        return amount
+
+    declared = Durable(ReplayPolicy.IDEMPOTENT, confirm=Confirm(editable=("amount",)))
+    confirm = pipeline_tool(pay_back, declared).confirmation
+
+    assert confirm is not None and confirm.when is None
+    assert (confirm.editable, confirm.on_reject) == (("amount",), OnReject.RETURN)
+    assert pipeline_tool(pay_back, Durable(ReplayPolicy.IDEMPOTENT)).confirmation is None
 
 
 def test_only_the_adapters_package_imports_the_sdk():

@@ -18,7 +18,7 @@ from runs.integrations.pydantic_ai import Policy, ResumerAgent
 from runs.integrations.pydantic_ai.model import ModelRequestRefused, arguments
 from runs.integrations.pydantic_ai.toolset import UNDECLARED
 from runs.models import ReplayPolicy
-from runs.pipeline import Call, OnReject
+from runs.pipeline import Call, Confirm, OnReject
 from runs.planning import model_lines
 from runs.planning.replay import Action, Decision, StopKind
 
@@ -78,6 +78,14 @@ def test_the_sdks_approval_is_a_confirmation_whose_denial_is_handed_to_the_model
     assert confirm is not None and confirm.on_reject == OnReject.RETURN
     assert confirm.description == "Refunds the customer."
     assert tools["lookup"].confirmation is None
+
+
+def test_a_policys_own_confirmation_of_an_approval_still_hands_the_denial_to_the_model():
+    policy = Policy(ReplayPolicy.IDEMPOTENT, confirm=Confirm(editable=("amount",)))
+    tools = tools_of(ResumerAgent(support_agent(), policies={"refund": policy}))
+
+    confirm = tools["refund"].confirmation
+    assert (confirm.editable, confirm.on_reject) == (("amount",), OnReject.RETURN)
 
 
 def test_a_policy_for_a_tool_the_agent_does_not_have_is_refused():

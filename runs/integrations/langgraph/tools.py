@@ -165,9 +165,19 @@ def durable_tools(
     """The tools made durable, each with the policy the mapping gives its name (a
     ReplayPolicy, or a Policy with its confirmation and price); a tool the mapping does not
     name is NEVER."""
+    names = [
+        given.name if isinstance(given, BaseTool) else getattr(given, "__name__", "")
+        for given in tools
+    ]
+    unknown = sorted(set(policies or {}) - set(names))
+    if unknown:
+        # A typo would leave the tool NEVER, silently: the other adapters refuse it too.
+        raise ValueError(
+            f"policies name tools the list does not have: {', '.join(unknown)} "
+            f"(it has {', '.join(names) or 'none'})"
+        )
     made = []
-    for given in tools:
-        name = given.name if isinstance(given, BaseTool) else getattr(given, "__name__", "")
+    for given, name in zip(tools, names, strict=True):
         said = (policies or {}).get(name)
         if isinstance(said, Policy):
             made.append(

@@ -120,7 +120,11 @@ def _approval_needed(ctx: Context, args: dict[str, Any]) -> bool:
 
 def _confirmation(sdk_tool: FunctionTool, durable: Durable) -> Confirm | None:
     if sdk_tool.needs_approval is False:
-        return None
+        if durable.confirm is None:
+            return None
+        # Declared on the tool's Durable without the SDK's needs_approval: every call is
+        # confirmed, as durable(confirm=) does for LangGraph; a rejection is the model's.
+        return dataclasses.replace(durable.confirm, on_reject=OnReject.RETURN)
     asked = durable.confirm or Confirm(
         description=f"The agent's tool **{sdk_tool.name}**: {sdk_tool.description}"
     )

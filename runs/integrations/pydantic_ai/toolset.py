@@ -107,10 +107,13 @@ def _call(name: str) -> Callable[[dict[str, Any], str], dict[str, Any]]:
 def pipeline_tool(name: str, sdk_tool: SDKTool, declared: ReplayPolicy | Policy | None) -> Tool:
     """The pipeline tool for one of the agent's function tools."""
     given = declared if isinstance(declared, Policy) else Policy(declared or ReplayPolicy.NEVER)
-    confirm = given.confirm
-    if confirm is None and sdk_tool.requires_approval:
-        # The SDK's approval, held by Resumer before the intent; a denial is the model's to read.
-        confirm = Confirm(description=sdk_tool.description or "", on_reject=OnReject.RETURN)
+    confirm = Confirm() if given.confirm is True else (given.confirm or None)
+    if sdk_tool.requires_approval:
+        # The SDK's approval, held by Resumer before the intent; a denial is the model's to
+        # read, with a confirmation of the SDK's or one the Policy sets (who, what may be
+        # edited): raised instead, it would fail the stage the SDK expects to go on.
+        asked = confirm or Confirm(description=sdk_tool.description or "")
+        confirm = replace(asked, on_reject=OnReject.RETURN)
     return Tool(
         name,
         given.policy,
