@@ -33,6 +33,11 @@ def third_person(verb: str) -> str:
     return f"{word}s{space}{rest}"
 
 
+def with_article(word: str) -> str:
+    """ "operator" → "an operator", "supervisor" → "a supervisor"."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
+
+
 money = quantities.money
 
 

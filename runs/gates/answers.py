@@ -173,7 +173,8 @@ def answer(
     if gate is None:
         raise AnswerRefused(f"there is no gate {gate_pk}")
     if not gate.may_answer(frozenset(roles)):
-        raise NotAllowed(f"this gate is for a {gate.get_role_display().lower()} to answer")
+        who = acts.with_article(gate.get_role_display().lower())
+        raise NotAllowed(f"this gate is for {who} to answer")
     check_shown(gate, digest)
     answer_data, diff = clean(gate, data)
     return record(gate.pk, answer_data, diff, actor=actor, user=user, digest=digest)

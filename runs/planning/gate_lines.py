@@ -12,6 +12,7 @@ alike.
 
 from __future__ import annotations
 
+from runs.gates.acts import with_article
 from runs.gates.decision import GateAction, decide
 from runs.gates.recorded import recorded
 from runs.models import Gate, GateKind, Run
@@ -57,7 +58,7 @@ def strict_lines(
                 continue
             kind, role = next((k, r) for n, k, r in declared if n == name)
             said = (
-                f"asks a {role or 'operator'} to confirm the call before it is made, if its "
+                f"asks {with_article(role or 'operator')} to confirm the call before it is made, if its "
                 "condition holds"
                 if kind == GateKind.CONFIRM
                 else "not asked yet: if the stage asks it, the run waits for a human"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from runs.gates.acts import act_of, money, total
+from runs.gates.acts import act_of, money, total, with_article
 
 CHARGE = {
     "tool": "charge_card",
@@ -75,3 +75,11 @@ def test_a_call_not_made_yet_names_its_act_without_a_target():
     unknown = {k: v for k, v in CHARGE.items() if k != "target"}
     assert act_of(unknown).text == "charges $5.00"
     assert act_of({**PUBLISH, "target": ""}).text == "publishes an article"
+
+
+def test_a_role_is_named_with_its_article():
+    assert [with_article(r) for r in ("operator", "supervisor", "viewer")] == [
+        "an operator",
+        "a supervisor",
+        "a viewer",
+    ]

@@ -65,7 +65,7 @@ def test_an_answer_records_who_what_and_the_diff_and_queues_the_stage(facts, red
 def test_a_viewer_may_not_answer_and_nothing_is_written(facts):
     gate = waiting_at_review()
 
-    with pytest.raises(answers.NotAllowed):
+    with pytest.raises(answers.NotAllowed, match="this gate is for an operator to answer"):
         answers.answer(gate.pk, dict(gate.initial), actor="vic", roles=VIEWER)
 
     assert answered_events(gate) == 0
