@@ -12,6 +12,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from runs.api.problems import Problem, problem_response
 
 API_PREFIX = "/api/"
+# Deeper than any answer, input or plan body here (a typed input's schema included).
+MAX_JSON_DEPTH = 64
 
 # Scripts only from our own origin (htmx is served by whitenoise); no inline script, no eval.
 # htmx's own inline indicator style is turned off in base.html (htmx.config.includeIndicatorStyles).
@@ -54,6 +56,9 @@ class RejectNulMiddleware:
         "The JSON body holds text no database can store: a NUL character (\\u0000) or a lone "
         "surrogate (\\ud800-\\udfff)."
     )
+    DEPTH_MESSAGE = (
+        f"The JSON body is nested deeper than {MAX_JSON_DEPTH} levels; nothing here takes one."
+    )
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -62,8 +67,9 @@ class RejectNulMiddleware:
         form = request.method == "POST" and request.content_type in FORM_TYPES
         if "\x00" in request.path or _has_nul(request.GET) or (form and _has_nul(request.POST)):
             return self.refuse(request, self.MESSAGE)
-        if _is_json(request.content_type) and _json_has_unstorable_text(_body(request)):
-            return self.refuse(request, self.JSON_MESSAGE)
+        refused = _json_refusal(_body(request)) if _is_json(request.content_type) else ""
+        if refused:
+            return self.refuse(request, refused)
         return self.get_response(request)
 
     @staticmethod
@@ -96,22 +102,26 @@ def _body(request: HttpRequest) -> bytes:
         return b""
 
 
-def _json_has_unstorable_text(body: bytes) -> bool:
-    """Whether any key or string of the JSON body holds unstorable text. A body that is not
-    JSON is left to the operation, which says what is wrong with it."""
+def _json_refusal(body: bytes) -> str:
+    """Why the JSON body is refused here, "" when it is not: a key or a string holding
+    unstorable text, or nesting deeper than MAX_JSON_DEPTH (Python's parser, and pydantic's
+    serializer that records an answer, raise on a body nested a few hundred deep: a 500). A
+    body that is not JSON is left to the operation, which says what is wrong with it."""
     try:
         value = json.loads(body)
+    except RecursionError:
+        return RejectNulMiddleware.DEPTH_MESSAGE
     except ValueError:
-        return False
-    stack = [value]
+        return ""
+    stack = [(value, 1)]
     while stack:
-        item = stack.pop()
+        item, depth = stack.pop()
         if isinstance(item, str):
             if UNSTORABLE.search(item):
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
+                return RejectNulMiddleware.JSON_MESSAGE
+        elif isinstance(item, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                return RejectNulMiddleware.DEPTH_MESSAGE
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return ""

@@ -193,6 +193,13 @@ def test_no_json_body_is_a_500_and_unstorable_text_is_a_400_problem(stocked, sup
             response = supervisor.post(path, body, content_type="application/json")
             if response.status_code >= 500:
                 found.append((path, body[:40], response.status_code))
+        # Nested past Python's recursion (a 500 in the parser) and past pydantic's
+        # serializer (a 500 as the answer was recorded): refused, and said why.
+        for depth in (300, 2000):
+            body = '{"answer": ' + "[" * depth + "]" * depth + ', "digest": "x"}'
+            response = supervisor.post(path, body, content_type="application/json")
+            if response.status_code != 400 or "nested deeper than" not in response.json()["detail"]:
+                found.append((path, depth, response.status_code))
     assert found == []
     run.refresh_from_db()
     assert run.last_seq == before
