@@ -247,7 +247,9 @@ def _check_timeout(
     if on_timeout is not None and on_timeout.answer is not None:
         form = forms.build(spec, shown, data=on_timeout.answer)
         if not form.is_valid():
-            raise ValueError(f"on_timeout's answer does not fit the form: {form.errors.as_text()}")
+            raise ValueError(
+                f"on_timeout's answer does not fit the form: {forms.errors_said(form)}"
+            )
 
 
 def _check_text(question: str, details: str) -> None:

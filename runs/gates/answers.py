@@ -112,7 +112,7 @@ def clean(gate: Gate, data: Any, *, preview: bool = False) -> tuple[dict[str, An
     is checked only when the answer is sent."""
     form = form_for(gate, data)
     if not form.is_valid():
-        raise InvalidAnswer("the answer does not fit the form: " + form.errors.as_text(), form)
+        raise InvalidAnswer("the answer does not fit the form: " + forms.errors_said(form), form)
     if not preview and acts.tick_missing(form):
         raise InvalidAnswer("approving needs the tick that names what it does", form)
     cleaned = forms.jsonable(form.cleaned_data)

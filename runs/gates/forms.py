@@ -143,6 +143,16 @@ def as_shown(form: forms.Form, shown: dict[str, Any]) -> dict[str, Any]:
     return read
 
 
+def errors_said(form: forms.Form) -> str:
+    """A form's errors as one line of plain text ("amount: Enter a number."). Django's
+    as_text() renders them through a template, HTML-escaped: the API's detail and the page's
+    message would say &#x27;off&#x27; (and the page escape it again)."""
+    return "; ".join(
+        f"{name or 'the answer'}: {' '.join(error['message'] for error in errors)}"
+        for name, errors in form.errors.get_json_data().items()
+    )
+
+
 class TextField(forms.CharField):
     """Text as the stage showed it: a browser sends a textarea's lines ending in CRLF (HTML's
     form encoding), so an untouched multi-line value would read as changed (and be used with

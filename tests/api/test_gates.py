@@ -218,6 +218,7 @@ def test_a_tick_that_is_not_true_is_a_422_of_the_box_and_nothing_is_answered(
 
     problem = is_problem(response, 422)
     assert "Tick the box to approve (true through the API)" in problem["errors"][TICK][0]["message"]
+    assert f"{TICK}: Tick the box" in problem["detail"] and "&#" not in problem["detail"]
     assert Gate.objects.get(pk=charge.pk).status == GateStatus.OPEN
     assert answered(charge) == before
 
