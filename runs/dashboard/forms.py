@@ -9,6 +9,7 @@ from typing import Any
 from django import forms
 
 from runs import ids
+from runs.gates.acts import TickField
 from runs.ledger.edits import EDITABLE_EFFECT_FIELDS
 from runs.ledger.reasons import MAX_REASON_CHARS
 from runs.models import ApprovalMode, Effect
@@ -86,7 +87,8 @@ class ApproveForm(forms.Form):
     # The confirmation step that works without JavaScript: each option has its own box,
     # ticked after reading what that button will do (an upgrade's box names its
     # irreversible acts), so one tick never confirms the other option.
-    confirm = forms.BooleanField(required=False)
+    # A tick is a browser's "on": "off" or "no" is an error, not a tick (gates/acts.py).
+    confirm = TickField(required=False)
 
     CONFIRM_ERRORS = {
         ApprovalMode.STRICT: "Tick “I have read the plan” to confirm.",
@@ -170,7 +172,7 @@ class GroupApproveForm(forms.Form):
     scope = forms.ChoiceField(choices=GROUP_SCOPES)
     shown = RunIdsField(required=False, widget=forms.HiddenInput)
     runs = RunIdsField(required=False)
-    confirm = forms.BooleanField(
+    confirm = TickField(
         label="I have read the group's plan",
         error_messages={"required": "Tick “I have read the group's plan” to confirm."},
     )

@@ -195,6 +195,7 @@ FP = "<fingerprint>"  # replaced by the run's real fingerprint
         {"fingerprint": FP, "confirm": "on"},
         {"action": "bogus", "fingerprint": FP, "confirm": "on"},
         {"action": ApprovalMode.STRICT, "fingerprint": FP},  # not confirmed
+        {"action": ApprovalMode.STRICT, "fingerprint": FP, "confirm": "off"},
         {"action": ApprovalMode.STRICT, "fingerprint": "not-hex", "confirm": "on"},
         {"action": ApprovalMode.STRICT, "fingerprint": FP + "00", "confirm": "on"},
         {"action": ApprovalMode.STRICT, "fingerprint": FP.upper(), "confirm": "on"},
@@ -206,6 +207,7 @@ FP = "<fingerprint>"  # replaced by the run's real fingerprint
         "no-action",
         "unknown-action",
         "not-confirmed",
+        "confirmed-off",
         "fingerprint-not-hex",
         "fingerprint-too-long",
         "fingerprint-uppercase",
