@@ -64,12 +64,17 @@ MESSAGES = {
     "string": "must be text",
     "integer": "must be a whole number, like 3",
     "number": "must be a finite number, like 5 or 2.5",
-    "decimal": "must be a finite decimal number, like 5.00",
+    "decimal": "must be a decimal number written out, like 5.00 (not 1e2)",
     "boolean": "must be true or false",
     "list": 'must be a JSON list, like ["a", "b"]',
     "object": 'must be a JSON object, like {"key": "value"}',
     "json": "must be JSON",
 }
+
+
+# A decimal entered as text, written out: Decimal reads "1e2" as 100, so a reviewer's typo
+# (or a client's exponent) would otherwise approve a charge a hundred times what it reads.
+DECIMAL_TEXT = re.compile(r"[+-]?[0-9]+(\.[0-9]+)?")
 
 
 class EditRefused(ValueError):
@@ -203,6 +208,8 @@ def read(kind: str, entered: Any) -> Any:
     }.get(kind, True)
     if not fits or not _finite(value):
         raise ValueError(MESSAGES.get(kind, MESSAGES["json"]))
+    if kind == "decimal" and isinstance(value, str) and not DECIMAL_TEXT.fullmatch(value.strip()):
+        raise ValueError(MESSAGES[kind])
     return value
 
 

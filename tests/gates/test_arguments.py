@@ -93,6 +93,14 @@ def test_the_charge_refuses_an_amount_its_schema_and_ceiling_refuse(entered):
     assert list(refused.value.errors) == ["amount"]
 
 
+@pytest.mark.parametrize("entered", ["1e2", "2E1", "0x10", "1_000"])
+def test_an_amount_is_written_out_not_as_an_exponent(entered):
+    with pytest.raises(arguments.EditRefused) as refused:
+        arguments.edited(charge_call(), {"amount": entered}, CHARGE)
+
+    assert refused.value.errors == {"amount": [arguments.MESSAGES["decimal"]]}
+
+
 @pytest.mark.parametrize("entered", [float("nan"), float("inf"), True, ["20"]])
 def test_the_charge_refuses_typed_json_that_is_no_finite_amount(entered):
     with pytest.raises(arguments.EditRefused, match="amount"):
