@@ -271,6 +271,18 @@ def test_an_operator_acknowledges_a_finished_deviation_with_a_reason(facts):
     assert "/acknowledge/" not in decision_of(page_of(operator, run))
 
 
+def test_acknowledging_a_run_with_nothing_to_acknowledge_says_why_and_changes_nothing(facts):
+    run = finished_deviated()
+    client_as("operator").post(f"/runs/{run.public_id}/acknowledge/", {"reason": "read it"})
+    seq = Run.objects.get(pk=run.pk).last_seq
+
+    again = client_as("operator").post(f"/runs/{run.public_id}/acknowledge/", {"reason": "twice"})
+
+    assert again.status_code == 409
+    assert 'role="alert">Not acknowledged:' in again.content.decode()
+    assert Run.objects.get(pk=run.pk).last_seq == seq
+
+
 # --- the effect's page -----------------------------------------------------------------------
 
 
