@@ -110,6 +110,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "runs.middleware.ContentSecurityPolicyMiddleware",
+    "runs.middleware.MethodNotAllowedPageMiddleware",
     # Last, so that a throttled login never reaches the view.
     "axes.middleware.AxesMiddleware",
 ]

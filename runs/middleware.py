@@ -1,4 +1,5 @@
-"""Security headers Django 5.2 does not set itself, and input no page has a use for."""
+"""Security headers Django 5.2 does not set itself, input no page has a use for, and a page
+for a form's address opened in the address bar."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import render
 
 from runs.api.problems import Problem, problem_response
 
@@ -41,6 +43,24 @@ class ContentSecurityPolicyMiddleware:
         if not request.path.startswith("/admin/"):
             response.headers.setdefault("Content-Security-Policy", CSP)
         return response
+
+
+class MethodNotAllowedPageMiddleware:
+    """A page address that only takes a POST (an approval, an answer), opened in the address
+    bar after a refusal drew its page there, was an empty 405 the browser shows as "HTTP ERROR
+    405": it says what the address is and the way back instead. The API's 405 is left as it
+    is (its clients read the Allow header)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if response.status_code != 405 or response.content or request.path.startswith(API_PREFIX):
+            return response
+        page = render(request, "405.html", {"request_path": request.path}, status=405)
+        page.headers["Allow"] = response.headers.get("Allow", "")
+        return page
 
 
 class RejectNulMiddleware:

@@ -203,3 +203,13 @@ def test_no_json_body_is_a_500_and_unstorable_text_is_a_400_problem(stocked, sup
     assert found == []
     run.refresh_from_db()
     assert run.last_seq == before
+
+
+def test_a_forms_address_opened_in_the_address_bar_is_a_page_that_says_so(stocked, supervisor):
+    run = stocked["run"]
+
+    response = supervisor.get(f"/runs/{run.public_id}/approve/")
+
+    assert (response.status_code, response.headers["Allow"]) == (405, "POST")
+    assert "is where a form's button sends its answer" in response.content.decode()
+    assert supervisor.get("/api/v1/runs/" + run.public_id + "/approve").status_code == 405
