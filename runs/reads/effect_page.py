@@ -46,6 +46,9 @@ class EffectPage:
     at_stake: str = ""
     # The operators who asked a supervisor to settle it (runs/asks.py), newest first.
     asks: list[SupervisorAsk] = field(default_factory=list)
+    # The supervisor's correction of the row, when it is newer than any answer of the target:
+    # (its seq, what it says): who, why, what it changed.
+    settled: tuple[int, LedgerEdited] | None = None
 
     @property
     def unsettled(self) -> bool:
@@ -71,9 +74,10 @@ def _tool(run: Run, name: str) -> Any:
         return None
 
 
-def _last_asked(effect: Effect) -> Asked | None:
-    """The target's newest answer, unless the ledger was edited after it (then it is what
-    was asked before the last correction, and asking again is the way to a fresh answer)."""
+def _newest(effect: Effect) -> tuple[Asked | None, tuple[int, LedgerEdited] | None]:
+    """The target's newest answer, or the supervisor's correction of the row when that came
+    after it (the answer is then what was asked before the correction, and asking again is
+    the way to a fresh one): the page says who settled it, not that nobody asked."""
     row = (
         Event.objects.filter(
             where(TargetAsked, LedgerEdited, effect=effect.pk), run_id=effect.run_id
@@ -82,9 +86,11 @@ def _last_asked(effect: Effect) -> Asked | None:
         .only("seq", "type", "payload")
         .first()
     )
-    if row is None or row.type != Event.Type.TARGET_ASKED:
-        return None
-    return Asked(seq=row.seq, said=read(row))
+    if row is None:
+        return None, None
+    if row.type == Event.Type.TARGET_ASKED:
+        return Asked(seq=row.seq, said=read(row)), None
+    return None, (row.seq, read(row))
 
 
 def _plan_line(run: Run, effect: Effect) -> EffectLine | None:
@@ -124,12 +130,14 @@ def effect_page(effect: Effect) -> EffectPage:
     run = Run.objects.select_related("parent").get(pk=effect.run_id)
     tool = _tool(run, effect.tool)
     where = (effect.stage, effect.call_id)
+    asked, settled = _newest(effect)
     return EffectPage(
         effect=effect,
         run=run,
         askable=tool is not None and tool.reconcile is not None,
         target=_target_name(tool) or effect.target,
-        asked=_last_asked(effect),
+        asked=asked,
+        settled=settled,
         line=_plan_line(run, effect),
         edited=recorded.edited(recorded.approved_calls(run).get(where), effect),
         at_stake=_at_stake(effect, tool),

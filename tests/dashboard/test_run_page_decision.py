@@ -318,6 +318,25 @@ def test_the_effect_page_asks_the_target_on_the_post_only_and_records_in_one_cli
     assert "nothing to resolve" in supervisor.get(url).content.decode()
 
 
+def test_a_settled_effects_page_says_who_settled_it_and_why(facts, demo_service):
+    run = charge_unknown()
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+    url = f"/runs/{run.public_id}/effects/{charge.pk}/"
+    supervisor = client_as("supervisor")
+    supervisor.post(url + "ask/")
+    asked = Event.objects.get(run=run, type=Event.Type.TARGET_ASKED)
+    supervisor.post(url + "record/", {"asked": asked.seq})
+    edit = Event.objects.get(run=run, type=Event.Type.LEDGER_EDITED)
+
+    html = supervisor.get(url).content.decode()
+
+    assert "Nobody has asked" not in html
+    held = Effect.objects.get(pk=charge.pk).external_id
+    assert f"Settled by user:supervisor (event #{edit.seq}): " in html
+    assert f"recorded as <code>{held}</code>" in html
+    assert "Confirmed: <span" not in html  # the error of the unknown outcome is history now
+
+
 def test_an_effect_of_another_run_is_a_404(facts):
     run = charge_unknown()
     other = interrupted_with_plan()
