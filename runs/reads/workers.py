@@ -14,6 +14,8 @@ it works another queue than this process's.
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -66,6 +68,21 @@ class LiveWorker:
     birth: datetime | None
     holder: str
     leases: list[WorkerLease] = field(default_factory=list)
+
+    @property
+    def gone(self) -> bool:
+        """Registered on this host, and its process is not running: a worker killed without
+        saying so stays in RQ's registry until its key expires (a busy one's lives as long
+        as its job's timeout), listed as busy with the job it died in."""
+        if self.pid is None or self.hostname != socket.gethostname():
+            return False
+        try:
+            os.kill(self.pid, 0)  # signal 0: is there such a process (nothing is sent)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # there is one, another user's
+            return False
+        return False
 
 
 @dataclass

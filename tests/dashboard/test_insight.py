@@ -138,3 +138,25 @@ def test_the_workers_page_lists_a_live_worker_beside_the_lease_it_holds(workers,
 
 def html(response) -> str:
     return response.content.decode()
+
+
+def test_a_worker_killed_mid_job_is_listed_as_gone_not_busy(workers, tmp_path):
+    release = tmp_path / "release"
+    run = failing.start("hold", enqueue=True)
+    proc = workers.start(
+        env={"RESUMER_PIPELINES": WORKER_PIPELINES, failing.RELEASE_ENV: str(release)}
+    )
+    wait_for(
+        lambda: Lease.objects.filter(run=run, holder__startswith="worker:").exists(),
+        what="the worker to take the run's lease",
+    )
+
+    proc.kill()  # SIGKILL: it says nothing to RQ, whose registry keeps it as busy
+    proc.wait(timeout=30)
+    response = client_as("operator").get(reverse("workers:list"))
+    release.touch()
+
+    worker = {w.pid: w for w in response.context["page"].workers}[proc.pid]
+    assert worker.state == "busy" and worker.gone
+    row = re.search(rf'<th scope="row"><code>{worker.name}</code>.*?</tr>', html(response), re.S)
+    assert row and "gone</span>: its process is not running on this host" in row.group(0)
