@@ -24,7 +24,7 @@ from django.db.models.functions import Now
 from runs import ids, quantities
 from runs.enqueue import enqueue_batch
 from runs.ledger import leases
-from runs.models import ApprovalMode, GroupApproval, Run
+from runs.models import ApprovalMode, GroupApproval, Run, StoredPlan
 from runs.planning import stored_plans
 from runs.planning.grouping import (
     FINGERPRINT_RE,
@@ -219,7 +219,7 @@ def approve_group(
         run = runs[pk]
         member = in_group.get(pk)
         if member is None:
-            batch.skipped.append(_not_in_group(run))
+            batch.skipped.append(_not_in_group(run, group_fingerprint))
         else:
             try:
                 batch.approved.append(
@@ -238,16 +238,19 @@ def approve_group(
     return batch
 
 
-def _not_in_group(run: Run) -> Skipped:
-    """A selected run whose stored plan is not of the group's shape any more."""
+def _not_in_group(run: Run, group_fingerprint: str) -> Skipped:
+    """A selected run whose stored plan is not of the group's shape: not any more, or never
+    (a run named by mistake), which its stored plan before this tells apart."""
     if not run.is_resumable:
         return Skipped(
             run.pk,
             f"it is {run.get_status_display().lower()} now: it no longer needs a human",
         )
-    # Its plan changed since the group was shown (or was never of this shape): compute it now,
-    # asking its targets, so the operator reads what it is.
+    was = StoredPlan.objects.filter(run=run).values_list("shape", flat=True).first()
+    # Compute it now, asking its targets, so the operator reads what it is.
     fresh = stored_plans.refresh(run)
+    if was != group_fingerprint:
+        return Skipped(run.pk, "it is not in this group: its plan is of another shape", fresh)
     return Skipped(run.pk, "its plan changed since the group was shown; read the fresh plan", fresh)
 
 

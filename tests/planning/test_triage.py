@@ -232,6 +232,21 @@ def test_a_selected_run_that_left_the_group_is_skipped_with_its_fresh_plan(facts
     assert stored.shape != group
 
 
+def test_a_run_that_was_never_in_the_group_is_skipped_as_such(facts):
+    member = failed_at_cover_upload()
+    other = stopped_with_plan({"timeout": "publish/promote-charge/after"})
+    group = group_of(member)
+
+    batch = triage.approve_group(group, [other.pk], actor="user:operator")
+
+    [skipped] = batch.skipped
+    assert (skipped.run_pk, skipped.reason) == (
+        other.pk,
+        "it is not in this group: its plan is of another shape",
+    )
+    assert batch.approved == [] and approvals(other) == []
+
+
 def test_a_selection_approves_only_the_selected_runs(facts):
     first, second, third = (interrupted_with_plan() for _ in range(3))
     group = group_of(first)
