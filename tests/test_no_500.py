@@ -10,7 +10,7 @@ from django.test import Client
 
 from runs.access import roles
 from runs.ledger import artifacts
-from runs.models import Artifact, Checkpoint, Effect, GroupApproval
+from runs.models import Artifact, Checkpoint, Effect, GroupApproval, Run
 from tests.support.plans import stopped_with_plan, tampered
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -213,3 +213,16 @@ def test_a_forms_address_opened_in_the_address_bar_is_a_page_that_says_so(stocke
     assert (response.status_code, response.headers["Allow"]) == (405, "POST")
     assert "is where a form's button sends its answer" in response.content.decode()
     assert supervisor.get("/api/v1/runs/" + run.public_id + "/approve").status_code == 405
+
+
+def test_a_form_too_large_to_read_is_a_page_that_says_so_and_changes_nothing(stocked, supervisor):
+    run = stocked["run"]
+    before = Run.objects.get(pk=run.pk).last_seq
+
+    response = supervisor.post(f"/runs/{run.public_id}/close/", {"reason": "x" * (3 * 1024 * 1024)})
+
+    assert response.status_code == 400
+    assert "larger than the 2.5 MB a page takes" in response.content.decode()
+    assert Run.objects.get(pk=run.pk).last_seq == before
+    # The same page answers any request Django refuses to read, a foreign Host header too.
+    assert supervisor.get("/runs/", HTTP_HOST="evil.invalid").status_code == 400
