@@ -39,9 +39,11 @@ def at(value: Decimal, places: Decimal = LEDGER) -> Decimal:
     """`value` at `places` (the ledger's four by default). Decimal's default context holds 28
     digits and refuses to quantize a longer number (InvalidOperation): a reviewer's or an
     argument's 41-digit amount would make every page showing it a 500. The context here is as
-    wide as the number needs."""
-    wide = Context(prec=max(getcontext().prec, value.adjusted() - places.as_tuple().exponent + 2))
-    return value.quantize(places, context=wide)
+    wide as the number needs (made only for such a number: every amount on a page comes here)."""
+    needs = value.adjusted() - places.as_tuple().exponent + 2
+    if needs <= getcontext().prec:
+        return value.quantize(places)
+    return value.quantize(places, context=Context(prec=needs))
 
 
 def places(value: Decimal) -> Decimal:

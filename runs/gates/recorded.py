@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from runs.ledger.canonical import canonical_json
-from runs.models import Effect, Gate, GateKind, Run
+from runs.models import Effect, Gate, Run
 from runs.quantities import money
 
 
@@ -21,20 +21,25 @@ def recorded(run: Run, stages: list[str] | None) -> dict[tuple[str, str], Gate]:
     return found
 
 
+Verdicts = tuple[dict[tuple[str, str], Gate], dict[tuple[str, str], Gate]]
+
+
+def verdicts(run: Run, stages: list[str] | None = None) -> Verdicts:
+    """The answered confirmations of these stages (None: of the whole run), by (stage, call),
+    in one reading: the approved, whose answers hold the arguments the calls are made with,
+    and the rejected, which a resume hands its stage again (an answered gate is never asked
+    again)."""
+    approved, rejected = {}, {}
+    for where, gate in recorded(run, stages).items():
+        if gate.approved:  # None for a question, or a confirmation not answered
+            approved[where] = gate
+        elif gate.approved is False:
+            rejected[where] = gate
+    return approved, rejected
+
+
 def approved_calls(run: Run, stages: list[str] | None = None) -> dict[tuple[str, str], Gate]:
-    """The approved confirmations of these stages (None: of the whole run), by (stage, call):
-    their answers hold the arguments the calls are made with."""
-    return {
-        where: gate
-        for where, gate in recorded(run, stages).items()
-        if gate.kind == GateKind.CONFIRM and gate.approved
-    }
-
-
-def rejected_calls(run: Run, stages: list[str] | None = None) -> dict[tuple[str, str], Gate]:
-    """The rejected confirmations of these stages, by (stage, call): a resume hands each
-    stage the same rejection (the answer is recorded, and never asked again)."""
-    return {where: gate for where, gate in recorded(run, stages).items() if gate.approved is False}
+    return verdicts(run, stages)[0]
 
 
 def call_args(gate: Gate | None, effect: Effect | None) -> dict[str, Any] | None:

@@ -81,7 +81,7 @@ def upgrade_lines(run: Run, pipeline: Pipeline, stages: list[str]) -> list[GateL
 
 
 def rejected_line(stage: str, tool: Tool, gate: Gate) -> EffectLine:
-    """The line of a call whose confirmation a human rejected (recorded.rejected_calls) and
+    """The line of a call whose confirmation a human rejected (recorded.verdicts) and
     that was never made. A resume never asks an answered gate again (runs/execution/asking.py
     hands the stage the recorded answer), so the stage gets the same rejection: the line
     promises no call and no cost, where "call" would promise what the resume will not do."""

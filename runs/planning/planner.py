@@ -205,8 +205,7 @@ def _expected_lines(
     said = derived.said_of([run.pk], effects.values(), after_seq=after_seq)
     disagreeing = disagreement.disagreeing(effects, said)
     refused = reopen.confirmed_calls(run, effects.values(), said)
-    approved = recorded.approved_calls(run, stages)
-    rejected = recorded.rejected_calls(run, stages)
+    approved, rejected = recorded.verdicts(run, stages)
     # What each stage recorded in this run: the same value the engine replays from.
     logs = replay_logs(run.pk, stages, after_seq=after_seq)
     lines, blockers = [], []
