@@ -175,7 +175,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     # Tests that start worker processes need a file both processes can open.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-resumer.sqlite3")}
-elif os.environ.get("RESUMER_PG_PREPARED", "1") == "1":
+elif (
+    DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+    and os.environ.get("RESUMER_PG_ANSWER_LATER", "1") == "1"
+):
+    # Django's backend, and a tool call's outcome sent without waiting for the server's
+    # answer, read before the connection's next statement (resumer/postgresql/base.py).
+    # RESUMER_PG_ANSWER_LATER=0: Django's own, and every write waits.
+    DATABASES["default"]["ENGINE"] = "resumer.postgresql"
+if DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3" and (
+    os.environ.get("RESUMER_PG_PREPARED", "1") == "1"
+):
     # Parameters bound by the server and a statement prepared once it ran five times on a
     # connection: the append path's statements are planned once per worker connection instead
     # of on every tool call (bench/tool_call.py: about a third of a call's time). Behind a

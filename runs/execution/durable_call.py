@@ -90,16 +90,18 @@ class DurableCalls(StagePart):
         self._keep_contract(call_id, tool, action, args)
         if replaying:
             # The facts the stage had, and the reviewer saw: never fetched again in this run.
-            append(self.writer, self._result(call_id, tool, replayed=True), flush=False)
+            append(self.writer, self._result(call_id, tool, replayed=True), flush=False, wait=False)
             return as_recorded(before.result)
-        # Neither of a SAFE call's events waits for the disk (append's flush): lost in a
-        # database crash, the call is simply made again, which is what SAFE means.
+        # Neither of a SAFE call's events waits for the disk (append's flush), nor for the
+        # server's answer (its wait): lost in a database crash, or refused with the lease,
+        # the call is simply made again, which is what SAFE means.
         append(
             self.writer,
             ToolCalled(
                 stage=self.stage, call=call_id, tool=tool.name, policy=tool.policy, args=args
             ),
             flush=False,
+            wait=False,
         )
         self.hooks.before_call(self.ctx, call_id)
         started = time.monotonic()
@@ -114,7 +116,7 @@ class DurableCalls(StagePart):
         # event: alone, the append is one write (one round trip on PostgreSQL). Either way it
         # does not wait for the disk.
         with deferred_commit() if more is not None else nullcontext():
-            append(self.writer, with_more(made, more), flush=False)
+            append(self.writer, with_more(made, more), flush=False, wait=False)
         return as_recorded(result)
 
     # Calls with an effect -----------------------------------------------------------------
@@ -240,6 +242,7 @@ class DurableCalls(StagePart):
                 cost="0",
             ),
             flush=False,
+            wait=False,
         )
         if existing.result is None:
             # A supervisor confirmed it by hand (edits.edit_effect): the external id is all
@@ -288,7 +291,8 @@ class DurableCalls(StagePart):
         # intent did, before the call. Lost in a database crash, the effect is back to intent,
         # in doubt, as when a worker dies right after a call, and the resume's plan reconciles
         # it or retries it under its key; the next flushed write (an intent, the checkpoint)
-        # takes it to the disk anyway.
+        # takes it to the disk anyway. Nor does it wait for the server's answer (append's
+        # wait): a refusal (the lease lost) is met at the next append, before the next call.
         cost, tokens = self._metered(tool, price, result)
         external_id = str(result["external_id"])
         record_outcome(
@@ -313,6 +317,7 @@ class DurableCalls(StagePart):
             cost=cost,
             more_payload=self._exchanges(seen, call_id),
             flush=False,
+            wait=False,
         )
         return as_recorded(result)
 

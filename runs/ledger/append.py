@@ -9,6 +9,9 @@ the SQL it runs is the vendor's (runs/ledger/sql/).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models.functions import Now
@@ -78,7 +81,8 @@ def append(
     then: str | None = None,
     read_head: bool = False,
     flush: bool = True,
-) -> Event:
+    wait: bool = True,
+) -> Event | None:
     """Append `event` (its class in runs/events.py) to the writer's run, fenced by its lease;
     `move` moves the run (its status, its stage, its ticket…). Written with it once the fence
     held: `effect`, an effect row (effects.py) whose id the event carries as `effect_pk`;
@@ -92,26 +96,112 @@ def append(
     Raises LeaseLost (HeadLost when the head went back behind this writer's last write),
     LedgerError (not an event, an unknown stage, an illegal status move, an oversized
     payload) or KeyTaken (a claimed delivery key has an effect already), having written
-    nothing."""
+    nothing.
+
+    `wait=False` too (a tool call's outcome, a SAFE call's events): where the write is its
+    own transaction and moves nothing but the head, and the vendor can (PostgreSQL), it is
+    sent without waiting for the server's answer and append returns None. The server
+    commits it whatever this process does next; its answer is read before the connection's
+    next statement, and one that wrote nothing (the lease lost) is written again, under the
+    run's lock, by this connection's next append, which raises LeaseLost where the lease is
+    gone (_settle). A lost lease is met one write later, before anything else is done for
+    the run: the next call's intent, the stage's end."""
     new = new_event(writer.actor, writer.token, event, move or STAY)
     ends = StageEnd.of(effect, seal, release, closing_event(writer, new, then))
     connection = connections[DEFAULT_DB_ALIAS]
+    # A write sent before this one whose answer is known to be no is written again first;
+    # one whose answer is still on its way is not waited for here: the guarded write below
+    # chains to it, its cursor reads that answer just before sending, and if it was no, the
+    # guarded write is refused too (its head is not there) and it is settled then.
+    _settle(connection, waiting=False)
     known = heads.known(connection.alias, writer.run_id, writer.token)
     guarded = _can_guard(connection, known, new)
     if guarded and not connection.in_atomic_block and connection.get_autocommit():
         # The common case (a tool call's event, a stage's end), its own transaction
         # (AppendSQL.write_alone): on PostgreSQL one statement, not BEGIN, it and COMMIT.
         flush = flush or not settings.RESUMER_DEFER_FLUSH
+        quiet = ends == NO_END and new.status is None and not new.run_fields
+        if not (wait or flush) and quiet and _send(connection, writer, known, new, effect):
+            return None
         written = _write(
             connection, known, new, guarded=True, alone=True, effect=effect, ends=ends, flush=flush
         )
         if written is not None:
+            connection.resumer_sent = None  # chained after it: it is written
             return _appended(connection, writer, known, written, new, ends, committed=True)
         guarded = False
+    if _settle(connection):
+        known = heads.known(connection.alias, writer.run_id, writer.token)
     deferral = deferral_of(connection, new, flush)
     return _append_locked(
         connection, writer, known, new, effect, ends, guarded, deferral, read_head=read_head
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """A write sent without waiting for its answer (append's `wait=False`): what writing it
+    again takes, if its answer says it must be."""
+
+    in_flight: Any  # the vendor's: its answer read before the connection's next statement
+    writer: Writer
+    known: Head  # the head it was chained to, as this process knew it
+    new: NewEvent
+    effect: EffectWrite | None
+    row: EventRow
+
+
+def _send(
+    connection, writer: Writer, known: Head, new: NewEvent, effect: EffectWrite | None
+) -> bool:
+    """Send the guarded write of `new` without waiting (append's `wait=False`); False where
+    the vendor cannot, having sent nothing. This process knows the head it leaves at once,
+    as not yet committed, which the next append's guarded write chains to."""
+    row, _ = event_row(known, new)
+    write = Write(row, head_moves(connection, known, new, row), effect, None, False, None, False)
+    if _settle(connection):
+        return False  # the head moved: the waited write finds where (no second in flight)
+    in_flight = for_connection(connection).send_guarded(connection, write)
+    if in_flight is None:
+        return False
+    alias, token = connection.alias, writer.token
+    heads.remember(alias, token, head_after(known, new, row), committed=False)
+
+    def answered(in_flight) -> None:
+        # Committed once it says it wrote, wherever its answer is read: check_head() then
+        # counts on it, as on a write that waited.
+        if in_flight.wrote:
+            heads.committed(alias, row.run_id, token, row.seq)
+
+    in_flight.on_answer = answered
+    connection.resumer_sent = _Sent(in_flight, writer, known, new, effect, row)
+    return True
+
+
+def _settle(connection, *, waiting: bool = True) -> bool:
+    """Before this connection's next write lands: the write it sent last without waiting, if
+    its answer is not that it wrote. Refused (the lease or the head moved), refused by the
+    server, or lost with the connection (written, or not: the chain says), it is written
+    again under the run's lock, as a refused guarded write is; LeaseLost if the writer's
+    lease is gone, raised from the append that settles it, which writes nothing. Not
+    `waiting`: only an answer already read. Whether the head known moved."""
+    sent: _Sent | None = getattr(connection, "resumer_sent", None)
+    if sent is None or (sent.in_flight.pending and not waiting):
+        return False
+    connection.resumer_sent = None
+    connection.read_answer()
+    alias, row = connection.alias, sent.row
+    if sent.in_flight.wrote:
+        return False  # committed (its on_answer said so)
+    heads.put_back(alias, sent.writer.token, sent.known)
+    if (
+        sent.in_flight.wrote is None
+        and Event.objects.filter(run_id=row.run_id, seq=row.seq, hash=row.hash).exists()
+    ):
+        heads.remember(alias, sent.writer.token, head_after(sent.known, sent.new, row), True)
+        return True
+    _append_locked(connection, sent.writer, sent.known, sent.new, sent.effect, NO_END, False, None)
+    return True
 
 
 def _can_guard(connection, known: Head | None, new: NewEvent) -> bool:

@@ -145,13 +145,15 @@ def record_outcome(
     move: RunMove | None = None,
     more_payload: MorePayload = None,
     flush: bool = True,
-) -> Event:
+    wait: bool = True,
+) -> Event | None:
     """Write back what the call produced (or what is known of it) on the effect row, with
     `event` (its TOOL_RESULT, FAILED or RECONCILED), in one write. A transaction only when
     more_payload may write artifact rows beside it. `flush` as in append(): False only for
     an outcome whose loss leaves the effect in doubt, which its durable intent already lets
     reconcile resolve; said of that transaction too (deferred_commit()), since losing the
-    exchanges with it leaves the same doubt."""
+    exchanges with it leaves the same doubt. `wait` as in append() too: False, and without
+    more_payload, it may be sent without waiting for its answer (None returned)."""
     settle = EffectSettle(
         effect.pk,
         {
@@ -169,6 +171,7 @@ def record_outcome(
             move=move,
             effect=settle,
             flush=flush,
+            wait=wait,
         )
 
 

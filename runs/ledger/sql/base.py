@@ -293,6 +293,12 @@ class AppendSQL:
         A vendor whose commits do not wait for the disk ignores the write's `flush`."""
         return self.write_guarded(cursor, write)
 
+    def send_guarded(self, connection, write: Write) -> Any:
+        """write_alone() sent without waiting for the server's answer, which the connection
+        reads before its next statement: the in-flight statement (whose `answer` says what it
+        came to once read), or None where the vendor cannot send so (nothing was sent)."""
+        return None
+
     def defer_flush(self, cursor) -> None:
         """Let the open transaction's commit return before it reaches the disk, for a
         deferred_commit() whose append could not say so in its own statement. A vendor

@@ -50,6 +50,8 @@ class KeptCursor:
         # What Django's cursor checks first: a statement after an error in an atomic block
         # that has not rolled back is refused, not sent.
         db.validate_no_broken_transaction()
+        if getattr(db, "in_flight", None) is not None:
+            db.read_answer()  # a write sent unanswered (resumer/postgresql/base.py)
         try:
             self.cursor.execute(sql, params)
         except Exception:

@@ -195,6 +195,19 @@ class PostgreSQLAppend(AppendSQL):
         return self.first_row(cursor, sql, [*row, *params, row.run_id])
 
     def write_guarded(self, cursor, write: Write) -> Written | None:
+        return self.first_row(cursor, *self.guarded_write(write))
+
+    def send_guarded(self, connection, write: Write) -> Any:
+        """write_guarded() sent without waiting for its answer, where the connection can
+        (resumer/postgresql/base.py): its InFlight, else None (nothing was sent)."""
+        send = getattr(connection, "send_unanswered", None)
+        if send is None or connection.execute_wrappers or connection.queries_logged:
+            # Someone observes the connection (kept_cursor()): they see it sent and answered.
+            return None
+        return send(*self.guarded_write(write))
+
+    def guarded_write(self, write: Write) -> tuple[str, list[Any]]:
+        """The guarded write's statement (built on its first use) and its parameters."""
         row, effect, seal = write.row, write.effect, write.seal
         set_list, params = self.sets(write.moves)
         key = (
@@ -228,7 +241,7 @@ class PostgreSQLAppend(AppendSQL):
                 values.append(row.token)
             if write.then is not None:
                 values += write.then
-        return self.first_row(cursor, sql, values)
+        return sql, values
 
     def defer_flush(self, cursor) -> None:
         cursor.execute("SELECT set_config('synchronous_commit', 'off', true)")
