@@ -132,7 +132,8 @@ def test_database_url_switches_to_postgresql(tmp_path):
         env={"DATABASE_URL": "postgres://resumer:s3cret@db.example:5433/resumer_prod"},
         var_dir=tmp_path,
     )
-    assert found["ENGINE"] == "django.db.backends.postgresql"
+    # Django's backend, with outcomes sent unanswered (resumer/postgresql/base.py).
+    assert found["ENGINE"] == "resumer.postgresql"
     assert (found["NAME"], found["HOST"], found["PORT"], found["USER"]) == (
         "resumer_prod",
         "db.example",
@@ -141,6 +142,19 @@ def test_database_url_switches_to_postgresql(tmp_path):
     )
     # The SQLite-only options must not leak into a PostgreSQL connection.
     assert "transaction_mode" not in (found["OPTIONS"] or {})
+
+
+def test_answer_later_off_keeps_djangos_own_postgresql_backend(tmp_path):
+    found = shell_json(
+        DATABASE_SETTINGS,
+        env={
+            "DATABASE_URL": "postgres://resumer@db.example:5432/resumer_prod",
+            "RESUMER_PG_ANSWER_LATER": "0",
+        },
+        var_dir=tmp_path,
+    )
+    assert found["ENGINE"] == "django.db.backends.postgresql"
+    assert found["OPTIONS"] == {"server_side_binding": True, "prepare_threshold": 5}
 
 
 def test_check_deploy_passes_in_production(tmp_path):

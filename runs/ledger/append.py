@@ -99,21 +99,13 @@ def append(
     nothing.
 
     `wait=False` too (a tool call's outcome, a SAFE call's events): where the write is its
-    own transaction and moves nothing but the head, and the vendor can (PostgreSQL), it is
-    sent without waiting for the server's answer and append returns None. The server
-    commits it whatever this process does next; its answer is read before the connection's
-    next statement, and one that wrote nothing (the lease lost) is written again, under the
-    run's lock, by this connection's next append, which raises LeaseLost where the lease is
-    gone (_settle). A lost lease is met one write later, before anything else is done for
-    the run: the next call's intent, the stage's end."""
+    own transaction and moves only the head, and the vendor can (PostgreSQL), it is sent
+    without waiting for the server's answer, and None returned; a write that did not land
+    is written again, or refused with LeaseLost, by the next append (_settle)."""
     new = new_event(writer.actor, writer.token, event, move or STAY)
     ends = StageEnd.of(effect, seal, release, closing_event(writer, new, then))
     connection = connections[DEFAULT_DB_ALIAS]
-    # A write sent before this one whose answer is known to be no is written again first;
-    # one whose answer is still on its way is not waited for here: the guarded write below
-    # chains to it, its cursor reads that answer just before sending, and if it was no, the
-    # guarded write is refused too (its head is not there) and it is settled then.
-    _settle(connection, waiting=False)
+    _settle(connection, waiting=False)  # only an answer already read: see _settle
     known = heads.known(connection.alias, writer.run_id, writer.token)
     guarded = _can_guard(connection, known, new)
     if guarded and not connection.in_atomic_block and connection.get_autocommit():
@@ -183,8 +175,16 @@ def _settle(connection, *, waiting: bool = True) -> bool:
     its answer is not that it wrote. Refused (the lease or the head moved), refused by the
     server, or lost with the connection (written, or not: the chain says), it is written
     again under the run's lock, as a refused guarded write is; LeaseLost if the writer's
-    lease is gone, raised from the append that settles it, which writes nothing. Not
-    `waiting`: only an answer already read. Whether the head known moved."""
+    lease is gone, raised from the append that settles it, which writes nothing. Whether
+    the head known moved.
+
+    Not `waiting`, at an append's start: only an answer already read. One still on its way
+    is not waited for there: the guarded write chains to the write sent, its cursor reads
+    the answer just before sending, and if it was no, the guarded write is refused too (its
+    head is not there) and append settles it then, before the locked path. So the server
+    writes the outcome while this process builds the next intent. A lost lease is met one
+    write later than if every write waited, but before anything else is done for the run:
+    the next call's intent, the stage's end."""
     sent: _Sent | None = getattr(connection, "resumer_sent", None)
     if sent is None or (sent.in_flight.pending and not waiting):
         return False
