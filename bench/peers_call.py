@@ -19,7 +19,10 @@ their own:
   * SQLite, both FULL: both at FULL (sqlite3's default, so LangGraph's); every commit that
     waits for the disk flushes the WAL;
   * SQLite, today's defaults: Resumer NORMAL against LangGraph FULL (the same children);
-  * PostgreSQL: both on the bench server with `synchronous_commit` as it is (on).
+  * PostgreSQL: both on the bench server with `synchronous_commit` as it is (on);
+  * PostgreSQL, every write waiting: the same with RESUMER_PG_ANSWER_LATER=0 (a call's
+    outcome waits for the server's answer, as before issue 49's last change), on databases
+    of their own, so what sending it unanswered buys is measured in the same run.
 
 A round measures each setting in turn (which goes first rotates round by round): each unit at
 N_lo, then each at N_hi, Resumer's call and LangGraph's step one after the other, so outside
@@ -33,7 +36,8 @@ the call's intent does.
 LangGraph runs in a virtualenv of its own (PEERS_LANGGRAPH_VENV, default
 /tmp/resumer-langgraph-venv), made with PEER_PACKAGES below when missing. Databases: SQLite
 files in a temp folder; on BENCH_PG_URL's server, BENCH_PG_DATABASE (default
-`resumer_peerscall`) for Resumer and the same name + `_lg` for LangGraph, created and dropped.
+`resumer_peerscall`) for Resumer and the same name + `_lg` for LangGraph (+ `_wait` and
+`_wait_lg` for the waiting setup), created and dropped.
 Resumer's children run with DEBUG off and a chain key set, as production does.
 """
 
@@ -245,9 +249,12 @@ def start_children(dbs: list[str], scratch: Path) -> list[Setup]:
     setups: list[Setup] = []
     for db in dbs:
         if db == "postgres":
-            resumer_url = _common.recreate_pg_database(PG_DATABASE)
-            lg_url = _common.recreate_pg_database(PG_DATABASE + "_lg")
-            wanted = [("postgres", resumer_url, ["--db", "postgres", "--url", lg_url])]
+            wanted = [
+                (name, _common.recreate_pg_database(PG_DATABASE + suffix),
+                 ["--db", "postgres", "--url",
+                  _common.recreate_pg_database(PG_DATABASE + suffix + "_lg")])
+                for name, suffix in PG_SETUPS.items()
+            ]  # fmt: skip
         else:
             wanted = [
                 (f"sqlite {level}", f"sqlite:///{scratch / f'resumer-{level}.sqlite3'}",
@@ -260,6 +267,8 @@ def start_children(dbs: list[str], scratch: Path) -> list[Setup]:
             env.update(RESUMER_CHAIN_KEY="bench-chain-key")
             if name.startswith("sqlite"):
                 env["RESUMER_SQLITE_SYNCHRONOUS"] = name.split()[1]
+            if name == "postgres waiting":
+                env["RESUMER_PG_ANSWER_LATER"] = "0"
             resumer = Child(f"resumer {name}", [sys.executable, __file__, "--child"], env)
             peer_env = dict(os.environ, PYTHONUNBUFFERED="1")
             peer = Child(f"langgraph {name}", [*lg, *lg_args], peer_env)
@@ -310,7 +319,17 @@ PAIRS = (
     ("SQLite, both FULL", "sqlite FULL", "sqlite FULL", "sqlite"),
     ("SQLite, defaults (Resumer NORMAL, LangGraph FULL)", "sqlite NORMAL", "sqlite FULL", None),
     ("PostgreSQL", "postgres", "postgres", "postgres"),
+    (
+        "PostgreSQL, every write waiting for its answer",
+        "postgres waiting",
+        "postgres waiting",
+        None,
+    ),
 )
+# PostgreSQL's setups, by the suffix of their databases' names: as deployed, and with every
+# write waiting for the server's answer (RESUMER_PG_ANSWER_LATER=0), which the outcome sent
+# unanswered is measured against in the same run.
+PG_SETUPS = {"postgres": "", "postgres waiting": "_wait"}
 
 
 def report(setups: list[Setup]) -> list[str]:
@@ -342,6 +361,11 @@ def report(setups: list[Setup]) -> list[str]:
         )
         print(line)
         missed += [] if ok else [f"{what}: IDEMPOTENT / floor"]
+    if "postgres" in by_name and "postgres waiting" in by_name:
+        sent, waiting = by_name["postgres"].ms, by_name["postgres waiting"].ms
+        print("\nPostgreSQL, outcomes sent unanswered / every write waiting (no goal)")
+        for case in ("idempotent", "safe"):
+            print(ratio_line(f"{case.upper()} call", sent[case], waiting[case], None)[0])
     return missed
 
 
@@ -375,8 +399,9 @@ def main() -> None:
             setup.resumer.stop()
             setup.peer.stop()
         if "postgres" in dbs:
-            for database in (PG_DATABASE, PG_DATABASE + "_lg"):
-                _common.drop_pg_database(database)
+            for suffix in PG_SETUPS.values():
+                _common.drop_pg_database(PG_DATABASE + suffix)
+                _common.drop_pg_database(PG_DATABASE + suffix + "_lg")
         shutil.rmtree(scratch, ignore_errors=True)
     missed = report(setups)
     print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
