@@ -105,7 +105,7 @@ def append(
     new = new_event(writer.actor, writer.token, event, move or STAY)
     ends = StageEnd.of(effect, seal, release, closing_event(writer, new, then))
     connection = connections[DEFAULT_DB_ALIAS]
-    _settle(connection, waiting=False)  # only an answer already read: see _settle
+    _settle(connection, writer, waiting=False)  # only an answer already read: see _settle
     known = heads.known(connection.alias, writer.run_id, writer.token)
     guarded = _can_guard(connection, known, new)
     if guarded and not connection.in_atomic_block and connection.get_autocommit():
@@ -119,10 +119,10 @@ def append(
             connection, known, new, guarded=True, alone=True, effect=effect, ends=ends, flush=flush
         )
         if written is not None:
-            connection.resumer_sent = None  # chained after it: it is written
+            _chained_past(connection, writer)
             return _appended(connection, writer, known, written, new, ends, committed=True)
         guarded = False
-    if _settle(connection):
+    if _settle(connection, writer):
         known = heads.known(connection.alias, writer.run_id, writer.token)
     deferral = deferral_of(connection, new, flush)
     return _append_locked(
@@ -151,7 +151,7 @@ def _send(
     as not yet committed, which the next append's guarded write chains to."""
     row, _ = event_row(known, new)
     write = Write(row, head_moves(connection, known, new, row), effect, None, False, None, False)
-    if _settle(connection):
+    if _settle(connection, writer):
         return False  # the head moved: the waited write finds where (no second in flight)
     in_flight = for_connection(connection).send_guarded(connection, write)
     if in_flight is None:
@@ -170,7 +170,7 @@ def _send(
     return True
 
 
-def _settle(connection, *, waiting: bool = True) -> bool:
+def _settle(connection, writer: Writer, *, waiting: bool = True) -> bool:
     """Before this connection's next write lands: the write it sent last without waiting, if
     its answer is not that it wrote. Refused (the lease or the head moved), refused by the
     server, or lost with the connection (written, or not: the chain says), it is written
@@ -184,7 +184,9 @@ def _settle(connection, *, waiting: bool = True) -> bool:
     head is not there) and append settles it then, before the locked path. So the server
     writes the outcome while this process builds the next intent. A lost lease is met one
     write later than if every write waited, but before anything else is done for the run:
-    the next call's intent, the stage's end."""
+    the next call's intent, the stage's end. A write of another writer's (a job that ended
+    with it in flight) whose lease is gone is left to the run's new holder, which reconciles
+    what it left in doubt, instead of refusing this writer's append."""
     sent: _Sent | None = getattr(connection, "resumer_sent", None)
     if sent is None or (sent.in_flight.pending and not waiting):
         return False
@@ -200,8 +202,26 @@ def _settle(connection, *, waiting: bool = True) -> bool:
     ):
         heads.remember(alias, sent.writer.token, head_after(sent.known, sent.new, row), True)
         return True
-    _append_locked(connection, sent.writer, sent.known, sent.new, sent.effect, NO_END, False, None)
+    try:
+        _append_locked(
+            connection, sent.writer, sent.known, sent.new, sent.effect, NO_END, False, None
+        )
+    except LeaseLost:
+        if _same(sent.writer, writer):
+            raise
     return True
+
+
+def _chained_past(connection, writer: Writer) -> None:
+    """A guarded write of `writer`'s landed: it chained to the head after the write this
+    writer sent last, so that one is written too, whatever its answer was."""
+    sent: _Sent | None = getattr(connection, "resumer_sent", None)
+    if sent is not None and _same(sent.writer, writer):
+        connection.resumer_sent = None
+
+
+def _same(one: Writer, other: Writer) -> bool:
+    return (one.run_id, one.token) == (other.run_id, other.token)
 
 
 def _can_guard(connection, known: Head | None, new: NewEvent) -> bool:

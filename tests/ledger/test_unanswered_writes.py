@@ -14,8 +14,10 @@ from django.db import connection
 from demo.models import SimCall
 from demo.simulators import meter
 from runs import engine
+from runs.events import ToolCalled
 from runs.execution.hooks import CallHooks
 from runs.ledger import heads, leases
+from runs.ledger.append import Writer, append
 from runs.ledger.verify import verify_chain
 from runs.models import Effect, Event, ReplayPolicy, Run
 from runs.pipeline import Input, KeyParts, Pipeline, Stage, StageOutput, Tool
@@ -193,3 +195,31 @@ def test_an_observed_connection_waits_for_every_answer(pipeline):
     assert outcome == "verified"
     assert [in_flight for in_flight, _ in after_calls] == [False, False]
     assert results(run) == ["stamp-0", "stamp-1"]
+
+
+def test_another_writers_write_refused_with_its_lease_does_not_refuse_this_writers(pipeline):
+    # A job that ended with run A's write in flight, its lease taken over meanwhile: the next
+    # job's appends (run B, on the same connection) write, and A's write is left to A's new
+    # holder, not raised as B's LeaseLost.
+    a, b = (engine.start_run("unanswered", {}, actor="test", enqueue=False) for _ in range(2))
+    writers = []
+    for run in (a, b):
+        token = leases.acquire(run.pk, f"worker:{run.pk}")
+        heads.run_for_writer(run.pk, token)  # the head known, as a worker knows it
+        writers.append(Writer(run.pk, token, "test"))
+    leases.acquire(a.pk, "sweeper", takeover=True)
+
+    def looked(n: int) -> ToolCalled:
+        return ToolCalled(stage="calls", call=f"look-{n}", tool="stamp", policy="SAFE", args={})
+
+    assert append(writers[0], looked(0), flush=False, wait=False) is None
+    assert connection.in_flight is not None
+    append(writers[1], looked(1))
+    append(writers[1], looked(2))
+    called = Event.objects.filter(type=Event.Type.TOOL_CALLED)
+    assert list(called.filter(run=b).values_list("payload__call", flat=True)) == [
+        "look-1",
+        "look-2",
+    ]
+    assert not called.filter(run=a).exists()
+    assert verify_chain(a.pk).ok and verify_chain(b.pk).ok
