@@ -152,8 +152,16 @@ def test_a_question_waits_with_no_worker_held_and_its_answer_reaches_the_model(
     )
 
     queue = enqueue.queue()
+    # The stage's job ends once it has opened the gate; RQ takes it out of its started
+    # registry just after the run says WAITING, so that is waited for (a job that held a
+    # worker for the answer never leaves it), and nothing may be queued behind it.
+    wait_for(
+        lambda: not queue.started_job_registry.get_job_ids(),
+        timeout=SLOW,
+        what="the stage's job ended",
+    )
     assert (gate.question, run_status(run)) == ("Which day?", Run.Status.WAITING)
-    assert not [j for j in queue.job_ids + queue.started_job_registry.get_job_ids()]
+    assert not queue.job_ids
     answers.answer(gate.pk, {"answer": "Tuesday"}, actor="user:ana", roles=OPERATOR)
 
     assert settled(run).status == Run.Status.SUCCEEDED
