@@ -76,7 +76,14 @@ class DatabaseWrapper(base.DatabaseWrapper):
             # An idle backend sends nothing unless it is ending the session (a shutdown, a
             # crash, pg_terminate_backend): sent there, a write would be lost unseen.
             return None
-        tx = Transformer(raw)
+        # A statement's transformer is kept with the connection, as psycopg's cursor keeps
+        # its own for a statement run again: it knows each parameter's dumper already.
+        kept = getattr(raw, "_resumer_transformers", None)
+        if kept is None:
+            kept = raw._resumer_transformers = {}
+        tx = kept.get(sql)
+        if tx is None:
+            tx = kept[sql] = Transformer(raw)
         values = tx.dump_sequence(params, [PyFormat.AUTO] * len(params))
         types, formats = tx.types or (), tx.formats
         pgconn = raw.pgconn
