@@ -9,7 +9,7 @@ connection (an execute_wrapper or a query log makes every write wait)."""
 from __future__ import annotations
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from demo.models import SimCall
 from demo.simulators import meter
@@ -48,6 +48,12 @@ def _calls(ctx) -> StageOutput:
         if ctx.inputs["then"] == "read":
             # The ORM's next statement reads the answer first, and sees the outcome.
             after_calls.append((in_flight, Run.objects.get(pk=ctx.run.pk).last_seq))
+        elif ctx.inputs["then"] == "atomic":
+            # Opening a transaction reads it first too (autocommit turned off).
+            with transaction.atomic():
+                after_calls.append(
+                    (in_flight, Run.objects.select_for_update().get(pk=ctx.run.pk).last_seq)
+                )
         elif ctx.inputs["then"] == "close":
             after_calls.append((in_flight, 0))
             connection.close()  # the answer never read: the next append asks the chain
@@ -104,6 +110,15 @@ def test_an_outcome_is_in_flight_after_the_call_and_read_before_the_next_stateme
         (Effect.Status.CONFIRMED, "stamp-2"),
     ]
     assert results(run) == ["stamp-0", "stamp-1", "stamp-2"]
+    assert verify_chain(run.pk).ok
+
+
+def test_a_transaction_the_stage_opens_after_a_call_reads_the_outcome_first(pipeline):
+    run, outcome = run_stage(n="2", then="atomic")
+    assert outcome == "verified"
+    first = Event.objects.get(run=run, type=Event.Type.TOOL_CALLED, payload__call="stamp-0").seq
+    assert after_calls == [(True, first + 1), (True, first + 3)]
+    assert results(run) == ["stamp-0", "stamp-1"]
     assert verify_chain(run.pk).ok
 
 
