@@ -67,10 +67,13 @@ class DatabaseWrapper(base.DatabaseWrapper):
     def send_unanswered(self, sql: str, params: list) -> InFlight | None:
         """Send `sql` (one statement, %s placeholders, in autocommit: its own transaction)
         and return before the server answers. Its answer is read before the next statement
-        on this connection (read_answer()). None, having sent nothing, on a connection the
-        server is ending: the caller's write then waits, and meets the error."""
+        on this connection (read_answer()). None, having sent nothing, inside a transaction
+        and on a connection the server is ending: the caller's write then waits (and meets
+        the error)."""
         self.ensure_connection()
         self.read_answer()
+        if self.in_atomic_block or not self.get_autocommit():
+            return None  # inside a transaction its commit would answer for it: it waits
         raw = self.connection
         if select.select([raw.pgconn.socket], [], [], 0)[0]:
             # An idle backend sends nothing unless it is ending the session (a shutdown, a

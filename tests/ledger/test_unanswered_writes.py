@@ -238,3 +238,13 @@ def test_another_writers_write_refused_with_its_lease_does_not_refuse_this_write
     ]
     assert not called.filter(run=a).exists()
     assert verify_chain(a.pk).ok and verify_chain(b.pk).ok
+
+
+def test_nothing_is_sent_unanswered_inside_a_transaction(pipeline):
+    # Its commit answers for everything in it: a statement there waits for its answer.
+    with transaction.atomic():
+        assert connection.send_unanswered("SELECT %s", [1]) is None
+    sent = connection.send_unanswered("SELECT %s", [1])
+    assert sent is not None and connection.in_flight is sent
+    assert Run.objects.count() == 0  # the ORM's statement reads the answer first
+    assert connection.in_flight is None and sent.wrote is True
