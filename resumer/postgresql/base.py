@@ -37,12 +37,11 @@ class Answer(enum.Enum):
 class InFlight:
     """One statement sent on a connection: its answer once read."""
 
-    __slots__ = ("pgconn", "answer", "error", "on_answer")
+    __slots__ = ("pgconn", "answer", "on_answer")
 
     def __init__(self, pgconn) -> None:
         self.pgconn = pgconn
         self.answer = Answer.PENDING
-        self.error = ""
         # Called once the answer is read, wherever it is read: the sender's to set.
         self.on_answer: Callable[[InFlight], None] | None = None
 
@@ -111,9 +110,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
             sent.answer = Answer.LOST
             return  # nothing to tell: LOST is what the sender assumes until told
         try:
-            sent.answer, sent.error = _answer(sent.pgconn)
-        except Exception as exc:  # the connection broke while reading
-            sent.answer, sent.error = Answer.LOST, str(exc)
+            sent.answer = _answer(sent.pgconn)
+        except Exception:  # the connection broke while reading
+            sent.answer = Answer.LOST
         if sent.on_answer is not None:
             sent.on_answer(sent)
 
@@ -179,15 +178,16 @@ def _flush(pgconn) -> None:
         select.select([], [pgconn.socket], [])
 
 
-def _answer(pgconn) -> tuple[Answer, str]:
+def _answer(pgconn) -> Answer:
+    """What the statement came to. A server's error is not kept: the sender writes again
+    what did not land (runs/ledger/append.py), and meets the error there if it stands."""
     while pgconn.is_busy():
         select.select([pgconn.socket], [], [])
         pgconn.consume_input()
-    answer, error = Answer.NO_ROW, ""
+    answer = Answer.NO_ROW
     while (result := pgconn.get_result()) is not None:
-        if result.status == 2:  # TUPLES_OK
-            if result.ntuples:
-                answer = Answer.ROW
-        else:
-            answer, error = Answer.FAILED, (result.error_message or b"").decode(errors="replace")
-    return answer, error
+        if result.status != 2:  # not TUPLES_OK: an error
+            answer = Answer.FAILED
+        elif result.ntuples:
+            answer = Answer.ROW
+    return answer

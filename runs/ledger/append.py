@@ -149,6 +149,7 @@ def _send(
     """Send the guarded write of `new` without waiting (append's `wait=False`); False where
     the vendor cannot, having sent nothing. This process knows the head it leaves at once,
     as not yet committed, which the next append's guarded write chains to."""
+    # Built before the last write sent is settled: while its answer is on the way.
     row, _ = event_row(known, new)
     write = Write(row, head_moves(connection, known, new, row), effect, None, False, None, False)
     if _settle(connection, writer):
@@ -195,7 +196,7 @@ def _settle(connection, writer: Writer, *, waiting: bool = True) -> bool:
     alias, row = connection.alias, sent.row
     if sent.in_flight.wrote:
         return False  # committed (its on_answer said so)
-    heads.put_back(alias, sent.writer.token, sent.known)
+    heads.remember(alias, sent.writer.token, sent.known, True)  # as known before it was sent
     if (
         sent.in_flight.wrote is None
         and Event.objects.filter(run_id=row.run_id, seq=row.seq, hash=row.hash).exists()

@@ -49,13 +49,6 @@ def remember(alias: str, token: int, head: Head, committed: bool) -> None:
         transaction.on_commit(lambda: _committed(key, seq), using=alias)
 
 
-def put_back(alias: str, token: int, head: Head) -> None:
-    """Know `head` again, as it was known before a write sent unanswered that did not
-    write (append._settle)."""
-    with _lock:
-        _store((alias, head.pk, token), head)
-
-
 def committed(alias: str, run_id: int, token: int, seq: int) -> None:
     """The write of `seq`, sent unanswered, is committed (append._settle)."""
     _committed((alias, run_id, token), seq)

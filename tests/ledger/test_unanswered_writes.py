@@ -172,7 +172,7 @@ class StaleHead(CallHooks):
         if call_id == "stamp-0":
             self.stale = heads.known(connection.alias, ctx.run.pk, token)
         elif call_id == "stamp-1":
-            heads.put_back(connection.alias, token, self.stale)
+            heads.remember(connection.alias, token, self.stale, committed=True)
 
 
 def test_an_outcome_that_wrote_nothing_under_a_held_lease_is_written_again(pipeline):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["KeptCursor", "kept_cursor"]
+__all__ = ["KeptCursor", "kept_cursor", "observed"]
 
 
 class KeptCursor:
@@ -79,12 +79,19 @@ class KeptCursor:
         return self.cursor.rowcount
 
 
+def observed(db) -> bool:
+    """Whether someone observes `db`'s statements (an execute_wrapper, DEBUG's query log,
+    assertNumQueries): they are then run on Django's cursor, and each waits for its answer,
+    so the observer sees every one as it is."""
+    return bool(db.execute_wrappers or db.queries_logged)
+
+
 def kept_cursor(db, make: Any = None) -> KeptCursor | Any:
     """The cursor for the ledger's statements on `db`: the kept one (`make(db, raw)` makes it
     for a new database connection; a KeptCursor by default), or Django's own when someone
     observes the connection (an execute_wrapper, DEBUG's query log, assertNumQueries), so
     they see every statement there is."""
-    if db.execute_wrappers or db.queries_logged:
+    if observed(db):
         return db.cursor()
     # What Django's cursor() does before it makes one: a failed health check closes the
     # connection, and a closed one is opened again, which a new cursor then follows.

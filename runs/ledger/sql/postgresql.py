@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from runs.ledger.sql.base import AppendSQL
-from runs.ledger.sql.driver import kept_cursor
+from runs.ledger.sql.driver import kept_cursor, observed
 from runs.ledger.sql.shapes import (
     ARTIFACT_COLUMNS,
     CHECKPOINT_COLUMNS,
@@ -201,8 +201,7 @@ class PostgreSQLAppend(AppendSQL):
         """write_guarded() sent without waiting for its answer, where the connection can
         (resumer/postgresql/base.py): its InFlight, else None (nothing was sent)."""
         send = getattr(connection, "send_unanswered", None)
-        if send is None or connection.execute_wrappers or connection.queries_logged:
-            # Someone observes the connection (kept_cursor()): they see it sent and answered.
+        if send is None or observed(connection):
             return None
         return send(*self.guarded_write(write))
 
