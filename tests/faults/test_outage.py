@@ -18,11 +18,13 @@ from rq import Worker
 
 from demo import faults
 from demo.models import SimCall
+from runs import engine
 from runs.models import Event, Run
 from runs.planning import triage
-from tests.faults import matrix
+from tests.faults import matrix, restart_pipeline
+from tests.support.pipelines import registered
 from tests.support.processes import PrivateRedis, Workers, wait_for
-from tests.support.state import new_account
+from tests.support.state import new_account, run_status
 
 pytestmark = [pytest.mark.faults, pytest.mark.workers]
 
@@ -139,3 +141,22 @@ def test_redis_down_under_load_interrupts_every_affected_run_and_bulk_approval_f
         assert sorted(verified) == sorted(set(verified))
         assert matrix.chain_problems(pk) == []
         assert matrix.checkpoint_problems(pk) == []
+
+
+def test_a_worker_whose_job_began_on_a_redis_come_back_empty_registers_again_after_it(
+    private_workers: Workers, private_redis: PrivateRedis, settings
+):
+    """RQ's pipelined heartbeat at a job's start may land on a Redis that came back empty
+    (restart_pipeline.py): the worker's hash then has its heartbeat field, so a heartbeat
+    that took a new field for an empty Redis would never register the worker again, and the
+    fleet would run one worker short of what monitoring and RQ's cleanup see."""
+    with registered(settings, restart_pipeline.PATH):
+        run = engine.start_run("restarted", {}, actor="test:outage")
+        private_workers.start(
+            "restarted", env={"RESUMER_PIPELINES": ",".join(settings.RESUMER_PIPELINES)}
+        )
+        wait_for(lambda: run_status(run) == Run.Status.SUCCEEDED, what="the run to succeed")
+    # The stage emptied Redis of every registration, so only the worker's own heartbeat after
+    # the job can make this true.
+    wait_for(lambda: registered_workers(private_redis) == 1, what="the worker registered again")
+    assert private_workers.procs[0].poll() is None
