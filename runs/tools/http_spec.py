@@ -312,21 +312,19 @@ class HttpTool:
 
     def _no_answer(self, exc: httpx.TransportError) -> tuple[str, bool]:
         """What to say about a request that got no response, and whether it may have
-        reached the target (False only when no connection was made)."""
+        reached the target (False only when no connection was made). Only a time-out is
+        worded as one: an operator told a target was slow goes looking in the wrong place
+        when it refused the connection or dropped it."""
         target = self._target(exc.request)
         if isinstance(exc, httpx.ConnectTimeout):
             return f"{target} did not answer within {self.connect_timeout:g} s (connect)", False
         if isinstance(exc, httpx.ConnectError):
-            return f"{target} did not answer within {self.read_timeout:g} s ({exc})", False
+            return f"{target} could not be reached ({exc})", False
         if isinstance(exc, httpx.TimeoutException):
             return f"{target} did not answer within {self.read_timeout:g} s", True
         if isinstance(exc, httpx.RemoteProtocolError):
-            return (
-                f"{target} did not answer within {self.read_timeout:g} s "
-                "(the connection closed without a response)",
-                True,
-            )
-        return f"{target} did not answer within {self.read_timeout:g} s ({exc})", True
+            return f"{target} closed the connection without a response", True
+        return f"{target} gave no answer ({type(exc).__name__}: {exc})", True
 
     @staticmethod
     def _attempts(message: str, attempts: int) -> str:

@@ -59,7 +59,7 @@ NETWORK_INVARIANTS: dict[str, str] = {
     "outcome": "IDEMPOTENT: retried with the same key in the call, confirmed; others: outcome "
     "unknown, the run failed",
     "blocked-while-down": "while the platform is down the stored plan is blocked and says it "
-    "did not answer; asked again once it is up, it is not",
+    "could not be reached; asked again once it is up, it is not",
     "plan-answers": "the plan does what the facts allow: retry with the key, record what the "
     "platform holds, call again, or wait for a supervisor (charge)",
     "succeeded": "the run succeeded (after the strict resume, where one was needed)",
@@ -263,7 +263,7 @@ def _drive(case: NetworkCase, workers: Workers, service, reference, result: Case
         result.check(
             "blocked-while-down",
             down.blocked
-            and "platform did not answer" in " ".join(down.blockers)
+            and "platform could not be reached" in " ".join(down.blockers)
             and not again.blocked,
             f"while down: {down.blockers}; up again: {again.blockers}",
         )
