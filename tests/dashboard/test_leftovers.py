@@ -181,6 +181,12 @@ def test_404_and_500_are_the_products_own_with_debug_off(db, settings):
     assert missing.status_code == 404
     html = missing.content.decode()
     assert "<h1>Not found</h1>" in html and "Back to the runs" in html
+    # A view's own reason is what the page says, not the generic "nothing at".
+    assert "There is no run-abc" not in html
+    gone = viewer.get("/runs/run-999999/").content.decode()
+    assert "There is no run-999999." in gone and "nothing at" not in gone
+    unknown = viewer.get("/no-such-page/").content.decode()
+    assert "There is nothing at <code>/no-such-page/</code>" in unknown
     assert "URLconf" not in html and "urlpatterns" not in html
 
     settings.ROOT_URLCONF = __name__
