@@ -50,9 +50,13 @@ def token_list(request: HttpRequest) -> HttpResponse:
 @viewer_required
 def token_revoke(request: HttpRequest, pk: str) -> HttpResponse:
     token_pk = ids.parse_pk(pk)
-    if token_pk is None or not tokens.revoke(request.user, token_pk):
-        raise Http404("You have no such token that is still valid.")
-    messages.success(request, "The token is revoked: it is refused from now on.")
+    revoked = tokens.revoke(request.user, token_pk) if token_pk is not None else None
+    if revoked in (None, tokens.Revoked.NO_SUCH_TOKEN):
+        raise Http404("You have no such token.")
+    if revoked is tokens.Revoked.ALREADY:
+        messages.info(request, "The token was already revoked: it is refused.")
+    else:
+        messages.success(request, "The token is revoked: it is refused from now on.")
     return redirect("tokens:list")
 
 

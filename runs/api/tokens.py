@@ -4,6 +4,7 @@ unique index); a revoked token, or one whose user is inactive, finds nobody."""
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import secrets
 from datetime import timedelta
@@ -42,13 +43,21 @@ def issue(user: AbstractBaseUser, name: str) -> tuple[ApiToken, str]:
     return token, secret
 
 
-def revoke(user: AbstractBaseUser, token_pk: int) -> bool:
-    """Revoke one of `user`'s tokens; False when they have no such token still valid."""
-    return bool(
-        ApiToken.objects.filter(pk=token_pk, user=user, revoked_at__isnull=True).update(
-            revoked_at=Now()
-        )
-    )
+class Revoked(enum.Enum):
+    NOW = "now"
+    ALREADY = "already"  # a second click, or a page left open: nothing to do, not an error
+    NO_SUCH_TOKEN = "no such token"  # none of `user`'s own
+
+
+def revoke(user: AbstractBaseUser, token_pk: int) -> Revoked:
+    """Revoke one of `user`'s tokens, saying whether it was revoked now or before."""
+    if ApiToken.objects.filter(pk=token_pk, user=user, revoked_at__isnull=True).update(
+        revoked_at=Now()
+    ):
+        return Revoked.NOW
+    if ApiToken.objects.filter(pk=token_pk, user=user).exists():
+        return Revoked.ALREADY
+    return Revoked.NO_SUCH_TOKEN
 
 
 def authenticate(secret: str) -> ApiToken | None:

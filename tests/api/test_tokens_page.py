@@ -56,6 +56,20 @@ def test_a_person_revokes_their_own_token():
     assert tokens.authenticate("rsm_anything") is None
 
 
+def test_revoking_a_token_a_second_time_says_it_was_already_revoked():
+    browser = client_as("operator")
+    browser.post("/account/tokens/", {"name": "old"})
+    token = ApiToken.objects.get()
+    browser.post(f"/account/tokens/{token.pk}/revoke/")
+    first = ApiToken.objects.get().revoked_at
+
+    again = browser.post(f"/account/tokens/{token.pk}/revoke/", follow=True)
+
+    assert again.status_code == 200
+    assert "already revoked" in again.content.decode()
+    assert ApiToken.objects.get().revoked_at == first  # when it was revoked is kept
+
+
 def test_nobody_revokes_someone_elses_token():
     owner, _ = roles.ensure_user("owner", "owner-pass", roles.SUPERVISOR)
     token, _ = tokens.issue(owner, "theirs")
@@ -63,6 +77,7 @@ def test_nobody_revokes_someone_elses_token():
     response = client_as("operator").post(f"/account/tokens/{token.pk}/revoke/")
 
     assert response.status_code == 404
+    assert "You have no such token." in response.content.decode()
     token.refresh_from_db()
     assert token.revoked_at is None
 
