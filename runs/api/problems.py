@@ -5,6 +5,7 @@ its own where they help (`plan` for a stale fingerprint, `errors` for a form).""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from http import HTTPStatus
 from typing import Any
 
@@ -58,9 +59,16 @@ def problem_response(problem: Problem) -> JsonResponse:
     return response(problem.status, problem.body())
 
 
+def _loc(loc: Iterable[Any]) -> list[str]:
+    """Where in the request: ninja puts the view's parameter after "body" (`body.body.mode`),
+    a name from our code that the caller never wrote, so it is left out (`body.mode`)."""
+    parts = [str(part) for part in loc]
+    return parts[:1] + parts[2:] if parts[:1] == ["body"] else parts
+
+
 def _validation(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     errors = [
-        {"loc": [str(part) for part in error.get("loc", ())], "msg": str(error.get("msg", ""))}
+        {"loc": _loc(error.get("loc", ())), "msg": str(error.get("msg", ""))}
         for error in exc.errors
     ]
     where = ", ".join(".".join(e["loc"]) for e in errors[:5])

@@ -79,6 +79,22 @@ def test_a_body_without_its_fields_is_a_422_problem_naming_them(operator, facts)
     assert {tuple(e["loc"])[-1] for e in body["errors"]} == {"mode", "fingerprint"}
 
 
+def test_a_schema_error_names_the_fields_as_the_caller_wrote_them(operator, facts):
+    run = interrupted_with_plan()
+
+    missing = is_problem(operator.post(f"/runs/{run.public_id}/approve", {}), 422)
+    empty = is_problem(operator.post("/runs", raw=b"{}"), 422)
+
+    # Not `body.body.mode`: the view's parameter name is the code's, not the request's.
+    assert sorted(e["loc"] for e in missing["errors"]) == [
+        ["body", "fingerprint"],
+        ["body", "mode"],
+    ]
+    assert "body.mode" in missing["detail"] and "body.body" not in missing["detail"]
+    assert [e["loc"] for e in empty["errors"]] == [["body", "pipeline"]]
+    assert Run.objects.count() == 1
+
+
 def test_a_huge_body_is_a_413_problem(operator):
     huge = b'{"pipeline": "content", "inputs": {"x": "' + b"a" * 3_000_000 + b'"}}'
 
