@@ -13,7 +13,6 @@ approved plan, after checking the plan's fingerprint still matches the facts.
 from __future__ import annotations
 
 from dataclasses import replace
-from decimal import Decimal
 
 from runs.events import read
 from runs.gates import recorded, reopen
@@ -22,18 +21,15 @@ from runs.ledger.chain import digest
 from runs.ledger.checkpoints import latest_checkpoint, manifest_problems
 from runs.models import Checkpoint, Effect, Event, Gate, Run
 from runs.pipeline import Call, Pipeline, registry
-from runs.planning import disagreement, divergence, gate_lines, made_again, model_lines
-from runs.planning.plan import ArtifactLine, Cost, DriftLine, EffectLine, Plan, Upgrade
+from runs.planning import costs, disagreement, divergence, gate_lines, made_again, model_lines
+from runs.planning.plan import ArtifactLine, DriftLine, EffectLine, Plan, Upgrade
 from runs.planning.replay import (
-    CALLING,
     Action,
     decide_on,
-    first_action,
 )
 from runs.planning.replay_log import EMPTY, replay_logs
-from runs.quantities import at
 
-__all__ = ["Action", "Plan", "compute_plan", "fresh_cost"]
+__all__ = ["Action", "Plan", "compute_plan"]
 
 
 # --- Checkpoint selection ------------------------------------------------------------------
@@ -141,39 +137,6 @@ def _effect_line(
     return line
 
 
-def _cost(pipeline: Pipeline, lines: list[EffectLine]) -> Cost:
-    cost = Cost()
-    money = Decimal(0)
-    for line in lines:
-        if line.queries:
-            cost.queries[line.tool] = cost.queries.get(line.tool, 0) + line.queries
-        if line.action not in CALLING:
-            continue
-        tool = pipeline.tool(line.tool)
-        cost.tool_calls += 1
-        cost.calls[tool.name] = cost.calls.get(tool.name, 0) + 1
-        money += Decimal(line.cost)
-        if tool.meter:
-            cost.meters[tool.meter] = cost.meters.get(tool.meter, 0) + 1
-    money += model_lines.price(pipeline, lines, cost)
-    cost.money = str(at(money))
-    return cost
-
-
-def _call_line(
-    stage: str, call: Call, pipeline: Pipeline, made: Effect | None = None
-) -> EffectLine:
-    """A call that nothing has been recorded for: it will be made. `made`: the effect of the
-    same call on an earlier attempt, whose request prices it (a refund's amount), where the
-    tool's `cost` is only what a plan assumes before it knows."""
-    tool = pipeline.tool(call.tool)
-    price = tool.price_of(made.request) if made is not None else tool.cost
-    return EffectLine(
-        stage, call.call_id, tool.name, str(tool.policy), "none", "", "", "",
-        str(first_action(tool)), str(price), verb=tool.verb,
-    )  # fmt: skip
-
-
 UPPER_BOUND = "call, or reuse if the request comes out unchanged"
 
 
@@ -181,18 +144,6 @@ def _bound(line: EffectLine) -> EffectLine:
     if line.action != Action.CALL:
         return line  # SAFE calls simply re-run
     return replace(line, answer=UPPER_BOUND)
-
-
-def fresh_cost(pipeline: Pipeline, run: Run | None = None) -> Cost:
-    """What a blind retry from step one would spend: every expected call again, a call the
-    run made priced as it was asked then (the same inputs ask the same again)."""
-    made = _own_effects(run, pipeline.stage_names) if run is not None else {}
-    lines = [
-        _call_line(s.name, call, pipeline, made.get((s.name, call.call_id)))
-        for s in pipeline.stages
-        for call in s.calls
-    ]
-    return _cost(pipeline, lines)
 
 
 def _expected_lines(
@@ -210,17 +161,9 @@ def _expected_lines(
     logs = replay_logs(run.pk, stages, after_seq=after_seq)
     lines, blockers = [], []
     for stage_name in stages:
-        stage = pipeline.stage(stage_name)
         log = logs.get(stage_name, EMPTY)
-        calls = list(stage.calls)
-        # Calls the stage made that its declaration does not list are still accounted for.
-        known = {c.call_id for c in calls}
-        for (s, call_id), e in effects.items():
-            if s == stage_name and call_id not in known:
-                calls.append(Call(call_id, e.tool))
-                known.add(call_id)
-        calls += [Call(c.call_id, c.tool) for c in log.calls.values() if c.call_id not in known]
-        for call in calls:
+        logged = (Call(c.call_id, c.tool) for c in log.calls.values())
+        for call in costs.stage_calls(pipeline.stage(stage_name), effects, logged):
             reason = disagreeing.get((stage_name, call.call_id))
             if reason:
                 effect = effects[(stage_name, call.call_id)]
@@ -349,8 +292,8 @@ def compute_plan(run: Run) -> Plan:
         effects=lines,
         blockers=blockers,
         drift=drift,
-        cost_resume=_cost(pipeline, lines),
-        cost_fresh=fresh_cost(pipeline, run),
+        cost_resume=costs.cost_of(pipeline, lines),
+        cost_fresh=costs.fresh_cost(pipeline, _own_effects(run, stages_all), lines),
         upgrade=upgrade,
         gates=gate_lines.strict_lines(run, pipeline, rerun, refused),
         open_stages=pipeline.open_stages(rerun),
@@ -416,7 +359,7 @@ def _upgrade(
     # The branch's requests are not known before its stages run with the new inputs: each
     # call is priced as a call, and may come out unchanged and be reused (contract.bound).
     lines = [
-        _bound(_call_line(stage.name, call, pipeline))
+        _bound(costs.call_line(stage.name, call, pipeline))
         for stage in pipeline.stages
         if stage.name in rerun
         for call in stage.calls
@@ -437,7 +380,7 @@ def _upgrade(
         stages_rerun=rerun,
         inputs=new_inputs,
         warnings=warnings,
-        cost=_cost(pipeline, lines),
+        cost=costs.cost_of(pipeline, lines),
         effects=lines,
         gates=gate_lines.upgrade_lines(run, pipeline, rerun),
     )
