@@ -78,13 +78,14 @@ def fresh_cost(
 ) -> Cost:
     """What a blind retry from step one would spend: every expected call again, a call the
     run made (`made`: its effects by (stage, call id)) priced as it was asked then (the same
-    inputs ask the same again). The calls a
-    stage made without declaring them (an agent's loop) are expected again too: counting
-    only the declared ones priced a loop's fresh retry at nothing. They are the calls its
-    effects record and, for the stages the plan runs again, the calls of its lines
-    (`planned`, which hold the SAFE calls the log recorded): the log before the checkpoint
-    is not read for an estimate, so a SAFE call a settled stage made without declaring it is
-    not counted."""
+    inputs ask the same again).
+
+    The calls a stage made without declaring them (an agent's loop) are expected again too:
+    counting only the declared ones priced a loop's fresh retry at nothing. They are the calls
+    its effects record and, for the stages the plan runs again, the calls of the plan's lines
+    (`planned`, which hold the SAFE calls the log recorded). The log before the checkpoint is
+    not read for an estimate, so a SAFE call a settled stage made without declaring it is not
+    counted."""
     planned = list(planned)
     lines = [
         call_line(s.name, call, pipeline, made.get((s.name, call.call_id)))

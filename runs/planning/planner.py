@@ -23,10 +23,7 @@ from runs.models import Checkpoint, Effect, Event, Gate, Run
 from runs.pipeline import Call, Pipeline, registry
 from runs.planning import costs, disagreement, divergence, gate_lines, made_again, model_lines
 from runs.planning.plan import ArtifactLine, DriftLine, EffectLine, Plan, Upgrade
-from runs.planning.replay import (
-    Action,
-    decide_on,
-)
+from runs.planning.replay import Action, decide_on
 from runs.planning.replay_log import EMPTY, replay_logs
 
 __all__ = ["Action", "Plan", "compute_plan"]
