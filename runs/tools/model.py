@@ -270,6 +270,9 @@ class ModelTool:
             return ModelRejected(f"{self.target} answered {exc.status_code}: {exc.message}"[:500])
         if isinstance(exc, openai.APIStatusError):
             return ModelUnavailable(f"{self.target} answered {exc.status_code}: {exc.message}")
+        if isinstance(exc.__cause__, httpx.ConnectError):
+            # Worded as the HTTP tool words it: nothing was sent, so nothing was slow.
+            return ModelUnavailable(f"{self.target} could not be reached ({exc.__cause__})")
         return ModelUnavailable(f"{self.target} did not answer ({type(exc).__name__}: {exc})")
 
     def _note(

@@ -22,8 +22,16 @@ from runs.models import Artifact, Effect, Event, Run
 from runs.planning.planner import compute_plan
 from runs.planning.resume import approve
 from runs.reads.decision import decision
-from runs.tools.model import BILLED_TWICE, ModelTool, Price, request_of, spec_of
+from runs.tools.model import (
+    BILLED_TWICE,
+    ModelTool,
+    ModelUnavailable,
+    Price,
+    request_of,
+    spec_of,
+)
 from tests.support.plans import blob_file
+from tests.support.processes import free_port
 
 SECRET = "sk-test-never-record-me-4242"
 
@@ -178,6 +186,16 @@ def test_a_completion_answered_after_the_time_out_fails_the_run_as_timed_out(ser
 
     failed = Event.objects.get(run=run, type=Event.Type.FAILED)
     assert (failed.payload["call"], failed.payload["timed_out"]) == ("generate", True)
+
+
+def test_a_provider_that_refuses_the_connection_is_said_to_be_unreachable_not_slow(db):
+    tool = ModelTool("model", f"http://127.0.0.1:{free_port()}/v1", attempts=1)
+
+    with pytest.raises(ModelUnavailable) as caught:
+        tool.call({"model": "m1", "messages": [{"role": "user", "content": "hi"}]}, "k")
+
+    assert "model API could not be reached" in str(caught.value)
+    assert "refused" in str(caught.value) and not caught.value.timed_out
 
 
 def test_model_drift_strict_keeps_the_pinned_model_and_upgrade_uses_the_new_one(service, settings):
