@@ -111,7 +111,7 @@ class ResumerWorker(SimpleWorker):
         worker waits for the database (runs/execution/outage.py): run by then, every job
         would fail at once and its run would wait for an operator though it never started."""
         while True:
-            taken = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+            taken = self._dequeue(timeout, max_idle_time)
             if taken is None or outage.ready_for_job():
                 return taken
             job, queue = taken
@@ -120,6 +120,17 @@ class ResumerWorker(SimpleWorker):
                 queue.push_job_id(job.id, pipeline=pipe, at_front=True)
                 pipe.execute()
             outage.wait_for_database(f"worker {self.name}", tick=self._alive)
+
+    def _dequeue(self, timeout, max_idle_time):
+        """RQ's dequeue, which waits out an outage only inside its loop around the pop: one
+        that begins at the command before it (the worker's state set to idle) made RQ's loop
+        quit, and the fleet ran one worker short."""
+        while True:
+            try:
+                return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+            except redis.exceptions.ConnectionError as exc:
+                log.warning("Redis went away as the worker went idle (%s); waiting for it", exc)
+                self.wait_for_redis()
 
     def execute_job(self, job, queue):  # type: ignore[override]
         with self.riding_out_redis(f"as job {job.id} ended"):

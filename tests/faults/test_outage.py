@@ -10,15 +10,21 @@ drill with 500 runs, 8 workers and 20 s of outage on PostgreSQL.
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 
 import pytest
+import redis
 from django.db.models import Count
-from rq import Worker
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from rq import Queue, Worker
 
 from demo import faults
 from demo.models import SimCall
 from runs import engine
+from runs.execution.worker import ResumerWorker
 from runs.models import Event, Run
 from runs.planning import triage
 from tests.faults import matrix, restart_pipeline
@@ -160,3 +166,47 @@ def test_a_worker_whose_job_began_on_a_redis_come_back_empty_registers_again_aft
     # the job can make this true.
     wait_for(lambda: registered_workers(private_redis) == 1, what="the worker registered again")
     assert private_workers.procs[0].poll() is None
+
+
+class _Said(logging.Handler):
+    def __init__(self, words: str) -> None:
+        super().__init__()
+        self.words, self.seen = words, threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.words in record.getMessage():
+            self.seen.set()
+
+
+def test_an_outage_that_begins_as_a_worker_goes_idle_is_waited_out(private_redis, db):
+    """RQ retries an outage only around the pop itself; the command before it (the worker's
+    state set to idle) is outside, and an outage that began there made RQ's loop quit (CI
+    met it in the drill above). The worker's connection retries nothing here, so the outage
+    outlasts redis-py's own retries, as a restart under load does."""
+    connection = redis.Redis.from_url(private_redis.url(), retry=Retry(NoBackoff(), 0))
+    queue = Queue("idle-outage", connection=connection)
+    worker = ResumerWorker([queue], connection=connection)
+    worker.register_birth()
+    said = _Said("Redis went away as the worker went idle")
+    logging.getLogger("runs.worker").addHandler(said)
+    enqueued = []
+
+    def back_with_a_job() -> None:
+        said.seen.wait(timeout=60)
+        private_redis.start()
+        client = private_redis.client()
+        enqueued.append(Queue("idle-outage", connection=client).enqueue("runs.jobs.nothing").id)
+        client.close()
+
+    private_redis.kill()
+    helper = threading.Thread(target=back_with_a_job)
+    helper.start()
+    try:
+        job, _ = worker.dequeue_job_and_maintain_ttl(timeout=30)
+    finally:
+        helper.join()
+        logging.getLogger("runs.worker").removeHandler(said)
+
+    assert said.seen.is_set()
+    assert [job.id] == enqueued
+    assert registered_workers(private_redis) == 1  # and registered with the new Redis
