@@ -126,11 +126,8 @@ class ResumerWorker(SimpleWorker):
         that begins at the command before it (the worker's state set to idle) made RQ's loop
         quit, and the fleet ran one worker short."""
         while True:
-            try:
+            with self.riding_out_redis("as the worker went idle"):
                 return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
-            except redis.exceptions.ConnectionError as exc:
-                log.warning("Redis went away as the worker went idle (%s); waiting for it", exc)
-                self.wait_for_redis()
 
     def execute_job(self, job, queue):  # type: ignore[override]
         with self.riding_out_redis(f"as job {job.id} ended"):
