@@ -149,12 +149,15 @@ def _send(
     """Send the guarded write of `new` without waiting (append's `wait=False`); False where
     the vendor cannot, having sent nothing. This process knows the head it leaves at once,
     as not yet committed, which the next append's guarded write chains to."""
+    sql = for_connection(connection)
+    if not sql.can_send(connection):
+        return False  # asked first: a row built here would be built again by the write
     # Built before the last write sent is settled: while its answer is on the way.
     row, _ = event_row(known, new)
     write = Write(row, head_moves(connection, known, new, row), effect, None, False, None, False)
     if _settle(connection, writer):
         return False  # the head moved: the waited write finds where (no second in flight)
-    in_flight = for_connection(connection).send_guarded(connection, write)
+    in_flight = sql.send_guarded(connection, write)
     if in_flight is None:
         return False
     alias, token = connection.alias, writer.token

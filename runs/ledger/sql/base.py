@@ -293,6 +293,11 @@ class AppendSQL:
         A vendor whose commits do not wait for the disk ignores the write's `flush`."""
         return self.write_guarded(cursor, write)
 
+    def can_send(self, connection) -> bool:
+        """Whether send_guarded() can send on this connection: asked before the write is
+        built, so a vendor that cannot (SQLite) does not chain and hash a row twice."""
+        return False
+
     def send_guarded(self, connection, write: Write) -> Any:
         """write_alone() sent without waiting for the server's answer, which the connection
         reads before its next statement: the in-flight statement (whose `answer` says what it

@@ -197,13 +197,17 @@ class PostgreSQLAppend(AppendSQL):
     def write_guarded(self, cursor, write: Write) -> Written | None:
         return self.first_row(cursor, *self.guarded_write(write))
 
+    def can_send(self, connection) -> bool:
+        # Resumer's backend (resumer/postgresql/base.py) can, Django's own cannot
+        # (RESUMER_PG_ANSWER_LATER=0); an observed connection sees each statement wait.
+        return hasattr(connection, "send_unanswered") and not observed(connection)
+
     def send_guarded(self, connection, write: Write) -> Any:
         """write_guarded() sent without waiting for its answer, where the connection can
-        (resumer/postgresql/base.py): its InFlight, else None (nothing was sent)."""
-        send = getattr(connection, "send_unanswered", None)
-        if send is None or observed(connection):
+        (can_send): its InFlight, else None (nothing was sent)."""
+        if not self.can_send(connection):
             return None
-        return send(*self.guarded_write(write))
+        return connection.send_unanswered(*self.guarded_write(write))
 
     def guarded_write(self, write: Write) -> tuple[str, list[Any]]:
         """The guarded write's statement (built on its first use) and its parameters."""
