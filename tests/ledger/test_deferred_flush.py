@@ -112,8 +112,18 @@ def _record(execute, sql, params, many, context):
     return result
 
 
+def commits_wait_as_deployed() -> None:
+    """The suite turns synchronous_commit off for its connections (pyproject.toml's
+    PGOPTIONS); here it is on again, as a deployment has it, on the connection the tests
+    read it on, so what a deferred write turns off, and back, is what a deployment sees."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET synchronous_commit = on")
+
+
 @pytest.fixture
 def pipeline(transactional_db, settings):
+    commits_wait_as_deployed()
     with registered(settings, "tests.ledger.test_deferred_flush.flushing"):
         WRITES.clear()
         COMMITTED_WITH.clear()
@@ -125,6 +135,7 @@ def http_pipeline(transactional_db, settings, demo_service):
     settings.DEMO_SERVICE_URL = demo_service.url
     # Every body an artifact row, written in the event's transaction.
     settings.RESUMER_HTTP_INLINE_BODY_BYTES = 0
+    commits_wait_as_deployed()
     with registered(settings, "tests.ledger.test_deferred_flush.flushing_http"):
         WRITES.clear()
         COMMITTED_WITH.clear()
