@@ -100,25 +100,32 @@ def database_url() -> str:
     return f"postgres://{auth}{host}:{conf.get('PORT') or 5432}/{conf['NAME']}"
 
 
-# The fork server of this process (tests/support/forkserver.py), made for the environment of
-# the first worker started; a start in an environment it cannot follow gets a new interpreter.
-_fork_server: ForkServer | None = None
+# The fork servers of this process (tests/support/forkserver.py), one for each environment
+# workers were started in but for what a fork follows, most recently used last. A test that
+# starts its workers with a pipeline of its own (RESUMER_PIPELINES, an SDK's example on
+# PYTHONPATH) gets a server of its own: its first worker costs what a new interpreter costs,
+# and the worker it starts after a kill, or the next test of its module, is a fork. At most
+# FORK_SERVERS are kept (each holds the imports of a worker, over 100 MB).
+FORK_SERVERS = 4
+_fork_servers: dict[tuple[tuple[str, str], ...], ForkServer] = {}
 
 
 def fork_server_for(env: dict[str, str]) -> ForkServer | None:
-    global _fork_server
     if not forkserver.enabled():
         return None
-    if _fork_server is None:
-        _fork_server = ForkServer(env)
-    return _fork_server if forkserver.differences(_fork_server.env, env) is not None else None
+    kind = tuple(sorted((k, v) for k, v in env.items() if k not in forkserver.FOLLOWED))
+    server = _fork_servers.pop(kind, None)
+    if server is None:
+        while len(_fork_servers) >= FORK_SERVERS:
+            _fork_servers.pop(next(iter(_fork_servers))).close()
+        server = ForkServer(env)
+    _fork_servers[kind] = server
+    return server if forkserver.differences(server.env, env) is not None else None
 
 
 def stop_fork_server() -> None:
-    global _fork_server
-    if _fork_server is not None:
-        _fork_server.close()
-        _fork_server = None
+    while _fork_servers:
+        _fork_servers.popitem()[1].close()
 
 
 Process = subprocess.Popen | forkserver.ForkedProcess
