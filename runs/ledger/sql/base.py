@@ -299,10 +299,11 @@ class AppendSQL:
         return False
 
     def send_guarded(self, connection, write: Write) -> Any:
-        """write_alone() sent without waiting for the server's answer, which the connection
-        reads before its next statement: the in-flight statement (whose `answer` says what it
-        came to once read), or None where the vendor cannot send so (nothing was sent)."""
-        return None
+        """write_alone() sent without waiting for the server's answer, on a connection
+        can_send() said yes of; the connection reads the answer before its next statement:
+        the in-flight statement (whose `answer` says what it came to once read), or None
+        where the connection would not send it now (nothing was sent)."""
+        raise NotImplementedError(f"{self.vendor} cannot send a write unanswered")
 
     def defer_flush(self, cursor) -> None:
         """Let the open transaction's commit return before it reaches the disk, for a

@@ -203,10 +203,8 @@ class PostgreSQLAppend(AppendSQL):
         return hasattr(connection, "send_unanswered") and not observed(connection)
 
     def send_guarded(self, connection, write: Write) -> Any:
-        """write_guarded() sent without waiting for its answer, where the connection can
-        (can_send): its InFlight, else None (nothing was sent)."""
-        if not self.can_send(connection):
-            return None
+        """write_guarded() sent without waiting for its answer: its InFlight, else None
+        (nothing was sent: inside a transaction, or on a connection the server is ending)."""
         return connection.send_unanswered(*self.guarded_write(write))
 
     def guarded_write(self, write: Write) -> tuple[str, list[Any]]:
