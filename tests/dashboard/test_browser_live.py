@@ -113,7 +113,10 @@ def test_the_run_page_adds_a_moving_runs_new_events_under_its_tables(
     problems = Problems()
     problems.watch(page)
     run = faults.start_run("content", {}, actor="test", faults={}, enqueue=False)
-    writer = Writer(run.pk, leases.acquire(run.pk, "worker:test", takeover=True), "worker:test")
+    # The test is the worker and renews nothing: its lease must outlast a login and a page load
+    # on a loaded machine, which the suite's 4-second TTL did not (CI lost it once).
+    token = leases.acquire(run.pk, "worker:test", ttl=600, takeover=True)
+    writer = Writer(run.pk, token, "worker:test")
     append(writer, events.started("research"))
     login(page, live_server, "operator")
     page.goto(f"{live_server.url}/runs/{run.public_id}/")
