@@ -21,6 +21,12 @@ EDITABLE_EFFECT_FIELDS = ("status", "external_id", "error")
 # back into doubt would only make the next plan ask again what a human already checked.
 RESOLVED_BY_EDIT = (Effect.Status.CONFIRMED, Effect.Status.FAILED, Effect.Status.ABANDONED)
 ENGINE_ONLY_STATUSES = frozenset(Effect.Status.values) - set(RESOLVED_BY_EDIT)
+# What each of them says, for the refusal.
+ENGINE_ONLY_MEANING = {
+    Effect.Status.INTENT: "a call about to be made: nobody knows yet whether it was",
+    Effect.Status.UNKNOWN: "a call whose outcome nobody knows yet",
+    Effect.Status.CONFLICT: "a delivery key the target holds for a different request",
+}
 # An edit's reason refused, in the ledger's words (runs/ledger/reasons.py checks it).
 NO_REASON, WHOSE_REASON = "a ledger edit needs a reason", "a ledger edit's reason"
 
@@ -92,13 +98,20 @@ def _checked_changes(
     external_id = str(changes.get("external_id", effect.external_id) or "").strip()
     if status == Effect.Status.CONFIRMED and not external_id:
         raise LedgerError("a confirmed effect needs the external id it produced")
+    if status == Effect.Status.ABANDONED and external_id:
+        # Abandoned says the call is not to happen; an id says the target made it.
+        raise LedgerError(
+            "an abandoned effect has no external id: if the target holds it, it is confirmed"
+        )
     before = {f: getattr(effect, f) for f in EDITABLE_EFFECT_FIELDS}
     after = {**before, **changes, "status": status, "external_id": external_id}
     if after == before:
         raise LedgerError("nothing changed")
-    if status != effect.status and status in ENGINE_ONLY_STATUSES:
+    if status in ENGINE_ONLY_STATUSES:
+        # Unchanged too: an edit that left an effect in doubt (its error cleared, say) would
+        # rewrite what the engine recorded and resolve nothing.
         raise LedgerError(
-            f"an edit resolves an effect as {', '.join(RESOLVED_BY_EDIT)}; {status} is what "
-            "only the engine records (it says nobody knows yet)"
+            f"an edit resolves an effect as {', '.join(RESOLVED_BY_EDIT)}; "
+            f"{status} is what only the engine records ({ENGINE_ONLY_MEANING[status]})"
         )
     return effect, before, after

@@ -56,3 +56,31 @@ def test_a_stopped_runs_unknown_charge_is_resolved_as_confirmed(facts):
 
     assert Effect.objects.get(pk=charge.pk).status == Effect.Status.CONFIRMED
     assert edited(run) == 1
+
+
+def test_an_edit_that_leaves_an_effect_in_doubt_is_refused(facts):
+    # The status kept as it was, only the engine's recorded error cleared: nothing resolved.
+    run = charge_unknown()
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+
+    with pytest.raises(LedgerError, match="a call whose outcome nobody knows yet"):
+        edit_effect(charge.pk, {"error": ""}, reason="checked", actor="user:s")
+
+    assert Effect.objects.get(pk=charge.pk).error == charge.error != ""
+    assert edited(run) == 0
+
+
+def test_an_abandoned_effect_with_an_external_id_is_refused(facts):
+    run = charge_unknown()
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+
+    with pytest.raises(LedgerError, match="an abandoned effect has no external id"):
+        edit_effect(
+            charge.pk,
+            {"status": "abandoned", "external_id": "ch-999"},
+            reason="not to happen",
+            actor="user:s",
+        )
+
+    assert Effect.objects.get(pk=charge.pk).status == Effect.Status.UNKNOWN
+    assert edited(run) == 0
