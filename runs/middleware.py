@@ -11,7 +11,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
 
-from runs.api.problems import Problem, problem_response
+from runs.api.problems import CONTENT_TYPE, Problem, problem_response
 
 API_PREFIX = "/api/"
 # Deeper than any answer, input or plan body here (a typed input's schema included).
@@ -48,19 +48,29 @@ class ContentSecurityPolicyMiddleware:
 class MethodNotAllowedPageMiddleware:
     """A page address that only takes a POST (an approval, an answer), opened in the address
     bar after a refusal drew its page there, was an empty 405 the browser shows as "HTTP ERROR
-    405": it says what the address is and the way back instead. The API's 405 is left as it
-    is (its clients read the Allow header)."""
+    405": it says what the address is and the way back instead. Under /api/ the 405 (ninja's
+    own, a text/html "Method not allowed") is a problem, as every API error is, its Allow
+    header kept."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
-        if response.status_code != 405 or response.content or request.path.startswith(API_PREFIX):
+        if response.status_code != 405:
             return response
-        page = render(request, "405.html", {"request_path": request.path}, status=405)
-        page.headers["Allow"] = response.headers.get("Allow", "")
-        return page
+        allow = response.headers.get("Allow", "")
+        if request.path.startswith(API_PREFIX):
+            if response.headers.get("Content-Type") == CONTENT_TYPE:
+                return response
+            detail = f"{request.method} is not an operation of this address; it takes {allow}"
+            answer = problem_response(Problem(405, detail, allow=sorted(allow.split(", "))))
+        elif response.content:
+            return response
+        else:
+            answer = render(request, "405.html", {"request_path": request.path}, status=405)
+        answer.headers["Allow"] = allow
+        return answer
 
 
 class RejectNulMiddleware:

@@ -72,6 +72,10 @@ def _validation(request: HttpRequest, exc: ValidationError) -> HttpResponse:
         for error in exc.errors
     ]
     where = ", ".join(".".join(e["loc"]) for e in errors[:5])
+    if errors and all(e["loc"][:1] == ["query"] for e in errors):
+        # A query parameter of the wrong type (`limit=abc`) is a bad query, as a limit out of
+        # range or a bad cursor is: 400, not the 422 of a body that does not fit.
+        return problem_response(Problem(400, f"bad query parameter ({where})", errors=errors))
     detail = f"the request does not fit its schema ({where})" if where else "invalid request"
     return problem_response(Problem(422, detail, kind="invalid-request", errors=errors))
 

@@ -37,6 +37,13 @@ RunId = Annotated[str, StringConstraints(max_length=40)]
 Short = Annotated[str, StringConstraints(max_length=2000)]
 
 
+class Body(Schema):
+    """A request's body: a field it does not have is a 422 naming it, never dropped unsaid
+    (`{"input": ...}` for `inputs` would otherwise start a run with every default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class ProblemOut(Schema):
     """RFC 9457 problem details; some problems add members (`plan`, `errors`)."""
 
@@ -130,7 +137,7 @@ class RunDetailOut(RunOut):
     verdict: VerdictOut | None
 
 
-class StartIn(Schema):
+class StartIn(Body):
     """The pipeline and its inputs: a version or value as text, a typed input as its JSON
     (an object or a list, checked against the input's schema; its text is taken too). A bad
     input is a 422 naming it in `input`; no run is made."""
@@ -252,14 +259,14 @@ class StoredPlanOut(Schema):
     acts: PlanActsOut
 
 
-class ReasonIn(Schema):
+class ReasonIn(Body):
     """A person's reason, recorded in the run's chain as they gave it (runs/ledger/reasons.py
     checks it again: a blank one is refused there)."""
 
     reason: str = Field(min_length=1, max_length=MAX_REASON_CHARS)
 
 
-class ApproveIn(Schema):
+class ApproveIn(Body):
     mode: Mode
     fingerprint: Fingerprint
 
@@ -313,7 +320,7 @@ class GroupDetailOut(GroupOut):
     runs: list[MemberOut]
 
 
-class GroupApproveIn(Schema):
+class GroupApproveIn(Body):
     mode: Mode
     # The runs to approve, as the group showed them ("run-12"): each is checked on its plan.
     runs: list[RunId] = Field(min_length=1, max_length=10_000)
@@ -387,13 +394,11 @@ class GatePage(Schema):
     next_after: int | None
 
 
-class AnswerIn(Schema):
+class AnswerIn(Body):
     """The gate's form, filled in: field name → value (as the gate page posts them), and the
     digest of the gate as it was read (required): a gate that changed since is a 409 with its
     fresh digest, and nothing is recorded. A field the form does not have, in the answer or
     beside it, is a 422: never dropped unsaid."""
-
-    model_config = ConfigDict(extra="forbid")
 
     answer: dict[Annotated[str, StringConstraints(max_length=64)], Any] = Field(max_length=50)
     digest: str = Field(

@@ -20,7 +20,7 @@ from runs.api import idempotency
 from runs.api.common import find_run, require
 from runs.api.gates import gate_out
 from runs.api.problems import Problem
-from runs.api.schemas import PROBLEMS, GateOut, ReasonIn
+from runs.api.schemas import PROBLEMS, Body, GateOut, ReasonIn
 from runs.asks import AskRefused, ask_supervisor
 from runs.events import read
 from runs.gates.reopen import AskAgainRefused, ask_again
@@ -75,7 +75,7 @@ def close_run(request: HttpRequest, run_id: str, body: ReasonIn) -> JsonResponse
     return idempotency.run(request, body.model_dump(mode="json"), act)
 
 
-class AskAgainIn(Schema):
+class AskAgainIn(Body):
     # The refused confirmation's gate; may be left out when the run has only one.
     gate: int | None = Field(default=None, ge=1)
 
@@ -120,23 +120,25 @@ class SupervisorAsked(Schema):
     response={200: SupervisorAsked, **PROBLEMS},
     summary="Ask a supervisor to settle an effect of a stopped run (Idempotency-Key)",
 )
-def ask_a_supervisor(request: HttpRequest, run_id: str, effect_id: int) -> JsonResponse:
+def ask_a_supervisor(request: HttpRequest, run_id: str, effect_id: str) -> JsonResponse:
     """The run must be stopped and the effect not settled (confirmed or abandoned): otherwise
-    a 409, and nothing is recorded or sent. An effect of another run is a 404."""
+    a 404 when the path names no effect of this run (whatever its text), a 409 when the
+    effect is settled, and nothing is recorded or sent."""
     require(request, roles.can_approve)
     run, who = find_run(run_id), ids.user_actor(request.user)
-    if not Effect.objects.filter(pk=effect_id, run=run).exists():
-        raise Problem(404, f"{run.public_id} has no effect {effect_id}", kind="not-found")
+    pk = ids.parse_pk(effect_id)
+    if pk is None or not Effect.objects.filter(pk=pk, run=run).exists():
+        raise Problem(404, f"{run.public_id} has no effect {effect_id[:40]}", kind="not-found")
 
     def act() -> tuple[int, Any]:
         try:
-            ask = ask_supervisor(effect_id, actor=who)
+            ask = ask_supervisor(pk, actor=who)
         except AskRefused as exc:
             raise Problem(409, str(exc), kind="not-asked") from None
         ask.refresh_from_db(fields=["created_at"])
         return 200, {
             "run": run.public_id,
-            "effect": effect_id,
+            "effect": pk,
             "tool": ask.effect.tool,
             "by": who,
             "asked_at": ask.created_at.isoformat(),
@@ -144,4 +146,4 @@ def ask_a_supervisor(request: HttpRequest, run_id: str, effect_id: int) -> JsonR
             "told": ask.notification_id is not None,
         }
 
-    return idempotency.run(request, {"effect": effect_id}, act)
+    return idempotency.run(request, {"effect": pk}, act)

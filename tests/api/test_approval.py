@@ -63,6 +63,17 @@ def test_approving_by_fingerprint_resumes_the_run_as_the_user(operator, facts):
     assert [e.actor for e in approvals(run)] == [f"user:{operator.user.username}"]
 
 
+def test_an_approval_with_a_field_it_does_not_have_is_a_422_and_resumes_nothing(operator, facts):
+    run = interrupted_with_plan()
+    body = {"mode": "strict", "fingerprint": stored_fingerprint(run), "extra": 1}
+
+    is_problem(operator.post(f"/runs/{run.public_id}/approve", body), 422)
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.INTERRUPTED
+    assert approvals(run) == []
+
+
 def test_a_stale_fingerprint_is_a_409_with_the_fresh_plan_and_changes_nothing(operator, facts):
     run = interrupted_with_plan()
     before = ledger_state(run)

@@ -120,5 +120,23 @@ def test_an_unknown_approval_mode_is_a_422_problem(operator, facts):
     assert not Event.objects.filter(type=Event.Type.PLAN_APPROVED).exists()
 
 
-def test_a_wrong_method_is_a_405(viewer):
-    assert viewer.get("/runs/run-1/approve").status_code == 405
+def test_a_wrong_method_is_a_405_problem_naming_the_allowed_ones(viewer):
+    response = viewer.get("/runs/run-1/approve")
+
+    body = is_problem(response, 405)
+    assert response.headers["Allow"] == "POST"
+    assert body["allow"] == ["POST"] and "takes POST" in body["detail"]
+
+
+def test_a_limit_that_is_not_a_number_is_a_400_as_one_out_of_range_is(viewer):
+    assert "limit" in is_problem(viewer.get("/runs", limit="abc"), 400)["detail"]
+    assert "limit" in is_problem(viewer.get("/runs", limit="0"), 400)["detail"]
+
+
+@pytest.mark.parametrize("effect", ["abc", "0", "99999999999999999999999", "٣"])
+def test_an_effect_id_that_names_no_effect_is_a_404_whatever_its_text(operator, facts, effect):
+    run = interrupted_with_plan()
+
+    body = is_problem(operator.post(f"/runs/{run.public_id}/effects/{effect}/ask-supervisor"), 404)
+
+    assert "has no effect" in body["detail"]

@@ -155,6 +155,15 @@ def test_starting_a_run_with_an_unknown_input_is_a_422_problem(operator, facts):
     assert Run.objects.count() == 0
 
 
+def test_a_misspelt_field_is_a_422_naming_it_and_starts_no_run(operator, facts):
+    # `input` for `inputs`: taken silently, the run would start with every default.
+    response = operator.post("/runs", {"pipeline": "content", "input": {"topic": "Tides"}})
+
+    body = is_problem(response, 422)
+    assert "input" in str(body["errors"]) and "Extra inputs are not permitted" in str(body)
+    assert Run.objects.count() == 0
+
+
 @pytest.mark.parametrize("blank", ["", "   "])
 def test_a_blank_input_is_a_422_naming_it_not_its_default(operator, facts, blank):
     response = operator.post("/runs", {"pipeline": "content", "inputs": {"topic": blank}})
