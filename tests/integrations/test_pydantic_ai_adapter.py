@@ -9,11 +9,13 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Annotated
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from pydantic_ai import Agent, RunContext
 
+from runs.gates import arguments as gate_arguments
 from runs.integrations.pydantic_ai import Policy, ResumerAgent
 from runs.integrations.pydantic_ai.model import ModelRequestRefused, arguments
 from runs.integrations.pydantic_ai.toolset import UNDECLARED
@@ -86,6 +88,58 @@ def test_a_policys_own_confirmation_of_an_approval_still_hands_the_denial_to_the
 
     confirm = tools["refund"].confirmation
     assert (confirm.editable, confirm.on_reject) == (("amount",), OnReject.RETURN)
+
+
+class Refund(BaseModel):
+    amount: Annotated[float, Field(gt=0)]
+    note: str = ""
+
+
+def refund_agent() -> Agent:
+    agent = Agent("openai:gpt-4o", output_type=Answer, defer_model_check=True)
+
+    @agent.tool(requires_approval=True)
+    async def refund(
+        ctx: RunContext[None], amount: Annotated[float, Field(gt=0, le=500)], note: str = ""
+    ) -> str:
+        """Refunds the customer."""
+        return note
+
+    @agent.tool_plain
+    async def replace(order: Refund) -> str:
+        """A lone model: the SDK takes its fields as the tool's arguments."""
+        return order.note
+
+    return agent
+
+
+def test_an_edit_the_tools_signature_refuses_is_refused_before_anything_is_recorded():
+    # A reviewer's -5 or 600 used to be recorded as the answer and fail the stage when the SDK
+    # checked it: the signature's own constraints now check the edit on the gate.
+    confirm = Confirm(editable=("amount",))
+    tools = tools_of(
+        ResumerAgent(
+            refund_agent(), policies={"refund": Policy(ReplayPolicy.IDEMPOTENT, confirm=confirm)}
+        )
+    )
+    refund = tools["refund"]
+    asked = {"amount": 42.5, "note": "late"}
+    described, schema = gate_arguments.describe(refund, asked)
+    call = {"tool": "refund", "args": asked, "arguments": described}
+
+    for wrong, said in (("-5", "greater than 0"), ("600", "less than or equal to 500")):
+        with pytest.raises(gate_arguments.EditRefused, match=said):
+            gate_arguments.edited(call, {"amount": wrong}, refund)
+    assert gate_arguments.edited(call, {"amount": "30"}, refund) == {"amount": 30.0, "note": "late"}
+    assert described["amount"]["rules"] == ["> 0", "≤ 500"]
+    assert schema["properties"]["amount"]["exclusiveMinimum"] == 0
+
+
+def test_a_lone_model_parameter_is_the_tools_arguments_model():
+    tools = tools_of(ResumerAgent(refund_agent()))
+
+    assert tools["replace"].args is Refund
+    assert set(tools["refund"].args.model_fields) == {"amount", "note"}
 
 
 def test_a_policy_for_a_tool_the_agent_does_not_have_is_refused():

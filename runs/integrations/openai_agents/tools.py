@@ -43,6 +43,7 @@ from agents.tool import (
 )
 from agents.tool_context import ToolContext
 from asgiref.sync import async_to_sync, sync_to_async
+from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 from runs.integrations.keys import default_key
@@ -77,6 +78,9 @@ class Durable:
     cost: Decimal = Decimal(0)
     meter: str = ""
     verb: str = "call"
+    # What a reviewer's edit is checked against (the tool's own constraints): the SDK's
+    # FunctionTool keeps only a JSON schema, so its arguments' model is given here.
+    args: type[BaseModel] | None = None
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,7 @@ def pipeline_tool(sdk_tool: FunctionTool, value: ReplayPolicy | Durable | None) 
         confirm=_confirmation(sdk_tool, durable),
         caveat=caveat,
         description=sdk_tool.description,
+        args=durable.args,
     )
 
 

@@ -7,7 +7,8 @@ tool is a Resumer confirmation. `delivery_key()` is the call's key inside a tool
 The SDK (requirements-agents.txt) is imported here and nowhere else in runs/: the core runs
 without it.
 
-May import: pipeline, models, ledger (a key's digest), integrations (a tool's default key) and tools (the parameters the model tool
+May import: pipeline, models, ledger (a key's digest), integrations (a tool's default key, its
+arguments' model) and tools (the parameters the model tool
 passes on).
 """
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.tools import RunContext
@@ -42,6 +42,7 @@ from pydantic_ai.tools import Tool as SDKTool
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool, WrapperToolset
 from pydantic_core import to_jsonable_python
 
+from runs.integrations.arguments import signature_model
 from runs.integrations.keys import default_key
 from runs.integrations.pydantic_ai.bridge import Bridge, current
 from runs.integrations.pydantic_ai.model import call_id
@@ -72,6 +73,8 @@ class Policy:
     cost: Decimal = Decimal(0)
     meter: str = ""
     verb: str = "call"
+    # What a reviewer's edit is checked against; read from the tool's signature when not given.
+    args: type[BaseModel] | None = None
 
 
 class ArgumentsRejected(ToolRejected):
@@ -126,6 +129,10 @@ def pipeline_tool(name: str, sdk_tool: SDKTool, declared: ReplayPolicy | Policy 
         confirm=confirm,
         caveat=UNDECLARED if declared is None else "",
         description=sdk_tool.description or "",
+        args=given.args
+        or signature_model(
+            name, sdk_tool.function, skip=1 if sdk_tool.takes_ctx else 0, lone_model_is_flat=True
+        ),
     )
 
 
