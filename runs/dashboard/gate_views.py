@@ -81,10 +81,15 @@ def gate_preview(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
     errors in too."""
     gate = _gate(run_pk, pk)
     try:
+        # A gate answered (or changed) since the page was shown is said so before a preview
+        # that would read as if the answer could still be sent.
+        answers.check_answerable(gate, request.POST.get("digest", ""))
         answer, diff = answers.clean(gate, request.POST, preview=True)
     except answers.InvalidAnswer as exc:
         context = {"gate": gate, "form": exc.form, "problem": str(exc)}
         return render(request, "runs/_gate_diff.html", context)
+    except answers.AnswerRefused as exc:  # AlreadyAnswered, StaleAnswer included
+        return render(request, "runs/_gate_diff.html", {"gate": gate, "refusal": str(exc)})
     context = {
         "gate": gate,
         "answer": answer,

@@ -175,7 +175,9 @@ def answer(
     if not gate.may_answer(frozenset(roles)):
         who = acts.with_article(gate.get_role_display().lower())
         raise NotAllowed(f"this gate is for {who} to answer")
-    check_shown(gate, digest)
+    # A gate answered meanwhile is said so whatever this answer holds, before its form is
+    # read: its errors would only be about a question nobody can answer any more.
+    check_answerable(gate, digest)
     answer_data, diff = clean(gate, data)
     return record(gate.pk, answer_data, diff, actor=actor, user=user, digest=digest)
 
@@ -184,10 +186,18 @@ def _when(moment) -> str:
     return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
-def _refusal(
-    gate: Gate, run: Run, actor: str, user: int | None, answer_data: dict[str, Any]
-) -> AnswerRefused | None:
-    """Why this person's answer cannot be recorded now, or None; read under the locks."""
+def check_answerable(gate: Gate, digest: str | None) -> None:
+    """Raise AlreadyAnswered or AnswerRefused when nobody can answer `gate` any more, and
+    StaleAnswer when it changed since `digest` was shown: what an answer and its preview
+    check first, read without locks (record() checks again under them)."""
+    closed = _closed(gate, gate.run)
+    if closed is not None:
+        raise closed
+    check_shown(gate, digest)
+
+
+def _closed(gate: Gate, run: Run) -> AnswerRefused | None:
+    """Why nobody's answer can be recorded any more, or None."""
     if gate.status == GateStatus.ANSWERED:
         at = _when(gate.answered_at)
         return AlreadyAnswered(
@@ -197,6 +207,16 @@ def _refusal(
         return AnswerRefused(
             f"this gate is no longer waiting ({gate.get_status_display().lower()})"
         )
+    return None
+
+
+def _refusal(
+    gate: Gate, run: Run, actor: str, user: int | None, answer_data: dict[str, Any]
+) -> AnswerRefused | None:
+    """Why this person's answer cannot be recorded now, or None; read under the locks."""
+    closed = _closed(gate, run)
+    if closed is not None:
+        return closed
     if gate.overdue:
         return DeadlinePassed(
             f"the deadline passed at {_when(gate.deadline)}; {gate.timeout_outcome} "

@@ -90,6 +90,19 @@ def test_a_second_answer_is_a_409_naming_who_answered_first(operator, supervisor
     assert answered(review) == 1
 
 
+def test_a_second_answer_that_does_not_fit_is_a_409_not_the_forms_errors(
+    operator, supervisor, review
+):
+    # Its form errors would be about a question nobody can answer any more.
+    operator.post(f"/gates/{review.pk}/answer", sent(review))
+
+    late = sent(review, title="")
+    body = is_problem(supervisor.post(f"/gates/{review.pk}/answer", late), 409)
+
+    assert "already answered by" in body["detail"] and "errors" not in body
+    assert answered(review) == 1
+
+
 def test_an_operator_may_not_answer_a_supervisors_gate(operator, review):
     charge = charge_gate(review)
 

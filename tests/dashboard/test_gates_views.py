@@ -323,6 +323,18 @@ def test_the_preview_of_an_answer_that_does_not_fit_shows_the_errors(facts):
     assert "Title: This field is required." in response.content.decode()
 
 
+def test_the_preview_of_a_gate_answered_meanwhile_says_so_and_not_what_would_change(facts):
+    # A stale tab: the page was read, someone else answered, then Preview was clicked.
+    gate = gate_of(reviewed(), "review")
+    shown = review_post(gate, title="Edited")
+    answers.answer(gate.pk, dict(gate.initial), actor="user:ana", roles=OPERATOR)
+
+    html = client_as("operator").post(gate_url(gate, "preview/"), shown).content.decode()
+
+    assert "This answer cannot be sent:" in html and "already answered by user:ana" in html
+    assert "changes 1 value" not in html
+
+
 # --- Edited arguments: typed, checked, refused before anything is written ------------------
 
 # The demo's charge: a positive amount in cents, at most its confirmation's ceiling ($100.00).
