@@ -67,11 +67,15 @@ def stage_out(s: pipeline_stats.StageStats) -> dict[str, Any]:
         "paid_calls": s.paid_calls,
         "tokens": s.tokens,
         "skipped": s.skipped,
-        "saved_by_skipping": {"calls": s.skipped_calls, "money": s.skipped_money, "tokens": 0},
+        "saved_by_skipping": {
+            "calls": s.skipped_calls,
+            "money": s.skipped_money,
+            "tokens": s.skipped_tokens,
+        },
         "saved_by_resuming": {
             "calls": s.reused_calls,
             "money": s.reused_money,
-            "tokens": s.saved_tokens,
+            "tokens": s.reused_tokens,
         },
         "replayed_after_gates": s.replayed_after_gates,
     }

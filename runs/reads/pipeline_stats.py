@@ -76,12 +76,13 @@ class StageStats:
     skipped: int = 0
     skipped_calls: int = 0
     skipped_money: Decimal = ZERO
+    skipped_tokens: int = 0  # the model tokens of those calls
     # Saved by resuming (resume_savings.py): effects made before a resume and reused or found
     # on the target instead of made again, at their recorded price, and the model tokens of
     # reused turns; and what runs again after a gate handed back (not a saving).
     reused_calls: int = 0
     reused_money: Decimal = ZERO
-    saved_tokens: int = 0
+    reused_tokens: int = 0
     replayed_after_gates: int = 0
     declared_cost: Decimal = ZERO  # what the stage's declared calls cost, once
     tools: list[str] = field(default_factory=list)  # the tools the stage may call
@@ -116,6 +117,10 @@ class StageStats:
     @property
     def saved_money(self) -> Decimal:
         return self.skipped_money + self.reused_money
+
+    @property
+    def saved_tokens(self) -> int:
+        return self.skipped_tokens + self.reused_tokens
 
 
 def _summed(name: str, zero: Decimal | int = 0) -> property:
@@ -242,10 +247,11 @@ WHERE {in_window} AND e.type = 'TOOL_RESULT'
 GROUP BY e.stage
 """
 
-# What checkpoints saved, as (kind, stage, count, money) rows:
+# What checkpoints saved, as (kind, stage, count, money, tokens) rows:
 #   resumed-at  strict resumes restarting at this stage (every stage before it was skipped);
 #   skipped     per skipped stage, the distinct calls it had paid for in that run before the
-#               resume (a call made twice counts once, at its highest recorded cost).
+#               resume (a call made twice counts once, at its highest recorded cost and
+#               model tokens).
 SAVINGS_SQL = """
 WITH {recent},
 stage_order(stage, idx) AS (VALUES {order}),
@@ -254,21 +260,22 @@ resumes AS (
   WHERE {in_window} AND e.type = 'RESUMED'
 ),
 paid AS (
-  SELECT e.run_id, e.seq, e.stage, {call} AS call_id, {cost} AS cost FROM {event_t} e
+  SELECT e.run_id, e.seq, e.stage, {call} AS call_id, {cost} AS cost, {tokens} AS tokens
+  FROM {event_t} e
   WHERE e.run_id IN (SELECT run_id FROM resumes) AND e.type = 'TOOL_RESULT'
     AND (CASE WHEN {reused} OR {skipped} THEN 0 ELSE 1 END) = 1
 ),
 skipped_calls AS (
-  SELECT p.stage, r.run_id, r.seq, p.call_id, MAX(p.cost) AS cost
+  SELECT p.stage, r.run_id, r.seq, p.call_id, MAX(p.cost) AS cost, MAX(p.tokens) AS tokens
   FROM resumes r
   JOIN stage_order ro ON ro.stage = r.restart
   JOIN paid p ON p.run_id = r.run_id AND p.seq < r.seq
   JOIN stage_order po ON po.stage = p.stage AND po.idx < ro.idx
   GROUP BY p.stage, r.run_id, r.seq, p.call_id
 )
-SELECT 'resumed-at', restart, COUNT(*), 0 FROM resumes GROUP BY restart
+SELECT 'resumed-at', restart, COUNT(*), 0, 0 FROM resumes GROUP BY restart
 UNION ALL
-SELECT 'skipped', stage, COUNT(*), SUM(cost) FROM skipped_calls GROUP BY stage
+SELECT 'skipped', stage, COUNT(*), SUM(cost), SUM(tokens) FROM skipped_calls GROUP BY stage
 """
 
 WINDOW_SQL = "WITH {recent} SELECT COUNT(*), MIN(id), MAX(id) FROM recent"
@@ -365,15 +372,17 @@ def pipeline_stats(pipeline: Pipeline, window: int = DEFAULT_WINDOW) -> Pipeline
         if stage in stages:
             s = stages[stage]
             s.reused_calls, s.reused_money = saved.calls, _money(saved.money)
-            s.saved_tokens, s.replayed_after_gates = saved.tokens, saved.replayed_after_gates
+            s.reused_tokens, s.replayed_after_gates = saved.tokens, saved.replayed_after_gates
 
     order = list(pipeline.stage_names)
-    for kind, stage, count, money in savings_rows(pipeline, window):
+    for kind, stage, count, money, tokens in savings_rows(pipeline, window):
         if kind == "resumed-at" and stage in stages:
             for skipped in order[: order.index(stage)]:
                 stages[skipped].skipped += int(count)
         elif kind == "skipped" and stage in stages:
-            stages[stage].skipped_calls, stages[stage].skipped_money = int(count), _money(money)
+            s = stages[stage]
+            s.skipped_calls, s.skipped_money = int(count), _money(money)
+            s.skipped_tokens = int(tokens or 0)
 
     for spec in pipeline.stages:
         s = stages[spec.name]

@@ -24,6 +24,12 @@ def test_a_reused_charge_is_saved_by_resuming_at_its_price(facts):
     assert Decimal(publish["saved_by_resuming"]["money"]) >= Decimal("5.00")
     assert publish["replayed_after_gates"] == 0
     assert body["runs"] == 1 and Decimal(body["saved_money"]) >= Decimal("5.00")
+    # The stages the resume skipped had spent model tokens: saved, as their money is.
+    research = next(s for s in body["stages"] if s["stage"] == "research")
+    assert research["saved_by_skipping"]["tokens"] > 0
+    assert body["saved_tokens"] == sum(
+        s["saved_by_skipping"]["tokens"] + s["saved_by_resuming"]["tokens"] for s in body["stages"]
+    )
 
 
 @pytest.mark.parametrize(("query", "status"), [({"runs": 7}, 400), ({"runs": "abc"}, 400)])

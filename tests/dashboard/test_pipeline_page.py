@@ -173,6 +173,9 @@ def test_a_strict_resume_saves_the_skipped_stages_and_the_reused_effects(facts):
         # research: the loop's two model turns and its search; draft: the model call.
         assert figures[stage].skipped_calls == len(before) == {"research": 3, "draft": 1}[stage]
         assert figures[stage].skipped_money == cost(before) > 0
+        used = [read(e).usage for e in before]
+        tokens = sum(u.get("prompt", 0) + u.get("completion", 0) for u in used)
+        assert figures[stage].skipped_tokens == tokens > 0
     for stage in ("visual", "prefill", "publish"):
         assert (figures[stage].skipped, figures[stage].skipped_calls) == (0, 0)
     # visual re-executed: the body images' confirmed effects were returned, not made again.
