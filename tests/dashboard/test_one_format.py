@@ -1,5 +1,5 @@
-"""One format per quantity (issue 48, point 4): every page of the demo says money one way (the
-`money` filter, runs/quantities.py); a run page's counts agree; a batch says what each of its
+"""One format per quantity (issue 48, point 4): every page of the demo says money and token
+counts one way (the `money` and `tokens` filters, runs/quantities.py); a run page's counts agree; a batch says what each of its
 runs is doing."""
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ from tests.support.web import client_as
 MONEY = re.compile(r"\$-?[0-9][0-9,]*(?:\.[0-9]+)?")
 # Cents, or the ledger's four places; thousands separated.
 ONE_FORMAT = re.compile(r"^\$[0-9]{1,3}(,[0-9]{3})*\.[0-9]{2}([0-9]{2})?$")
+# A token count as the `tokens` filter says it: thousands separated ("1,033 tokens").
+TOKENS = re.compile(r"\b([0-9][0-9,]*) (?:model )?tokens\b")
+ONE_COUNT = re.compile(r"^[0-9]{1,3}(,[0-9]{3})*$")
 
 
 def demo_pages() -> list[str]:
@@ -37,13 +40,14 @@ def demo_pages() -> list[str]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_every_page_of_the_demo_says_money_one_way(facts, redis_conn):
+def test_every_page_of_the_demo_says_money_and_token_counts_one_way(facts, redis_conn):
     call_command("seed_demo", stdout=io.StringIO())
     for run in Run.objects.filter(status__in=Run.RESUMABLE):
         stored_plans.refresh(run)
     supervisor = client_as("supervisor")
 
     said: dict[str, list[str]] = {}
+    counts: dict[str, str] = {}
     doubled = []  # "$" before the money filter, which says it: "$$5.00"
     for path in demo_pages():
         response = supervisor.get(path)
@@ -51,6 +55,8 @@ def test_every_page_of_the_demo_says_money_one_way(facts, redis_conn):
         html = response.content.decode()
         for amount in MONEY.findall(html):
             said.setdefault(amount, []).append(path)
+        for count in TOKENS.findall(html):
+            counts.setdefault(count, path)
         if "$$" in html:
             doubled.append(path)
 
@@ -61,6 +67,8 @@ def test_every_page_of_the_demo_says_money_one_way(facts, redis_conn):
     # One amount, one text: no "$5.001" beside "$5.0010".
     canonical = {a: quantities.money(Decimal(a[1:].replace(",", ""))) for a in said}
     assert {a: c for a, c in canonical.items() if a != c} == {}
+    assert any(int(c.replace(",", "")) >= 1000 for c in counts), counts  # big enough to tell
+    assert {c: path for c, path in counts.items() if not ONE_COUNT.match(c)} == {}
 
 
 @pytest.mark.django_db

@@ -158,7 +158,7 @@ def test_model_tokens_per_stage_are_what_each_paid_model_call_recorded(viewer, f
         assert s.tokens == sum(u.get("prompt", 0) + u.get("completion", 0) for u in used)
     assert by_stage(figures)["research"].tokens > 0
     html = viewer.get(PAGE).content.decode()
-    assert f"{by_stage(figures)['draft'].tokens} model tokens" in html
+    assert f"{by_stage(figures)['draft'].tokens:,} model tokens" in html
 
 
 def test_a_strict_resume_saves_the_skipped_stages_and_the_reused_effects(facts):
