@@ -819,7 +819,12 @@ def test_stale_plan_is_refused_with_the_fresh_plan(operator, facts):
     old = compute_plan(run)
     # Something happens after the operator read the plan: a supervisor edits the ledger.
     effect = Effect.objects.get(run=run, call_id="render-cover")
-    edit_effect(effect.pk, {"error": "checked: not rendered"}, reason="checked", actor="t")
+    edit_effect(
+        effect.pk,
+        {"status": "failed", "error": "checked: not rendered"},
+        reason="checked",
+        actor="t",
+    )
     fresh = compute_plan(run)
     assert fresh.fingerprint != old.fingerprint
     response = operator.post(
