@@ -25,6 +25,7 @@ from runs.planning import costs, disagreement, divergence, gate_lines, made_agai
 from runs.planning.plan import ArtifactLine, DriftLine, EffectLine, Plan, Upgrade
 from runs.planning.replay import Action, decide_on
 from runs.planning.replay_log import EMPTY, replay_logs
+from runs.planning.sent_back import sent_back
 
 __all__ = ["Action", "Plan", "compute_plan"]
 
@@ -209,6 +210,14 @@ def _tail(run: Run, after_seq: int) -> tuple[int, list[str]]:
     return run.last_seq - after_seq, summary
 
 
+def _resumable(run: Run) -> tuple[bool, str]:
+    """Whether the plan offers a way on, and why not when it does not."""
+    back = sent_back(run)
+    if back is not None:
+        return False, back.reason
+    return run.is_resumable, _not_resumable_reason(run)
+
+
 def _not_resumable_reason(run: Run) -> str:
     if run.is_resumable:
         return ""
@@ -245,8 +254,7 @@ def compute_plan(run: Run) -> Plan:
     # approval (which always re-plans from the database) can ever match.
     run = Run.objects.get(pk=run.pk)
     pipeline = registry.get(run.pipeline)
-    resumable = run.is_resumable
-    reason = _not_resumable_reason(run)
+    resumable, reason = _resumable(run)
 
     chosen, artifact_lines, fallbacks = _verified_prefix(run, pipeline)
     next_stage, checkpoint_reason = _start_point(chosen, fallbacks, pipeline)
