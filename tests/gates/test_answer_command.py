@@ -12,6 +12,7 @@ from django.core.management.base import CommandError
 
 from runs.access import roles
 from runs.gates.decision import gate_digest
+from runs.management.commands import answer_gate as answer_gate_command
 from runs.models import Event, Gate, GateStatus, Run
 from tests.gates.test_answers import waiting_at_charge, waiting_at_review
 
@@ -113,3 +114,32 @@ def test_a_bad_answer_is_refused_and_changes_nothing(facts, args, said):
 def test_an_unknown_gate_is_refused(db):
     with pytest.raises(CommandError, match="there is no gate '99999'"):
         answer_gate("99999", "--show")
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--reject"], "this question's decision is one of approve, request_changes"),
+        (["--approve", "--set", "decision=request_changes"], "give the decision once"),
+    ],
+)
+def test_a_flag_that_is_not_the_questions_own_decision_is_refused(facts, args, said):
+    # --reject is a confirmation's; a question's decision is its form's own choice, and a
+    # flag never overwrites the one --set gave.
+    gate = waiting_at_review()
+
+    with pytest.raises(CommandError, match=said):
+        answer_gate(str(gate.pk), "--digest", gate_digest(gate), *args)
+
+    assert Gate.objects.get(pk=gate.pk).status == GateStatus.OPEN and answered(gate) == 0
+
+
+def test_a_name_that_is_both_an_argument_and_the_forms_own_field_is_refused_not_guessed():
+    fields = {"decision": None, "reason": None, "arg_reason": None, "arg_amount": None}
+
+    with pytest.raises(CommandError, match="reason is both the call's argument"):
+        answer_gate_command._field(fields, "reason", "reason=late")
+
+    assert answer_gate_command._field(fields, "arg_reason", "arg_reason=late") == "arg_reason"
+    assert answer_gate_command._field(fields, "amount", "amount=5") == "arg_amount"
+    assert answer_gate_command._names(fields) == "decision, reason, arg_reason, amount"

@@ -128,15 +128,12 @@ class Command(BaseCommand):
             data[name] = "on" if shown is True else str(shown)
         for item in opts["set"]:
             name, sep, value = item.partition("=")
-            field = f"arg_{name}" if f"arg_{name}" in form.fields else name
-            if not sep or field not in form.fields or field == TICK:
-                fields = ", ".join(n.removeprefix("arg_") for n in form.fields if n != TICK)
-                raise CommandError(f"--set {item!r}: this gate's fields are {fields}")
+            field = _field(form.fields, name, item) if sep else ""
+            if field not in form.fields or field == TICK:
+                raise CommandError(f"--set {item!r}: this gate's fields are {_names(form.fields)}")
             data[field] = value
         if opts["decision"]:
-            if "decision" not in form.fields:
-                raise CommandError("this gate's form has no decision: give its fields with --set")
-            data["decision"] = opts["decision"]
+            data["decision"] = _decision(form, opts["decision"], data.get("decision"), opts["set"])
         elif gate.kind == GateKind.CONFIRM:
             # The page shows "approve" selected and a person clicks it; a command line that
             # says nothing has not decided to make the call.
@@ -185,7 +182,47 @@ class Command(BaseCommand):
             shown = form[name].value()
             choices = getattr(field, "choices", None)
             options = f" [{'|'.join(str(v) for v, _ in choices)}]" if choices else ""
-            write(f"  {name.removeprefix('arg_')}{options}: {field.help_text or field.label}")
+            write(f"  {_said(form.fields, name)}{options}: {field.help_text or field.label}")
             if shown not in (None, ""):
                 write(textwrap.indent(f"shown: {shown}", "      "))
         write(f"digest: {gate_digest(gate)}")
+
+
+def _said(fields: dict[str, Any], name: str) -> str:
+    """A field as --set takes it: an argument by its name, or as arg_<name> where the form
+    has a field of that name too (a call's `reason` beside the rejection's)."""
+    bare = name.removeprefix("arg_")
+    return name if bare != name and bare in fields else bare
+
+
+def _names(fields: dict[str, Any]) -> str:
+    return ", ".join(_said(fields, name) for name in fields if name != TICK)
+
+
+def _field(fields: dict[str, Any], name: str, item: str) -> str:
+    """The form field `--set name=...` sets: the form's own, an argument's (arg_<name>); a
+    name that is both is refused, never guessed."""
+    if name in fields and f"arg_{name}" in fields:
+        raise CommandError(
+            f"--set {item!r}: {name} is both the call's argument (--set arg_{name}=...) and "
+            f"this form's own field{' (--reason)' if name == 'reason' else ''}: say which"
+        )
+    return name if name in fields else f"arg_{name}"
+
+
+def _decision(form: Any, flag: str, given: str | None, sets: list[str]) -> str:
+    """--approve or --reject as the form's decision: refused where the form has none, or a
+    decision of its own that they are not (a question's "ok"/"stop"), and beside --set
+    decision=..., which says it already."""
+    field = form.fields.get("decision")
+    if field is None:
+        raise CommandError("this gate's form has no decision: give its fields with --set")
+    if any(item.partition("=")[0] == "decision" for item in sets) and given != flag:
+        raise CommandError(f"--{flag} and --set decision={given}: give the decision once")
+    choices = [str(value) for value, _ in getattr(field, "choices", [])]
+    if choices and flag not in choices:
+        raise CommandError(
+            f"--{flag}: this question's decision is one of {', '.join(choices)}; "
+            "give it with --set decision=..."
+        )
+    return flag
