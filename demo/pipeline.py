@@ -234,11 +234,11 @@ SEARCH_SCHEMA = {
 
 
 # What the supervisor reads beside the charge they confirm (markdown).
-PROMOTION_NOTE = """\
+PROMOTION_NOTE = f"""\
 **The promotion fee** for the article just published: the card processor charges the account
 once per article (the charge's delivery key is the article's id).
 
-- *Approve* to promote the article; you may lower the amount.
+- *Approve* to promote the article; you may change the amount, up to ${PROMOTION_CEILING}.
 - *Reject* with a reason to leave it published without promotion: the stage records why.
 """
 

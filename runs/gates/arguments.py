@@ -132,6 +132,8 @@ def describe(tool: Tool, args: dict[str, Any]) -> tuple[dict[str, Any], dict[str
     model = edit_model(tool)
     schema = model.model_json_schema() if model is not None else {}
     props, defs = schema.get("properties", {}), schema.get("$defs", {})
+    for prop in props.values():
+        _json_schema_bounds(prop)
     described = {}
     for name in [n for n in tool.confirmation.editable if n in args]:
         prop = props.get(name)
@@ -143,6 +145,26 @@ def describe(tool: Tool, args: dict[str, Any]) -> tuple[dict[str, Any], dict[str
             entry["choices"] = _resolved(prop, defs)["enum"]
         described[name] = entry
     return described, schema
+
+
+# pydantic writes a confirmation's limit on a Decimal (a number, or its text: anyOf) as its
+# own keyword beside the anyOf ("le": "100.00"), which no JSON Schema client reads: said as
+# JSON Schema's bound, on the number it bounds.
+JSON_SCHEMA_BOUNDS = {
+    "gt": "exclusiveMinimum",
+    "ge": "minimum",
+    "lt": "exclusiveMaximum",
+    "le": "maximum",
+}
+
+
+def _json_schema_bounds(prop: dict[str, Any]) -> None:
+    numbers = [o for o in prop.get("anyOf", []) if o.get("type") in ("number", "integer")]
+    for ours, theirs in JSON_SCHEMA_BOUNDS.items():
+        if ours in prop and numbers:
+            bound = float(prop.pop(ours))
+            for number in numbers:
+                number[theirs] = bound
 
 
 def _rules(model: type[BaseModel] | None, name: str) -> list[str]:

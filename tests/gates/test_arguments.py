@@ -145,6 +145,16 @@ def test_the_gate_records_each_editable_arguments_kind_and_rules():
     assert set(schema["properties"]) == {"account", "amount", "article"}
 
 
+def test_the_ceiling_is_said_in_the_schema_as_json_schemas_maximum():
+    # pydantic wrote it as "le": "100.00" beside the anyOf, which no JSON Schema client reads.
+    _, schema = arguments.describe(CHARGE, ASKED)
+
+    amount = schema["properties"]["amount"]
+    (number,) = [o for o in amount["anyOf"] if o.get("type") == "number"]
+    assert (number["maximum"], number["exclusiveMinimum"]) == (100.0, 0.0)
+    assert "le" not in amount
+
+
 def test_limits_are_refused_on_a_tool_without_an_args_model():
     with pytest.raises(ValueError, match="limits"):
         Tool(
