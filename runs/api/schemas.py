@@ -11,7 +11,14 @@ from typing import Annotated, Any, Literal
 
 from ninja import Field, Schema
 from ninja.responses import codes_4xx
-from pydantic import BaseModel, ConfigDict, PlainSerializer, StringConstraints, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    PlainSerializer,
+    PlainValidator,
+    StringConstraints,
+    WithJsonSchema,
+)
 
 from runs import quantities
 from runs.ledger.reasons import MAX_REASON_CHARS
@@ -34,7 +41,29 @@ Tokens = Annotated[int, Field(ge=0, description="a count of a model's tokens")]
 Mode = Literal["strict", "upgrade"]
 Fingerprint = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 RunId = Annotated[str, StringConstraints(max_length=40)]
-Short = Annotated[str, StringConstraints(max_length=2000)]
+# An input's text, at most (a version, a topic; a longer value is a typed input's JSON).
+SHORT = 2000
+
+
+def _input_value(value: Any) -> Any:
+    """One error that says what an input may be: as a union of three types, a number was
+    refused three times over, once per type, in pydantic's names for them."""
+    if isinstance(value, dict | list):
+        return value
+    if not isinstance(value, str):
+        raise ValueError('an input is text (a number as text: "42"), a JSON object or a list')
+    if len(value) > SHORT:
+        raise ValueError(f"an input's text is at most {SHORT:,} characters")
+    return value
+
+
+InputValue = Annotated[
+    Any,
+    PlainValidator(_input_value),
+    WithJsonSchema(
+        {"anyOf": [{"type": "string", "maxLength": SHORT}, {"type": "object"}, {"type": "array"}]}
+    ),
+]
 
 
 class Body(Schema):
@@ -143,9 +172,9 @@ class StartIn(Body):
     input is a 422 naming it in `input`; no run is made."""
 
     pipeline: Annotated[str, StringConstraints(min_length=1, max_length=64)]
-    inputs: dict[
-        Annotated[str, StringConstraints(max_length=64)], Short | dict[str, Any] | list[Any]
-    ] = Field(default_factory=dict, max_length=50)
+    inputs: dict[Annotated[str, StringConstraints(max_length=64)], InputValue] = Field(
+        default_factory=dict, max_length=50
+    )
 
 
 class EventOut(Schema):

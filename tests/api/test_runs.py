@@ -164,6 +164,22 @@ def test_a_misspelt_field_is_a_422_naming_it_and_starts_no_run(operator, facts):
     assert Run.objects.count() == 0
 
 
+@pytest.mark.parametrize("value", [42, 4.5, True, None])
+def test_an_input_that_is_not_text_an_object_or_a_list_is_one_error_saying_so(
+    operator, facts, value
+):
+    response = operator.post("/runs", {"pipeline": "content", "inputs": {"topic": value}})
+
+    body = is_problem(response, 422)
+    assert body["errors"] == [
+        {
+            "loc": ["body", "inputs", "topic"],
+            "msg": 'Value error, an input is text (a number as text: "42"), a JSON object or a list',
+        }
+    ]
+    assert Run.objects.count() == 0
+
+
 @pytest.mark.parametrize("blank", ["", "   "])
 def test_a_blank_input_is_a_422_naming_it_not_its_default(operator, facts, blank):
     response = operator.post("/runs", {"pipeline": "content", "inputs": {"topic": blank}})

@@ -143,3 +143,16 @@ def test_a_name_that_is_both_an_argument_and_the_forms_own_field_is_refused_not_
     assert answer_gate_command._field(fields, "arg_reason", "arg_reason=late") == "arg_reason"
     assert answer_gate_command._field(fields, "amount", "amount=5") == "arg_amount"
     assert answer_gate_command._names(fields) == "decision, reason, arg_reason, amount"
+
+
+def test_a_second_answer_is_refused_saying_once_that_nothing_was_written(facts, redis_conn):
+    gate = waiting_at_review()
+    digest = gate_digest(gate)
+    answer_gate(str(gate.pk), "--digest", digest, "--approve")
+
+    with pytest.raises(CommandError) as refused:
+        answer_gate(str(gate.pk), "--digest", digest, "--approve")
+
+    said = str(refused.value)
+    assert said.startswith("already answered by user:cli")
+    assert said.endswith("; nothing was changed") and "recorded" not in said

@@ -96,7 +96,11 @@ class Command(BaseCommand):
         except answers.StaleAnswer as exc:
             raise CommandError(f"{exc}. Fresh digest: {exc.digest}") from exc
         except answers.AnswerRefused as exc:
-            raise CommandError(f"{exc}; nothing was recorded") from exc
+            said = str(exc)
+            # Most refusals say already that nothing was written: said once.
+            if "nothing was" not in said and "not recorded" not in said:
+                said += "; nothing was recorded"
+            raise CommandError(said) from exc
         said = "the stage goes on" if done.final else f"{done.missing} more vote(s) needed"
         self.stdout.write(f"gate {gate.pk} of {gate.run.public_id} answered: {said}")
 
