@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from urllib.parse import parse_qsl
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
@@ -82,6 +83,9 @@ class RejectNulMiddleware:
     is a problem, as every API error is."""
 
     MESSAGE = "A NUL character is not accepted in an address or a form."
+    # Django reads such a form with U+FFFD in place of the bytes: a gate's answer recorded
+    # "o\ufffd\ufffd\ufffdk" for what was sent.
+    UTF8_MESSAGE = "The form holds bytes that are not UTF-8 text; nothing was recorded."
     JSON_MESSAGE = (
         "The JSON body holds text no database can store: a NUL character (\\u0000) or a lone "
         "surrogate (\\ud800-\\udfff)."
@@ -95,6 +99,8 @@ class RejectNulMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         form = request.method == "POST" and request.content_type in FORM_TYPES
+        if form and request.content_type == URLENCODED and not _utf8_form(_body(request)):
+            return self.refuse(request, self.UTF8_MESSAGE)
         if "\x00" in request.path or _has_nul(request.GET) or (form and _has_nul(request.POST)):
             return self.refuse(request, self.MESSAGE)
         refused = _json_refusal(_body(request)) if _is_json(request.content_type) else ""
@@ -109,7 +115,8 @@ class RejectNulMiddleware:
         return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
 
 
-FORM_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})
+URLENCODED = "application/x-www-form-urlencoded"
+FORM_TYPES = frozenset({URLENCODED, "multipart/form-data"})
 # A NUL, or a UTF-16 surrogate standing alone (a decoded JSON string can hold one; UTF-8 can
 # encode neither for a database).
 UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -117,6 +124,16 @@ UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 def _has_nul(data) -> bool:
     return any("\x00" in key or any("\x00" in v for v in data.getlist(key)) for key in data)
+
+
+def _utf8_form(body: bytes) -> bool:
+    """Whether a urlencoded body's names and values are UTF-8 text once decoded (a browser
+    sends nothing else)."""
+    try:
+        parse_qsl(body.decode("utf-8"), keep_blank_values=True, errors="strict")
+    except (UnicodeDecodeError, ValueError):
+        return False
+    return True
 
 
 def _is_json(content_type: str) -> bool:

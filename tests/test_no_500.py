@@ -149,6 +149,23 @@ def test_a_nul_character_is_a_400_that_says_so_and_changes_nothing(stocked, supe
     assert run.last_seq == before
 
 
+def test_a_form_whose_bytes_are_not_utf8_is_a_400_and_changes_nothing(stocked, supervisor):
+    # Read as Django reads it, the broken bytes were U+FFFD, and recorded as what was sent.
+    run = stocked["run"]
+    before = run.last_seq
+
+    response = supervisor.post(
+        f"/runs/{run.public_id}/approve/",
+        b"fingerprint=o%ED%A0%80k",
+        content_type="application/x-www-form-urlencoded",
+    )
+
+    assert response.status_code == 400
+    assert b"not UTF-8 text; nothing was recorded" in response.content
+    run.refresh_from_db()
+    assert run.last_seq == before
+
+
 # --- JSON bodies ------------------------------------------------------------------------------
 
 # Text no database stores, as JSON writes it: a NUL and a lone surrogate.
