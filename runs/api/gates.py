@@ -118,8 +118,10 @@ def answer_gate(request: HttpRequest, gate_id: str, body: AnswerIn) -> JsonRespo
             raise Problem(422, str(exc), kind="invalid-answer", errors=errors) from None
         except answers.DeadlinePassed as exc:
             raise Problem(409, str(exc), kind="deadline-passed") from None
-        except answers.AnswerRefused as exc:  # AlreadyAnswered included
+        except answers.AlreadyAnswered as exc:
             raise Problem(409, str(exc), kind="already-answered") from None
+        except answers.AnswerRefused as exc:  # closed with its run, a vote given twice...
+            raise Problem(409, str(exc), kind="not-answerable") from None
         done.gate.refresh_from_db()
         body_out = {"gate": gate_out(done.gate), "final": done.final, "missing": done.missing}
         return 200, AnsweredOut.model_validate(body_out).model_dump(mode="json")

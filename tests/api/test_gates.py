@@ -87,7 +87,20 @@ def test_a_second_answer_is_a_409_naming_who_answered_first(operator, supervisor
     body = is_problem(supervisor.post(f"/gates/{review.pk}/answer", sent(review)), 409)
 
     assert f"already answered by user:{operator.user.username} at" in body["detail"]
+    assert body["type"].endswith("/already-answered")
     assert answered(review) == 1
+
+
+def test_an_answer_to_a_gate_closed_with_its_run_is_not_answerable_not_already_answered(
+    operator, supervisor, review
+):
+    closed = supervisor.post(f"/runs/{review.run.public_id}/close", {"reason": "not needed"})
+    assert closed.status_code == 200, closed.content
+
+    body = is_problem(operator.post(f"/gates/{review.pk}/answer", sent(review)), 409)
+
+    assert body["type"].endswith("/not-answerable") and "closed with its run" in body["detail"]
+    assert answered(review) == 0
 
 
 def test_a_second_answer_that_does_not_fit_is_a_409_not_the_forms_errors(
