@@ -9,15 +9,18 @@ import ast
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated
 
 import django_rq
 import pytest
-from agents import function_tool
+from agents import RunContextWrapper, function_tool
 from django.conf import settings
+from pydantic import Field
 
 from demo import faults
 from runs import engine
 from runs.gates import answers
+from runs.gates import arguments as gate_arguments
 from runs.integrations.openai_agents import UNDECLARED, Durable
 from runs.integrations.openai_agents.tools import pipeline_tool
 from runs.models import Checkpoint, Effect, Gate, GateStatus, ReplayPolicy, Run
@@ -149,6 +152,29 @@ def test_a_durable_confirmation_without_needs_approval_confirms_every_call():
     assert confirm is not None and confirm.when is None
     assert (confirm.editable, confirm.on_reject) == (("amount",), OnReject.RETURN)
     assert pipeline_tool(pay_back, Durable(ReplayPolicy.IDEMPOTENT)).confirmation is None
+
+
+def test_an_edit_is_checked_against_the_wrapped_functions_signature():
+    # Typed by the model's proposed value (50, an integer), 2.5 was refused and -5 or 600
+    # recorded, the call then refused by the SDK: the signature says what the tool takes.
+    @function_tool
+    def send_tip(
+        ctx: RunContextWrapper[None], amount: Annotated[float, Field(gt=0, le=200)]
+    ) -> str:
+        """Sends a tip."""
+        return str(amount)
+
+    tool = pipeline_tool(
+        send_tip, Durable(ReplayPolicy.IDEMPOTENT, confirm=Confirm(editable=("amount",)))
+    )
+    described, _ = gate_arguments.describe(tool, {"amount": 50})
+    call = {"tool": "send_tip", "args": {"amount": 50}, "arguments": described}
+
+    assert described["amount"] == {"kind": "number", "rules": ["> 0", "≤ 200"]}
+    assert gate_arguments.edited(call, {"amount": "2.5"}, tool) == {"amount": 2.5}
+    for wrong in ("-5", "600"):
+        with pytest.raises(gate_arguments.EditRefused):
+            gate_arguments.edited(call, {"amount": wrong}, tool)
 
 
 def test_only_the_adapters_package_imports_the_sdk():

@@ -15,7 +15,7 @@ stage, every model turn and every function tool call a recorded call of the ledg
 The SDK is imported here and nowhere else in runs/ (docs/agents.md).
 
 May import: pipeline, models (the replay policies), ledger (a delivery key's digest) and
-integrations (a tool's default key).
+integrations (a tool's default key, its arguments' model).
 """
 
 from runs.integrations.openai_agents.runner import OpenAIAgent

@@ -30,12 +30,13 @@ import contextvars
 import dataclasses
 import inspect
 import json
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from agents import FunctionTool
+from agents import FunctionTool, RunContextWrapper
 from agents.exceptions import ModelBehaviorError
 from agents.tool import (
     maybe_invoke_function_tool_failure_error_function,
@@ -46,6 +47,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
+from runs.integrations.arguments import signature_model
 from runs.integrations.keys import default_key
 from runs.integrations.openai_agents.session import Session
 from runs.models import Effect, ReplayPolicy
@@ -181,8 +183,26 @@ def pipeline_tool(sdk_tool: FunctionTool, value: ReplayPolicy | Durable | None) 
         confirm=_confirmation(sdk_tool, durable),
         caveat=caveat,
         description=sdk_tool.description,
-        args=durable.args,
+        args=durable.args or arguments_model(sdk_tool),
     )
+
+
+def arguments_model(sdk_tool: FunctionTool) -> type[BaseModel] | None:
+    """The arguments' model of a tool `function_tool` made, read from the function it wraps
+    (the SDK keeps it as `__wrapped__`) as the SDK reads the signature: a first parameter
+    that is the run's context is not an argument. None for a FunctionTool built by hand (a
+    JSON schema only): its edits are then typed by the value the model proposed."""
+    function = getattr(sdk_tool, "__wrapped__", None)
+    if function is None:
+        return None
+    try:
+        first = next(iter(inspect.signature(function).parameters.values()), None)
+        hint = typing.get_type_hints(function).get(first.name) if first is not None else None
+    except (NameError, TypeError, ValueError):
+        return None
+    context = typing.get_origin(hint) or hint
+    takes_context = isinstance(context, type) and issubclass(context, RunContextWrapper)
+    return signature_model(sdk_tool.name, function, skip=1 if takes_context else 0)
 
 
 async def _needs_approval(sdk_tool: FunctionTool, context: ToolContext[Any], args: Any) -> bool:
