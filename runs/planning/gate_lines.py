@@ -21,15 +21,15 @@ from runs.planning.plan import EffectLine, GateLine
 from runs.planning.replay import Action
 
 
-def _declared(pipeline: Pipeline, stage: str) -> list[tuple[str, str, str]]:
-    """(gate id, kind, role) of the gates a stage may ask: its `asks`, and the calls of tools
-    that need a confirmation."""
+def _declared(pipeline: Pipeline, stage: str) -> list[tuple[str, str, str, bool]]:
+    """(gate id, kind, role, whether a condition decides it is asked) of the gates a stage
+    may ask: its `asks`, and the calls of tools that need a confirmation."""
     spec = pipeline.stage(stage)
-    gates = [(name, GateKind.QUESTION, "") for name in spec.asks]
+    gates = [(name, GateKind.QUESTION, "", True) for name in spec.asks]
     for call in spec.calls:
         confirm = pipeline.tool(call.tool).confirmation
         if confirm is not None:
-            gates.append((call.call_id, GateKind.CONFIRM, str(confirm.role)))
+            gates.append((call.call_id, GateKind.CONFIRM, str(confirm.role), bool(confirm.when)))
     return gates
 
 
@@ -46,7 +46,7 @@ def strict_lines(
     lines = []
     for stage in stages:
         declared = _declared(pipeline, stage)
-        names = [name for name, _, _ in declared]
+        names = [name for name, _, _, _ in declared]
         names += [g for (s, g) in asked if s == stage and g not in names]
         for name in names:
             gate = asked.get((stage, name))
@@ -56,10 +56,10 @@ def strict_lines(
                     GateLine(stage, name, gate.kind, decision.action, decision.said, gate.role)
                 )
                 continue
-            kind, role = next((k, r) for n, k, r in declared if n == name)
+            kind, role, conditional = next((k, r, c) for n, k, r, c in declared if n == name)
             said = (
-                f"asks {with_article(role or 'operator')} to confirm the call before it is made, if its "
-                "condition holds"
+                f"asks {with_article(role or 'operator')} to confirm the call before it is made"
+                + (", if its condition holds" if conditional else "")
                 if kind == GateKind.CONFIRM
                 else "not asked yet: if the stage asks it, the run waits for a human"
             )
