@@ -7,9 +7,9 @@ a run's plan says so and offers no resume: the way on is to close the run out an
 new one. (A rejected confirmation is the planner's to predict, and is: its call's line says
 it is not made and costs nothing, runs/planning/gate_lines.py.)
 
-The rule reads the facts: the run failed; the stage's newest answered gate sent the work back;
-and the stage's last attempt, which read that answer, made no new call before it failed (it
-replayed what it had and stopped on the answer).
+The rule reads the facts: the run failed; its newest answer sent the work back; the failure
+is that answer's stage's, after it; and the stage made no new call in between (it replayed
+what it had and stopped on the answer).
 """
 
 from __future__ import annotations
