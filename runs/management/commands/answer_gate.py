@@ -88,7 +88,8 @@ class Command(BaseCommand):
             )
         actor, held, user = self._who(opts["username"])
         try:
-            answers.check_shown(gate, opts["digest"])  # a stale page first, as the page says it
+            # What every face says first: answered or closed meanwhile, then a stale digest.
+            answers.check_answerable(gate, opts["digest"])
             data = self._data(gate, opts)
             done = answers.answer(
                 gate.pk, data, actor=actor, roles=held, user=user, digest=opts["digest"]
