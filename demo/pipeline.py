@@ -150,6 +150,14 @@ class ReviewForm(forms.Form):
     body = forms.CharField(widget=forms.Textarea)
     notes = forms.CharField(required=False, widget=forms.Textarea, max_length=2000)
 
+    def clean(self) -> dict:
+        # Checked where the gate is answered (the page, the API, the command line), as the
+        # form's own rule: the writer is sent back with the notes and nothing else.
+        cleaned = super().clean()
+        if cleaned.get("decision") == "request_changes" and not cleaned.get("notes", "").strip():
+            self.add_error("notes", "Say what to change: the writer gets only these notes.")
+        return cleaned
+
 
 class ChangesRequested(Exception):
     """The reviewer sent the article back: the stage fails with their notes."""

@@ -553,13 +553,18 @@ class GateOpened(RunEvent):
     """A stage asked a human (its question, or a call to confirm) and the run waits."""
 
     type = EventType.GATE_OPENED
-    SHAPES = ("4a9e392", "d18dbfd: and the gate's details")
+    SHAPES = (
+        "4a9e392",
+        "d18dbfd: and the gate's details",
+        "310fad0..: and where a question's form class is (its clean() rules the answer)",
+    )
     gate: str
     kind: str
     subject: str
     question: str
     details: str
     form: list[dict[str, Any]]
+    form_class: str = ""
     initial: dict[str, Any]
     call: dict[str, Any]
     role: str

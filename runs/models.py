@@ -691,6 +691,8 @@ class Gate(models.Model):
     details = models.TextField(blank=True, default="")
     # The form, described field by field (runs/gates/forms.py), and its initial values.
     form = models.JSONField(default=list, blank=True)
+    # Where a question's form class is (forms.class_path): its clean() checks the answer.
+    form_class = models.TextField(blank=True, default="")
     initial = models.JSONField(default=dict, blank=True)
     # A confirmation's pending call: {tool, policy, target, args, cost, editable, meter}.
     call = models.JSONField(default=dict, blank=True)

@@ -62,12 +62,14 @@ class Asking(StagePart):
     ) -> dict[str, Any]:
         _check_text(question, details)
         spec = forms.describe(form or forms.DecisionForm)
+        # Where its clean() is found again by the process that answers (forms.build).
+        form_class = forms.class_path(form) if form is not None else ""
         shown = forms.jsonable(dict(initial or {}))
         subject = question_subject(question, spec, shown, details)
         gate = gate_rows.find(self.run, self.stage, gate_id, subject)
         if self._decided(gate_id, gate) == GateAction.USE_ANSWER:
             return dict(gate.answer)
-        _check_timeout(spec, shown, timeout, on_timeout)
+        _check_timeout(spec, shown, form_class, timeout, on_timeout)
         self._open(
             gate_id,
             {
@@ -76,6 +78,7 @@ class Asking(StagePart):
                 "question": question,
                 "details": details,
                 "form": spec,
+                "form_class": form_class,
                 "initial": shown,
                 "call": {},
             },
@@ -238,6 +241,7 @@ def _asked_again(
 def _check_timeout(
     spec: list[dict[str, Any]],
     shown: dict[str, Any],
+    form_class: str,
     timeout: timedelta | None,
     on_timeout: OnTimeout | None,
 ) -> None:
@@ -245,7 +249,7 @@ def _check_timeout(
     if on_timeout is not None and timeout is None:
         raise ValueError("on_timeout needs a timeout")
     if on_timeout is not None and on_timeout.answer is not None:
-        form = forms.build(spec, shown, data=on_timeout.answer)
+        form = forms.build(spec, shown, data=on_timeout.answer, form_class=form_class)
         if not form.is_valid():
             raise ValueError(
                 f"on_timeout's answer does not fit the form: {forms.errors_said(form)}"

@@ -73,7 +73,9 @@ class Answered:
 def form_for(gate: Gate, data: Any = None, prefix: str = "") -> django_forms.Form:
     """The gate's form, rebuilt from what its event recorded (bound to `data` when given),
     with the tick naming the act when approving the call needs one (runs/gates/acts.py)."""
-    form = forms.build(gate.form, gate.initial, data=data, prefix=prefix)
+    form = forms.build(
+        gate.form, gate.initial, data=data, prefix=prefix, form_class=gate.form_class
+    )
     act = acts.act_of(gate.call)
     if act is not None and act.needs_tick:
         # The act names the call as asked; an editable one may be approved as edited, which

@@ -15,6 +15,7 @@ from functools import cache
 from typing import Any
 
 from django import forms
+from django.utils.module_loading import import_string
 
 from runs.gates import arguments
 from runs.ledger.canonical import canonical_json
@@ -216,14 +217,52 @@ def _one(field_class: type[forms.Field]) -> type[forms.Field]:
 
 
 def build(
-    spec: list[dict[str, Any]], initial: dict[str, Any], data: Any = None, prefix: str = ""
+    spec: list[dict[str, Any]],
+    initial: dict[str, Any],
+    data: Any = None,
+    prefix: str = "",
+    form_class: str = "",
 ) -> forms.Form:
     """The form the description describes, bound to `data` when given; `initial` are the
-    values the stage showed (they win over the fields' own)."""
+    values the stage showed (they win over the fields' own). `form_class`, where the stage's
+    form class was (class_path()): its own clean() and clean_<field>() check the answer too
+    (a choice that needs a note), as long as it still describes the same form."""
     fields = {s["name"]: _field(s) for s in spec}
     shown = {s["name"]: s["initial"] for s in spec if "initial" in s} | dict(initial)
-    form_class = type("GateForm", (forms.Form,), fields)
-    return form_class(data=data, initial=shown, prefix=prefix or None)
+    base = _stage_form(spec, form_class)
+    made = type("GateForm", (base,), fields)
+    try:
+        return made(data=data, initial=shown, prefix=prefix or None)
+    except TypeError:
+        # Its __init__ takes arguments of its own that only the stage could give: the
+        # fields' checks stand alone, as for a class that is gone.
+        plain = type("GateForm", (forms.Form,), fields)
+        return plain(data=data, initial=shown, prefix=prefix or None)
+
+
+def class_path(form_class: type[forms.Form]) -> str:
+    """Where a stage's form class is found again by the process that answers its gate."""
+    return f"{form_class.__module__}.{form_class.__qualname__}"
+
+
+def _stage_form(spec: list[dict[str, Any]], path: str) -> type[forms.Form]:
+    """The stage's form class to rebuild the form on (its fields replaced by the recorded
+    ones, its clean methods kept), or Django's Form: where the class cannot be imported
+    here, or has changed since the gate was asked (a form that no longer describes what the
+    reviewer was shown must not rule on the answer)."""
+    if not path:
+        return forms.Form
+    try:
+        found = import_string(path)
+    except ImportError:
+        return forms.Form
+    if not (isinstance(found, type) and issubclass(found, forms.Form)):
+        return forms.Form
+    try:
+        same = canonical_json(describe(found)) == canonical_json(spec)
+    except TypeError:  # it has a field no gate can describe now
+        same = False
+    return found if same else forms.Form
 
 
 def jsonable(value: Any) -> Any:

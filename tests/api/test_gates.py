@@ -346,3 +346,33 @@ def test_a_text_field_given_an_object_is_a_422_not_its_python_text(operator, rev
 
     assert list(body["errors"]) == ["title"]
     assert answered(review) == 0
+
+
+def test_requesting_changes_without_notes_is_a_422_of_the_notes_and_records_nothing(
+    operator, review
+):
+    # The demo's ReviewForm.clean() is the stage's rule, applied where the gate is answered.
+    body = is_problem(
+        operator.post(f"/gates/{review.pk}/answer", sent(review, decision="request_changes")),
+        422,
+    )
+
+    assert "Say what to change" in body["errors"]["notes"][0]["message"]
+    assert answered(review) == 0
+    review.refresh_from_db()
+    assert review.status == GateStatus.OPEN
+    assert review.form_class == "demo.pipeline.ReviewForm"
+
+
+def test_requesting_changes_with_notes_is_recorded_with_them(operator, review):
+    response = operator.post(
+        f"/gates/{review.pk}/answer",
+        sent(review, decision="request_changes", notes="Cite the benchmark"),
+    )
+
+    assert response.status_code == 200
+    review.refresh_from_db()
+    assert (review.answer["decision"], review.answer["notes"]) == (
+        "request_changes",
+        "Cite the benchmark",
+    )

@@ -288,6 +288,19 @@ def test_an_answer_that_does_not_fit_the_form_is_shown_with_its_errors(facts):
     assert answers_of(run) == 0
 
 
+def test_requesting_changes_without_notes_is_shown_as_an_error_of_the_notes(facts):
+    run = reviewed()
+    gate = gate_of(run, "review")
+
+    response = client_as("operator").post(
+        gate_url(gate, "answer/"), review_post(gate, decision="request_changes", notes="")
+    )
+
+    assert response.status_code == 400
+    assert "Say what to change: the writer gets only these notes." in response.content.decode()
+    assert answers_of(run) == 0
+
+
 # --- The preview -----------------------------------------------------------------------------
 
 

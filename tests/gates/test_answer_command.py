@@ -134,6 +134,17 @@ def test_a_flag_that_is_not_the_questions_own_decision_is_refused(facts, args, s
     assert Gate.objects.get(pk=gate.pk).status == GateStatus.OPEN and answered(gate) == 0
 
 
+def test_requesting_changes_without_notes_is_refused_by_the_stages_form(facts):
+    gate = waiting_at_review()
+
+    with pytest.raises(CommandError, match="notes: Say what to change"):
+        answer_gate(
+            str(gate.pk), "--digest", gate_digest(gate), "--set", "decision=request_changes"
+        )
+
+    assert Gate.objects.get(pk=gate.pk).status == GateStatus.OPEN and answered(gate) == 0
+
+
 def test_a_name_that_is_both_an_argument_and_the_forms_own_field_is_refused_not_guessed():
     fields = {"decision": None, "reason": None, "arg_reason": None, "arg_amount": None}
 

@@ -41,7 +41,7 @@ def test_a_stage_sent_back_by_its_reviewer_is_offered_no_resume_and_says_why(fac
 
 
 def test_approving_a_resume_of_a_sent_back_stage_is_refused_and_writes_nothing(facts):
-    run = reviewed("request_changes")
+    run = reviewed("request_changes", notes="too short")
     before = Run.objects.get(pk=run.pk).last_seq
 
     with pytest.raises(ResumeRefused, match="fail the same way"):
