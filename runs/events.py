@@ -596,9 +596,12 @@ class HumanAnswered(RunEvent):
 
 @_vocabulary
 class GateReopened(RunEvent):
-    """A confirmation asked again after its target refused the answered call."""
+    """A gate asked again: a confirmation after its target refused the answered call, or a
+    question whose answer sent its stage back (`refused` then holds that answer and
+    `sent_back`, no effect)."""
 
     type = EventType.GATE_REOPENED
+    SHAPES = ("0d1ab4f: a confirmation's refused call", "a19ba91..: or a question's sent back")
     gate: str
     kind: str
     subject: str

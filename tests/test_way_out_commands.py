@@ -14,7 +14,7 @@ from runs import engine
 from runs.models import Event, Gate, GateStatus, Run
 from tests.gates import pipelines as gp
 from tests.support.pipelines import registered
-from tests.support.refusals import refused_charge, unknown_charge, waiting_charge
+from tests.support.refusals import refused_charge, sent_back_review, unknown_charge, waiting_charge
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -82,3 +82,16 @@ def test_ask_again_where_nothing_was_refused_is_refused():
         command("ask_again", f"run-{gate.run_id}")
 
     assert not Event.objects.filter(type=Event.Type.GATE_REOPENED).exists()
+
+
+def test_ask_again_reopens_a_sent_back_review_and_says_so(facts):
+    run = sent_back_review(notes="too short")
+    gate = Gate.objects.get(run=run, gate_id="review")
+
+    out = command("ask_again", run.public_id)
+
+    assert (
+        f"waits at publish/review (gate {gate.pk}), asked again after attempt 1 sent the work back"
+        in out
+    )
+    assert Gate.objects.get(pk=gate.pk).status == GateStatus.OPEN

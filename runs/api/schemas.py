@@ -412,8 +412,8 @@ class GateOut(Schema):
     answered_by: str
     answered_at: datetime | None
     votes: list[dict[str, Any]]
-    # Asked again after its target refused the call: the refused attempts, oldest first
-    # (answer, by, error, key, asked_by).
+    # Asked again: the earlier attempts, oldest first (answer, by, asked_by; a refused call's
+    # error, key, target; a question's sent_back).
     attempts: list[dict[str, Any]] = []
     created_at: datetime
 

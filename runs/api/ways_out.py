@@ -83,12 +83,14 @@ class AskAgainIn(Body):
 @router.post(
     "/{run_id}/ask-again",
     response={200: GateOut, **PROBLEMS},
-    summary="Ask a confirmation again after its target refused the call (Idempotency-Key)",
+    summary="Ask a gate again: a refused confirmed call, or a question that sent its stage back "
+    "(Idempotency-Key)",
 )
 def ask_again_gate(request: HttpRequest, run_id: str, body: AskAgainIn) -> JsonResponse:
-    """The run must have failed on a call a human confirmed and its target refused; the gate
-    reopens (the run waits) and is answered like any other, its call then made under a new
-    key. A run with nothing to ask again is a 409."""
+    """The run must have failed on a call a human confirmed and its target refused (the
+    confirmation's next answer's call is made under a new key), or on a question's answer
+    that sent its stage back ("request changes"); the gate reopens (the run waits) and is
+    answered like any other. A run with nothing to ask again is a 409."""
     require(request, roles.can_approve)
     run, who = find_run(run_id), ids.user_actor(request.user)
 

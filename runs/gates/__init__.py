@@ -20,7 +20,10 @@ the recorded answer and never asks twice.
     recorded.py   what a run's gates recorded: the approved confirmations, the arguments their
                   calls are made with, a reviewer's edit in the words every page says it
     reopen.py     Ask again: a confirmation whose call its target refused opens again
-                  (GATE_REOPENED), the next answer's call under a key revision of its own
+                  (GATE_REOPENED), the next answer's call under a key revision of its own;
+                  so does a question that sent its stage back
+    sent_back.py  a failed run whose question was answered "request changes" and whose stage
+                  failed on it: the planner offers no resume, Ask again reopens it
     timeouts.py   the sweeper's step: a deadline applies on_timeout, whatever the votes;
                   escalation before it
 

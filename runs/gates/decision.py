@@ -130,8 +130,15 @@ def decide(gate: Gate | None, refused: str | None = None) -> GateDecision:
         return GateDecision(GateAction.ASK, "closed with its run: nobody answers it")
     if gate.attempts:
         return GateDecision(
-            GateAction.ASK,
-            f"asked again after the target refused attempt {len(gate.attempts)}: waiting for "
-            "an answer",
+            GateAction.ASK, f"asked again after {earlier_attempt(gate)}: waiting for an answer"
         )
     return GateDecision(GateAction.ASK, "waiting for an answer")
+
+
+def earlier_attempt(gate: Gate) -> str:
+    """How a gate asked again came to be, in the words every face says it: "the target
+    refused attempt 2" (a confirmation), "attempt 1 sent the work back" (a question)."""
+    n = len(gate.attempts)
+    if gate.attempts and gate.attempts[-1].get("sent_back"):
+        return f"attempt {n} sent the work back"
+    return f"the target refused attempt {n}"

@@ -1,4 +1,4 @@
-"""Asking a confirmation again after its target refused the call.
+"""Ask again: a gate whose answer led nowhere opens again, and its person answers anew.
 
 A human confirmed a call (approved it, maybe with an edited amount); the call was made with
 that answer and the target refused it (an amount over the account's limit, a card declined):
@@ -8,13 +8,16 @@ request a human confirmed blocks it). The way out is to ask the human again: the
 reopens (GATE_REOPENED, the run waits again) showing the refused attempt, who answered it
 and what the target said; the next answer's call is made under a key revision of its own
 (runs/execution/asking.py), distinct from every refused attempt's even when its arguments
-are the same. The other way out is to close the run out (runs/planning/close_out.py).
+are the same. A question whose answer sent its stage back ("request changes", sent_back.py)
+reopens the same way, showing that answer; the stage reads the new one. The other way out
+is to close the run out (runs/planning/close_out.py).
 
     refused()          the one rule: this failed effect is the target's refusal of the
                        request this gate's answer confirmed
     confirmed_calls()  that rule over a run's newest effects (the planner, with its fold)
-    refusals()         the refused confirmed calls of a stopped run: what Ask again offers
-                       (the run page, the API, `manage.py ask_again`)
+    refusals()         the refused confirmed calls of a stopped run
+    askable()          those and the question that sent its stage back: what Ask again
+                       offers (the run page, the API, `manage.py ask_again`)
     ask_again()        reopen one, under the run's lock and a lease, as an answer is recorded
 """
 
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from runs.gates import rows as gate_rows
+from runs.gates.sent_back import sent_back
 from runs.ledger import derived, leases
 from runs.ledger.append import Writer
 from runs.ledger.derived import Derived
@@ -123,27 +127,39 @@ def _why_not(run: Run) -> str:
     if not run.is_resumable:
         return f"{run.public_id} is {run.get_status_display().lower()}: nothing to ask again"
     return (
-        f"{run.public_id} has no confirmed call that its target refused: nothing to ask "
-        "again (its plan says how it may go on)"
+        f"{run.public_id} has no confirmed call that its target refused, nor a question "
+        "whose answer sent its stage back: nothing to ask again (its plan says how it may go "
+        "on)"
     )
 
 
+def askable(run: Run) -> list[tuple[Gate, Effect | None]]:
+    """What Ask again may reopen on a stopped run: each confirmation whose call its target
+    refused, with the refusal's effect, and the question whose answer sent its stage back
+    (sent_back.py), with none."""
+    found: list[tuple[Gate, Effect | None]] = [(r.gate, r.effect) for r in refusals(run)]
+    back = sent_back(run)
+    if back is not None:
+        found.append((back.gate, None))
+    return found
+
+
 def ask_again(run_pk: int, *, actor: str, gate_pk: int | None = None) -> Gate:
-    """Reopen the confirmation whose answer's call the target refused (`gate_pk`, or the
-    run's only one): GATE_REOPENED with the refused attempt, the gate open again without an
-    answer, the run waiting. Raises AskAgainRefused, having written nothing."""
+    """Reopen a gate of askable() (`gate_pk`, or the run's only one): GATE_REOPENED with the
+    earlier attempt, the gate open again without an answer, the run waiting. Raises
+    AskAgainRefused, having written nothing."""
     with transaction.atomic():
         run = Run.locked(run_pk, missing=AskAgainRefused)
-        found = [r for r in refusals(run) if gate_pk is None or r.gate.pk == gate_pk]
+        found = [(g, e) for g, e in askable(run) if gate_pk is None or g.pk == gate_pk]
         if not found:
             raise AskAgainRefused(_why_not(run))
         if len(found) > 1:
             raise AskAgainRefused(
-                f"{run.public_id} has {len(found)} refused confirmations: name the gate "
-                f"({', '.join(str(r.gate.pk) for r in found)})"
+                f"{run.public_id} has {len(found)} gates to ask again: name the gate "
+                f"({', '.join(str(g.pk) for g, _ in found)})"
             )
-        refusal = found[0]
-        gate = Gate.objects.select_for_update().get(pk=refusal.gate.pk)
+        asked, effect = found[0]
+        gate = Gate.objects.select_for_update().get(pk=asked.pk)
         with leases.taken_over(run.pk, actor) as token:
-            gate_rows.reopen(Writer(run.pk, token, actor), gate, refusal.effect)
+            gate_rows.reopen(Writer(run.pk, token, actor), gate, effect)
     return gate

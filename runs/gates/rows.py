@@ -147,11 +147,12 @@ def expire(writer: Writer, gate: Gate, reason: str) -> Event:
     return event
 
 
-def reopen(writer: Writer, gate: Gate, refused: Effect) -> Event:
+def reopen(writer: Writer, gate: Gate, refused: Effect | None) -> Event:
     """GATE_REOPENED, inside the caller's transaction (which holds the run's and the gate's
-    locks): the answered confirmation whose call `refused` recorded the target's refusal of
-    is open again, with no answer, under the same time-out it had; the refused attempt is
-    kept on the row and in the event; the run waits at it."""
+    locks): the answered gate is open again, with no answer, under the same time-out it had,
+    and the run waits at it. `refused`, the effect that recorded the target's refusal of the
+    call a confirmation's answer made; None for a question whose answer sent its stage back
+    (sent_back.py). The earlier attempt is kept on the row and in the event."""
     opened = Event.objects.filter(run_id=gate.run_id, seq=gate.seq).only("type", "payload").first()
     # The time-out the gate was opened with (GATE_OPENED, or an earlier GATE_REOPENED).
     asked = read(opened) if opened is not None else None
@@ -162,11 +163,16 @@ def reopen(writer: Writer, gate: Gate, refused: Effect) -> Event:
         "by": gate.answered_by,
         "at": gate.answered_at.isoformat() if gate.answered_at else "",
         "answer_seq": gate.answer_seq,
-        "key": refused.delivery_key,
-        "effect": refused.pk,
-        "target": refused.target,
-        "error": refused.error[:2000],
     }
+    if refused is None:
+        attempt["sent_back"] = True
+    else:
+        attempt |= {
+            "key": refused.delivery_key,
+            "effect": refused.pk,
+            "target": refused.target,
+            "error": refused.error[:2000],
+        }
     reopened = GateReopened(
         **gate_names(gate),
         refused=attempt,

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from runs.events import read
 from runs.gates import recorded, reopen
+from runs.gates.sent_back import sent_back
 from runs.ledger import artifacts, derived
 from runs.ledger.chain import digest
 from runs.ledger.checkpoints import latest_checkpoint, manifest_problems
@@ -25,7 +26,6 @@ from runs.planning import costs, disagreement, divergence, gate_lines, made_agai
 from runs.planning.plan import ArtifactLine, DriftLine, EffectLine, Plan, Upgrade
 from runs.planning.replay import Action, decide_on
 from runs.planning.replay_log import EMPTY, replay_logs
-from runs.planning.sent_back import sent_back
 
 __all__ = ["Action", "Plan", "compute_plan"]
 

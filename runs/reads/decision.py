@@ -1,6 +1,7 @@
 """The run page's decision, read from the stored plan: both options with what each costs and
 what each does to the outside world, what blocks the plan and which effect a supervisor must
-resolve, the confirmed calls a target refused (Ask again), whether the run may be closed out
+resolve, the confirmed calls a target refused and the question that sent its stage back
+(Ask again), whether the run may be closed out
 (and, once it was, by whom and why), whether the stop's plan is still being computed, and
 whether the worker has gone silent. Pure reads: nothing here asks a target."""
 
@@ -14,6 +15,7 @@ from django.utils import timezone
 
 from runs.events import read
 from runs.gates.reopen import Refusal, refusals
+from runs.gates.sent_back import SentBack, sent_back
 from runs.ledger import leases
 from runs.models import Effect, Event, Run, StoredPlan
 from runs.planning.acts import OptionActs, plan_acts
@@ -72,6 +74,8 @@ class Decision:
     silent_for: int | None = None
     # The confirmed calls a target refused: each one's gate may be asked again.
     refusals: list[Refusal] = field(default_factory=list)
+    # The question whose answer sent the failed stage back: it may be asked again too.
+    sent_back: SentBack | None = None
     # A closed-out run's CLOSED_OUT: {"by", "reason", "at", "unsettled": [...]}.
     closed: dict | None = None
 
@@ -219,6 +223,10 @@ def decision(
         found.upgrade = _upgrade(plan, words.upgrade)
         found.blockers = _blockers(plan) if plan.blocked else []
     found.refusals = refusals(run, effects)
+    if plan is not None and not plan.resumable:
+        # Read only where the plan offers no resume, which a sent-back stage's never does: a
+        # resumable run's page makes no query more for it.
+        found.sent_back = sent_back(run)
     found.closed = closed_out(run)
     return found
 

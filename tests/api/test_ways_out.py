@@ -12,7 +12,7 @@ from runs.models import Event, Gate, GateStatus, Run
 from tests.api.conftest import BASE, is_problem
 from tests.gates import pipelines as gp
 from tests.support.pipelines import registered
-from tests.support.refusals import confirm, refused_charge, waiting_charge
+from tests.support.refusals import confirm, refused_charge, sent_back_review, waiting_charge
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -113,6 +113,17 @@ def test_an_operators_token_asks_a_refused_confirmation_again(operator):
     assert (body["id"], body["status"], body["answer"]) == (gate.pk, GateStatus.OPEN, None)
     assert body["attempts"][0]["by"] == "sam" and "card declined" in body["attempts"][0]["error"]
     assert Run.objects.get(pk=run.pk).status == Run.Status.WAITING
+
+
+def test_an_operators_token_asks_a_sent_back_review_again(operator, facts):
+    run = sent_back_review(notes="too short")
+
+    response = operator.post(f"/runs/{run.public_id}/ask-again", {})
+
+    assert response.status_code == 200, response.content
+    (attempt,) = response.json()["attempts"]
+    assert attempt["sent_back"] is True and attempt["answer"]["notes"] == "too short"
+    assert Gate.objects.get(run=run, gate_id="review").status == GateStatus.OPEN
 
 
 def test_asking_again_where_nothing_was_refused_is_a_409_problem(operator):

@@ -13,7 +13,7 @@ from runs.models import Event, Gate, GateStatus, Run
 from runs.planning import stored_plans
 from tests.gates import pipelines as gp
 from tests.support.pipelines import registered
-from tests.support.refusals import refused_charge, unknown_charge, waiting_charge
+from tests.support.refusals import refused_charge, sent_back_review, unknown_charge, waiting_charge
 from tests.support.web import client_as
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -80,6 +80,23 @@ def test_ask_again_reopens_the_gate_whose_page_shows_the_refused_attempt():
     assert "GATE_REOPENED" in page
     assert Gate.objects.get(pk=gate.pk).status == GateStatus.OPEN
     assert Run.objects.get(pk=run.pk).status == Run.Status.WAITING
+
+
+def test_a_sent_back_review_offers_ask_again_and_its_gate_page_shows_the_answer(facts):
+    run = sent_back_review(notes="too short")
+    stored_plans.refresh(run)
+    gate = Gate.objects.get(run=run, gate_id="review")
+
+    page = page_of(client_as("operator"), run)
+
+    assert "user:ana sent the work back (<q>too short</q>)" in page
+    assert f'<input type="hidden" name="gate" value="{gate.pk}">' in page
+    response = client_as("operator").post(
+        f"/runs/{run.public_id}/ask-again/", {"gate": str(gate.pk)}, follow=True
+    )
+    reopened = response.content.decode()
+    assert "Sent back before: asked again" in reopened and "<q>too short</q>" in reopened
+    assert Gate.objects.get(pk=gate.pk).status == GateStatus.OPEN
 
 
 def test_ask_again_where_nothing_was_refused_is_a_409_and_writes_nothing():

@@ -1,7 +1,8 @@
 """A confirmed charge its target refused, made in this process (the engine called inline, the
 card processor the real demo service): the world the ways out of a failed answer start from
 (runs/gates/reopen.py, runs/planning/close_out.py). The pipeline is tests/gates/pipelines.py's
-`gate-charge`, registered by the caller (tests.support.pipelines.registered)."""
+`gate-charge`, registered by the caller (tests.support.pipelines.registered). And the demo's
+review answered "request changes" (`sent_back_review`), whose stage failed on it."""
 
 from __future__ import annotations
 
@@ -49,3 +50,13 @@ def unknown_charge() -> Run:
     run = confirm(Gate.objects.get(run=run, gate_id="fee"))
     assert run.status == Run.Status.FAILED, run.status
     return run
+
+
+def sent_back_review(decision: str = "request_changes", notes: str = "") -> Run:
+    """The demo's content run with review on, its review answered `decision` (with `notes`),
+    run on: with "request changes", publish fails on the answer (runs/gates/sent_back.py)."""
+    run = run_inline(engine.start_run("content", {"review": "on"}, actor="t", enqueue=False).pk)
+    gate = Gate.objects.get(run=run, gate_id="review")
+    answer = {**gate.initial, "decision": decision, "notes": notes}
+    answers.answer(gate.pk, answer, actor="user:ana", roles={"operator"})
+    return run_inline(run.pk)

@@ -3,9 +3,11 @@ stage, given that answer, failed on it. A strict resume would run the stage agai
 recorded answer (an answer is never asked twice: the gate decision reuses it), so it would
 fail the same way, while its plan promised what the stage does when it goes on (publishing,
 charging: what a question's answer does is the stage's, which the planner cannot read). Such
-a run's plan says so and offers no resume: the way on is to close the run out and start a
-new one. (A rejected confirmation is the planner's to predict, and is: its call's line says
-it is not made and costs nothing, runs/planning/gate_lines.py.)
+a run's plan says so and offers no resume (runs/planning/planner.py); the ways on are to ask
+the question again (reopen.py: its person answers anew, the article edited in the form, say)
+or to close the run out and start a new one. (A rejected confirmation is the planner's to
+predict, and is: its call's line says it is not made and costs nothing,
+runs/planning/gate_lines.py.)
 
 The rule reads the facts: the run failed; its newest answer sent the work back; the failure
 is that answer's stage's, after it; and the stage made no new call in between (it replayed
@@ -28,14 +30,20 @@ class SentBack:
     gate: Gate
 
     @property
+    def notes(self) -> str:
+        """What the person said with the answer (its notes, or a reason)."""
+        answer = self.gate.answer or {}
+        return str(answer.get("reason") or answer.get("notes") or "").strip()
+
+    @property
     def reason(self) -> str:
-        gate, answer = self.gate, self.gate.answer or {}
-        why = str(answer.get("reason") or answer.get("notes") or "").strip()
+        gate, why = self.gate, self.notes
         return (
             f"{gate.stage}/{gate.gate_id} was {describe_answer(gate)}"
             + (f" ({why[:200]})" if why else "")
             + f", and {gate.stage} failed on that answer: a strict resume would reuse it and "
-            "fail the same way. Close the run out, and start a new one for the changes"
+            f"fail the same way. Ask the {gate.get_role_display().lower()} again (Ask again), "
+            "or close the run out and start a new one for the changes"
         )
 
 
