@@ -3,7 +3,10 @@
 Defaults are for development: a SQLite file under var/, Redis on localhost, DEBUG on.
 `RESUMER_ENV=production` switches on everything `manage.py check --deploy` asks for. The
 tests' defaults are in pyproject.toml (pytest's `env`); a value that makes no sense is
-reported by the system checks (runs/checks.py), not by an exception here.
+reported by the system checks (runs/checks.py), not by an exception here, and every process
+runs them before it serves (the web server too: resumer/wsgi.py). The one exception is a
+DATABASE_URL that names no database: there is nothing to start on, and ImproperlyConfigured
+says so.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("RESUMER_VAR_DIR", BASE_DIR / "var"))
@@ -26,6 +30,21 @@ def env_bool(name: str, default: bool) -> bool:
     if value is None:
         return default
     return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+# Numbers read from the environment that do not read as their kind: name -> (what was given,
+# the default that stands meanwhile, the kind's name). A system check names them
+# (runs.E011), as it names one out of its bounds.
+RESUMER_UNREADABLE: dict[str, tuple[str, str, str]] = {}
+
+
+def env_number(name: str, default: str, kind: type[int] | type[float] = float) -> int | float:
+    raw = os.environ.get(name, default)
+    try:
+        return kind(raw.strip())
+    except ValueError:
+        RESUMER_UNREADABLE[name] = (raw, default, kind.__name__)
+        return kind(default)
 
 
 def env_list(name: str, default: str = "") -> list[str]:
@@ -142,13 +161,16 @@ TEMPLATES = [
 # transactions take the write lock at BEGIN, so concurrent writers queue on the busy timeout
 # instead of failing with "database is locked" when a read lock cannot be upgraded.
 DEFAULT_SQLITE = f"sqlite:///{VAR_DIR / 'resumer.sqlite3'}"
-DATABASES = {
-    "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", DEFAULT_SQLITE),
-        conn_max_age=0,
-        conn_health_checks=True,
-    )
-}
+DATABASE_URL = os.environ.get("DATABASE_URL", DEFAULT_SQLITE)
+try:
+    DATABASES = {
+        "default": dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)
+    }
+except (ValueError, KeyError) as exc:  # dj-database-url's UnknownSchemeError is a ValueError
+    raise ImproperlyConfigured(
+        f"DATABASE_URL is {DATABASE_URL!r}, which names no database ({exc}): give "
+        "postgres://user@host:5432/name, or sqlite:////absolute/path/resumer.sqlite3"
+    ) from None
 # How far a SQLite commit is on the disk when it returns (docs/deploy.md): NORMAL survives a
 # crashed process, not a power loss or an OS crash (WAL's commits reach the disk at its
 # checkpoints); FULL waits for the disk at every commit that must (RESUMER_DEFER_FLUSH says
@@ -196,10 +218,13 @@ if DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3" and (
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+# A stage job RQ has not seen end after this many seconds is killed (its run is then
+# interrupted and resumable).
+RESUMER_JOB_TIMEOUT = env_number("RESUMER_JOB_TIMEOUT", "600", int)
 RQ_QUEUES = {
     "default": {
         "URL": REDIS_URL,
-        "DEFAULT_TIMEOUT": int(os.environ.get("RESUMER_JOB_TIMEOUT", "600")),
+        "DEFAULT_TIMEOUT": RESUMER_JOB_TIMEOUT,
     },
 }
 # django-rq would also mount its pages at /admin/django_rq/ for any staff user; they are
@@ -247,12 +272,12 @@ LOGIN_REDIRECT_URL = "runs:inbox"
 LOGOUT_REDIRECT_URL = "login"
 
 # Login throttling: five failures lock the username+address pair for 15 minutes.
-AXES_FAILURE_LIMIT = int(os.environ.get("AXES_FAILURE_LIMIT", "5"))
+AXES_FAILURE_LIMIT = env_number("AXES_FAILURE_LIMIT", "5", int)
 AXES_COOLOFF_TIME = 0.25
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 # How many proxies in front of the web server append to X-Forwarded-For (docs/deploy.md): the
 # lockout then keys on the client's address, not the proxy's (runs/proxies.py).
-RESUMER_TRUSTED_PROXIES = int(os.environ.get("RESUMER_TRUSTED_PROXIES", "0"))
+RESUMER_TRUSTED_PROXIES = env_number("RESUMER_TRUSTED_PROXIES", "0", int)
 AXES_CLIENT_IP_CALLABLE = "runs.proxies.client_ip"
 AXES_RESET_ON_SUCCESS = True
 # A locked-out login gets a page in the dashboard's style (HTTP 429), not a bare string.
@@ -264,25 +289,21 @@ CSRF_COOKIE_HTTPONLY = True
 # --- Resumer's own knobs -------------------------------------------------------------------
 # A worker renews its lease every TTL/3; the sweeper runs every SWEEP_INTERVAL seconds inside
 # each worker. A dead worker is seen as interrupted within TTL + SWEEP_INTERVAL (45 s here).
-RESUMER_LEASE_TTL = float(os.environ.get("RESUMER_LEASE_TTL", "30"))
-RESUMER_SWEEP_INTERVAL = float(os.environ.get("RESUMER_SWEEP_INTERVAL", "15"))
+RESUMER_LEASE_TTL = env_number("RESUMER_LEASE_TTL", "30")
+RESUMER_SWEEP_INTERVAL = env_number("RESUMER_SWEEP_INTERVAL", "15")
 # A queued stage job that Redis no longer knows about counts as lost after this grace.
-RESUMER_QUEUE_GRACE = float(os.environ.get("RESUMER_QUEUE_GRACE", "10"))
+RESUMER_QUEUE_GRACE = env_number("RESUMER_QUEUE_GRACE", "10")
 RESUMER_QUEUE = os.environ.get("RESUMER_QUEUE", "default")
 # An Idempotency-Key's claim (runs/api/idempotency.py) still unanswered after this long was
 # left by a web process that died mid-request: the next request with the key and body takes
 # it over. Longer than any API request runs: gunicorn kills a worker silent for its
 # --timeout (30 s by default), so the default leaves four times that.
-RESUMER_IDEMPOTENCY_CLAIM_SECONDS = float(
-    os.environ.get("RESUMER_IDEMPOTENCY_CLAIM_SECONDS", "120")
-)
+RESUMER_IDEMPOTENCY_CLAIM_SECONDS = env_number("RESUMER_IDEMPOTENCY_CLAIM_SECONDS", "120")
 # Keys are forgotten after this long (the worker's sweeper purges them).
-RESUMER_IDEMPOTENCY_RETENTION_HOURS = float(
-    os.environ.get("RESUMER_IDEMPOTENCY_RETENTION_HOURS", "24")
-)
+RESUMER_IDEMPOTENCY_RETENTION_HOURS = env_number("RESUMER_IDEMPOTENCY_RETENTION_HOURS", "24")
 # A group approval of more runs than this is carried out by a worker (the page follows its
 # progress); up to this many are approved within the web request.
-RESUMER_GROUP_INLINE = int(os.environ.get("RESUMER_GROUP_INLINE", "20"))
+RESUMER_GROUP_INLINE = env_number("RESUMER_GROUP_INLINE", "20", int)
 # On PostgreSQL, a write whose loss in a database crash the protocol recovers from (a SAFE
 # call's events, a confirmed outcome, a re-use: runs/ledger/append.py) commits without waiting for
 # the disk; an intent, a checkpoint, a stop or an approval always waits. Off (0), every commit
@@ -335,15 +356,15 @@ RESUMER_WEBHOOK_URL = os.environ.get("RESUMER_WEBHOOK_URL", "").strip()
 RESUMER_WEBHOOK_SECRET = os.environ.get("RESUMER_WEBHOOK_SECRET", "")
 RESUMER_NOTIFY_EMAILS = env_list("RESUMER_NOTIFY_EMAILS")
 # Runs that stop within this many seconds of the first one share one message.
-RESUMER_NOTIFY_WINDOW = float(os.environ.get("RESUMER_NOTIFY_WINDOW", "30"))
+RESUMER_NOTIFY_WINDOW = env_number("RESUMER_NOTIFY_WINDOW", "30")
 # Seconds to wait before each retry of a failed delivery (RQ Retry intervals); the number of
 # values is the number of retries. Whole seconds >= 0 (runs.E008).
 RESUMER_NOTIFY_BACKOFF = env_ints("RESUMER_NOTIFY_BACKOFF", "10,60,300,900")
-RESUMER_WEBHOOK_TIMEOUT = float(os.environ.get("RESUMER_WEBHOOK_TIMEOUT", "10"))
+RESUMER_WEBHOOK_TIMEOUT = env_number("RESUMER_WEBHOOK_TIMEOUT", "10")
 # Django's email backend; SMTP settings as Django names them.
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
-EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_PORT = env_number("EMAIL_PORT", "25", int)
 EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
@@ -355,7 +376,7 @@ if PRODUCTION:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_SECONDS = env_number("SECURE_HSTS_SECONDS", "31536000", int)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
     SECURE_CONTENT_TYPE_NOSNIFF = True
@@ -383,5 +404,9 @@ LOGGING = {
         # Every 500 (a page, the admin, the API), with its traceback, whatever DEBUG says:
         # Django's own handler for it prints only with DEBUG on.
         "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+        # The worker moves due scheduled jobs itself at each sweep (runs/execution/worker.py)
+        # under RQ's scheduler lock, which RQ announces at INFO every time: "Acquired
+        # scheduler lock" every 15 s read as if RQ's own scheduler were on.
+        "rq.scheduler": {"level": "WARNING"},
     },
 }

@@ -36,6 +36,7 @@ class RunsConfig(AppConfig):
             chain_key_check,
             check_call_hooks,
             check_notifications,
+            check_numbers,
             check_pipelines,
             check_secret_key,
             check_sqlite_synchronous,
@@ -49,6 +50,7 @@ class RunsConfig(AppConfig):
         checks.register(check_secret_key, checks.Tags.security)
         checks.register(check_notifications, "resumer")
         checks.register(check_sqlite_synchronous, "resumer")
+        checks.register(check_numbers, "resumer")
         # The plan first: a notification that links to the run should find it being computed.
         signals.run_stopped.connect(stored_plans.on_run_stopped, dispatch_uid="resumer_plan")
         signals.run_stopped.connect(notify.on_run_stopped, dispatch_uid="resumer_notify")

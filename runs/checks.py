@@ -9,11 +9,13 @@ COMMAND_CHECKS before they act, not every check: see there."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
 from django.utils.module_loading import import_string
 
 from runs.execution.hooks import CallHooks
@@ -28,6 +30,15 @@ from runs.pipeline import Pipeline
 # (bench/cli_start.py). `manage.py check` (and runserver) and every worker, as `rqworker`
 # starts, check everything.
 COMMAND_CHECKS = (Tags.models, "resumer", Tags.security)
+
+
+def refuse_to_serve_unchecked() -> None:
+    """What a process that serves without a management command (the WSGI application under
+    gunicorn) runs first: COMMAND_CHECKS, as Resumer's commands do, so production without
+    SECRET_KEY or the chain key, or with a number that makes no sense, refuses to start
+    instead of answering 500 or writing heads nobody can verify. Raises SystemCheckError
+    (with every error, as `manage.py check` prints them); warnings are printed."""
+    call_command("check", tags=list(COMMAND_CHECKS), fail_level="ERROR")
 
 
 def _load(path: str) -> tuple[Any, str]:
@@ -187,6 +198,51 @@ def check_notifications(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
             )
         )
     return messages
+
+
+# The numbers the settings read from the environment, and the least each may be: a lease that
+# lives 0 s is lost before it is used, a sweeper every 0 s spins. (name, least, above it).
+NUMBERS = (
+    ("RESUMER_LEASE_TTL", 0, True),
+    ("RESUMER_SWEEP_INTERVAL", 0, True),
+    ("RESUMER_JOB_TIMEOUT", 0, True),
+    ("RESUMER_QUEUE_GRACE", 0, False),
+    ("RESUMER_IDEMPOTENCY_CLAIM_SECONDS", 0, True),
+    ("RESUMER_IDEMPOTENCY_RETENTION_HOURS", 0, True),
+    ("RESUMER_GROUP_INLINE", 0, False),
+    ("RESUMER_NOTIFY_WINDOW", 0, False),
+    ("RESUMER_WEBHOOK_TIMEOUT", 0, True),
+    ("RESUMER_TRUSTED_PROXIES", 0, False),
+    ("AXES_FAILURE_LIMIT", 1, False),
+)
+
+
+def check_numbers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Each number the environment gives reads as one, finite and within its bounds."""
+    messages: list[CheckMessage] = []
+    unreadable = getattr(settings, "RESUMER_UNREADABLE", {})
+    for name, (raw, default, kind) in sorted(unreadable.items()):
+        what = "a whole number" if kind == "int" else "a number"
+        messages.append(
+            Error(
+                f"{name} is {raw!r}, which is not {what}.",
+                hint=f"Give {what}, or unset it for its default ({default}).",
+                id="runs.E011",
+            )
+        )
+    for name, least, above in NUMBERS:
+        value = getattr(settings, name)
+        if name in unreadable:
+            continue
+        if not math.isfinite(value) or value < least or (above and value == least):
+            bound = f"greater than {least}" if above else f"{least} or more"
+            messages.append(
+                Error(f"{name} is {value!r}; it must be {bound}.", hint=_HINT, id="runs.E011")
+            )
+    return messages
+
+
+_HINT = "docs/deploy.md's table of timings and limits says what each is and its default."
 
 
 def check_sqlite_synchronous(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:

@@ -312,3 +312,49 @@ def test_a_pipeline_entry_that_does_not_import_stops_manage_py_at_start_up(tmp_p
     result = manage("check", env={"RESUMER_PIPELINES": "acme.nowhere.blog"}, var_dir=tmp_path)
     assert result.returncode != 0
     assert "runs.E001" in result.stderr and "acme.nowhere.blog" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({"RESUMER_LEASE_TTL": "abc"}, "RESUMER_LEASE_TTL is 'abc', which is not a number"),
+        ({"RESUMER_JOB_TIMEOUT": "1.5"}, "RESUMER_JOB_TIMEOUT is '1.5', which is not a whole"),
+        ({"RESUMER_SWEEP_INTERVAL": "0"}, "RESUMER_SWEEP_INTERVAL is 0.0; it must be greater"),
+        ({"RESUMER_LEASE_TTL": "-5"}, "RESUMER_LEASE_TTL is -5.0; it must be greater than 0"),
+        ({"RESUMER_QUEUE_GRACE": "inf"}, "RESUMER_QUEUE_GRACE is inf; it must be 0 or more"),
+    ],
+    ids=["not-a-number", "not-whole", "a-sweeper-that-spins", "a-lease-that-is-lost", "inf"],
+)
+def test_a_number_that_makes_no_sense_stops_manage_py_naming_it(tmp_path, env, said):
+    result = manage("check", env=env, var_dir=tmp_path)
+    assert result.returncode != 0
+    assert "runs.E011" in result.stderr and said in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_database_url_that_names_no_database_is_said_as_such(tmp_path):
+    result = manage("check", env={"DATABASE_URL": "garbage"}, var_dir=tmp_path)
+    assert result.returncode != 0
+    assert "DATABASE_URL is 'garbage', which names no database" in result.stderr, result.stderr
+
+
+def test_the_web_server_refuses_to_start_where_manage_py_would_refuse(tmp_path):
+    # gunicorn imports resumer.wsgi, which runs the start-up checks: production without the
+    # chain key does not serve (it would write heads nobody can verify).
+    base = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
+    base.update(
+        RESUMER_VAR_DIR=str(tmp_path),
+        RESUMER_ENV="production",
+        SECRET_KEY=secrets.token_urlsafe(50),
+        ALLOWED_HOSTS="example.com",
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "gunicorn", "resumer.wsgi", "--bind", "127.0.0.1:0"],
+        cwd=ROOT,
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "runs.E009" in result.stderr and "RESUMER_CHAIN_KEY is not set" in result.stderr
