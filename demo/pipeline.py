@@ -67,7 +67,7 @@ def _facts_current(pinned: dict[str, str]) -> str:
     topic = pinned.get("topic", "")
     latest = sim.latest_facts_version(topic)
     if latest == 0:
-        raise InvalidInput(f"the search source has no facts for topic {topic!r}")
+        raise InvalidInput(f"the search source has no facts for topic {topic!r}", input="topic")
     return f"v{latest}"
 
 

@@ -193,6 +193,15 @@ def test_a_blank_input_is_a_422_naming_it_not_its_default(operator, facts, blank
     assert Run.objects.count() == 0
 
 
+def test_a_topic_the_source_has_no_facts_for_is_a_422_naming_the_topic(operator, facts):
+    response = operator.post("/runs", {"pipeline": "content", "inputs": {"topic": "nothing-yet"}})
+
+    body = is_problem(response, 422)
+    assert body["input"] == "topic"
+    assert "the search source has no facts for topic 'nothing-yet'" in body["detail"]
+    assert Run.objects.count() == 0
+
+
 def test_starting_a_run_of_an_unknown_pipeline_is_a_422_problem(operator):
     is_problem(operator.post("/runs", {"pipeline": "nothing-here"}), 422)
 
