@@ -87,7 +87,7 @@ def test_an_edited_approval_as_a_user_is_made_with_the_edit(facts, redis_conn):
 REFUSED = [
     pytest.param([], "--digest is required", id="no-digest"),
     pytest.param(["--digest", "0" * 64], "Fresh digest", id="a-stale-digest"),
-    pytest.param(["--approve"], "tick", id="no-tick-for-money"),
+    pytest.param(["--approve"], "needs --confirm-act, the tick", id="no-tick-for-money"),
     pytest.param(["--approve", "--set", "colour=red", "--confirm-act"], "fields are", id="field"),
     pytest.param(["--approve", "--set", "amount=-3", "--confirm-act"], "amount", id="bad-edit"),
     pytest.param(["--reject"], "reason", id="a-rejection-without-a-reason"),

@@ -150,6 +150,13 @@ class Command(BaseCommand):
             data[said] = opts["reason"]
         if opts["confirm_act"]:
             data[TICK] = "on"
+        elif TICK in form.fields and data.get("decision") == APPROVE:
+            # The page's tick, said as this command's flag (the form would say "the tick").
+            act = act_of(gate.call)
+            raise CommandError(
+                f"approving {act.text if act else 'this call'} needs --confirm-act, the tick "
+                "that names what it does; nothing was recorded"
+            )
         return data
 
     def _list(self) -> None:
