@@ -65,15 +65,19 @@ redrafts = Pipeline(
 )
 
 
+def redrafted() -> tuple[Run, Gate]:
+    """A sent-back-redraft run (registered by the caller) whose check was answered "request
+    changes", and whose stage made a call on that answer before it failed."""
+    run = run_inline(engine.start_run("sent-back-redraft", {}, actor="t", enqueue=False).pk)
+    gate = Gate.objects.get(run=run, gate_id="check")
+    answers.answer(gate.pk, {"decision": "request_changes"}, actor="user:ana", roles={"operator"})
+    return run_inline(run.pk), gate
+
+
 def test_a_stage_that_acted_on_the_answer_before_it_failed_is_resumable(settings):
     # It made a call after reading "request changes": its failure is its own, not the answer's.
     with registered(settings, "tests.planning.test_sent_back.redrafts"):
-        run = run_inline(engine.start_run("sent-back-redraft", {}, actor="t", enqueue=False).pk)
-        gate = Gate.objects.get(run=run, gate_id="check")
-        answers.answer(
-            gate.pk, {"decision": "request_changes"}, actor="user:ana", roles={"operator"}
-        )
-        run = run_inline(run.pk)
+        run, _ = redrafted()
         assert run.status == Run.Status.FAILED
 
         plan = compute_plan(run)
@@ -117,12 +121,7 @@ def test_the_new_answer_is_the_one_the_stage_reads(facts, demo_service):
 def test_a_stage_that_failed_on_its_own_account_has_no_question_to_ask_again(settings):
     # It made a call after reading "request changes": its plan offers a resume instead.
     with registered(settings, "tests.planning.test_sent_back.redrafts"):
-        run = run_inline(engine.start_run("sent-back-redraft", {}, actor="t", enqueue=False).pk)
-        gate = Gate.objects.get(run=run, gate_id="check")
-        answers.answer(
-            gate.pk, {"decision": "request_changes"}, actor="user:ana", roles={"operator"}
-        )
-        run = run_inline(run.pk)
+        run, gate = redrafted()
         before = Run.objects.get(pk=run.pk).last_seq
 
         with pytest.raises(AskAgainRefused, match="nor a question whose answer sent its stage"):
