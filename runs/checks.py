@@ -9,6 +9,7 @@ COMMAND_CHECKS before they act, not every check: see there."""
 
 from __future__ import annotations
 
+import io
 import math
 from typing import Any
 
@@ -37,8 +38,9 @@ def refuse_to_serve_unchecked() -> None:
     gunicorn) runs first: COMMAND_CHECKS, as Resumer's commands do, so production without
     SECRET_KEY or the chain key, or with a number that makes no sense, refuses to start
     instead of answering 500 or writing heads nobody can verify. Raises SystemCheckError
-    (with every error, as `manage.py check` prints them); warnings are printed."""
-    call_command("check", tags=list(COMMAND_CHECKS), fail_level="ERROR")
+    (with every error, as `manage.py check` prints them); warnings go to stderr, and "no
+    issues" nowhere (each gunicorn worker would print it at every start)."""
+    call_command("check", tags=list(COMMAND_CHECKS), fail_level="ERROR", stdout=io.StringIO())
 
 
 def _load(path: str) -> tuple[Any, str]:
