@@ -804,7 +804,10 @@ class StoredPlan(models.Model):
     computed_at = models.DateTimeField(db_default=Now())
     # planner.Plan.to_dict(); Plan.from_dict() gives the value back.
     data = models.JSONField()
-    # What the inbox shows without reading `data`.
+    # What the inbox shows without reading `data`. A plan that offers no resume (a stage its
+    # reviewer sent back, runs/gates/sent_back.py) still prices one in `data`: the inbox must
+    # not offer it.
+    resumable = models.BooleanField(default=True)
     blocked = models.BooleanField(default=False)
     drifted = models.BooleanField(default=False)
     resume_money = models.DecimalField(max_digits=12, decimal_places=4, default=0)

@@ -155,7 +155,7 @@ class Group:
 
 def describe(shape: dict[str, Any]) -> str:
     if not shape["resumable"]:
-        return "not resumable as it stands"
+        return "not resumable as it stands: each run's page says why, and the way on"
     if shape["blockers"]:
         calls = ", ".join(
             f"{stage}/{call} ({stop_label(kind)})" for stage, call, _, kind in shape["blockers"]

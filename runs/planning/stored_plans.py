@@ -41,6 +41,7 @@ def store(plan: Plan) -> StoredPlan | None:
         "computed_at": Now(),
         "data": data,
         "shape": group_fingerprint(data),
+        "resumable": plan.resumable,
         "blocked": plan.blocked,
         "drifted": bool(plan.drift),
         "resume_money": Decimal(plan.cost_resume.money),

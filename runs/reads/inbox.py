@@ -41,6 +41,7 @@ INBOX_PLAN_FIELDS = tuple(
     f"stored_plan__{name}"
     for name in (
         "run_version",
+        "resumable",
         "blocked",
         "drifted",
         "resume_money",

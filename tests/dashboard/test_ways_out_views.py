@@ -99,6 +99,17 @@ def test_a_sent_back_review_offers_ask_again_and_its_gate_page_shows_the_answer(
     assert Gate.objects.get(pk=gate.pk).status == GateStatus.OPEN
 
 
+def test_the_inbox_offers_no_resume_of_a_sent_back_run_and_points_to_its_page(facts):
+    run = sent_back_review(notes="too short")
+    stored_plans.refresh(run)
+
+    html = client_as("operator").get("/runs/").content.decode()
+    row = html[html.index(f'href="/runs/{run.public_id}/"') :].split("</tr>")[0]
+
+    assert "No resume offered" in row and f"/runs/{run.public_id}/#decision" in row
+    assert "Resume:" not in row
+
+
 def test_ask_again_where_nothing_was_refused_is_a_409_and_writes_nothing():
     gate = waiting_charge()
     run = gate.run
