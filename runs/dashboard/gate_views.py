@@ -146,7 +146,9 @@ def _render_group(
 ) -> HttpResponse:
     gates = _found(gate_queries.gate_group(shape), "No gate of this shape is waiting now.")
     first = gates[0]
-    if bulk is None and roles.can_approve(request.user):
+    # The gates of a shape share their role: one the user may not answer offers no form, as
+    # a single gate's page offers none.
+    if bulk is None and first.may_answer(roles.roles(request.user)):
         bulk = bulk_answer(gates)
     context = {
         "shape": shape,

@@ -495,6 +495,17 @@ def test_bulk_by_an_operator_on_supervisor_gates_writes_nothing(facts):
     assert answers_of(gate.run) == 1  # the review's, before
 
 
+def test_the_bulk_page_of_supervisor_gates_offers_an_operator_no_form(facts):
+    gate = gate_of(at_the_charge(), "promote-charge")
+
+    html = client_as("operator").get(f"/runs/gate-groups/{gate.shape}/").content.decode()
+
+    assert 'name="answer-decision"' not in html
+    assert "These gates are for a supervisor to answer" in html
+    supervisor = client_as("supervisor").get(f"/runs/gate-groups/{gate.shape}/")
+    assert 'name="answer-decision"' in supervisor.content.decode()
+
+
 def section(html: str, id_: str) -> str:
     start = html.index(f'id="{id_}"')
     return html[start : html.index("</section>", start)]
