@@ -331,7 +331,8 @@ def answer_many(
     answer gives only what the gates share (runs/gates/shared.py); every other field keeps
     each run's own value, so a review approved in bulk publishes each run's own title and
     body, and a confirmation makes each run's own call (edits are not given in bulk). Raises
-    InvalidAnswer, writing nothing, when the answer gives a field the gates do not share."""
+    InvalidAnswer, writing nothing, when the answer gives a field the gates do not share, or
+    the gates' form refuses it."""
     pks = list(gate_pks)
     found = {g.pk: g for g in Gate.objects.filter(pk__in=pks, shape=shape)}
     given = dict(data)
@@ -341,6 +342,12 @@ def answer_many(
             f"{', '.join(differ)} differ from run to run: each run answers them itself, "
             "on its own page; nothing was recorded"
         )
+    first = next((found[pk] for pk in pks if pk in found), None)
+    if first is not None:
+        # They share a shape, so one form and one form class: a rule of the form that every
+        # gate would refuse the answer by (notes to send work back) is said once, on the
+        # answer, rather than as a skip of each gate. Raises InvalidAnswer, writing nothing.
+        clean(first, shared.shown(first) | given, preview=True)
     done, skipped = [], []
     for pk in pks:
         gate = found.get(pk)

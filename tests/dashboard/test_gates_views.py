@@ -495,6 +495,29 @@ def test_bulk_by_an_operator_on_supervisor_gates_writes_nothing(facts):
     assert answers_of(gate.run) == 1  # the review's, before
 
 
+def test_requesting_changes_in_bulk_without_notes_is_one_form_error_and_writes_nothing(facts):
+    # Two topics: each run's title and body are its own, so the bulk form offers the
+    # decision and the notes only.
+    runs = [reviewed("bulk-notes-a"), reviewed("bulk-notes-b")]
+    gates = [gate_of(run, "review") for run in runs]
+    shape = gates[0].shape
+
+    response = client_as("operator").post(
+        f"/runs/gate-groups/{shape}/answer/",
+        {
+            "scope": "all",
+            "shown": ",".join(str(g.pk) for g in gates),
+            **{f"digest-{g.pk}": gate_digest(g) for g in gates},
+            "answer-decision": "request_changes",
+            "answer-notes": "",
+        },
+    )
+
+    assert response.status_code == 400
+    assert "notes: Say what to change" in response.content.decode()
+    assert [answers_of(run) for run in runs] == [0, 0]
+
+
 def test_the_bulk_page_of_supervisor_gates_offers_an_operator_no_form(facts):
     gate = gate_of(at_the_charge(), "promote-charge")
 
