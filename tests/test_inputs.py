@@ -117,6 +117,15 @@ def test_the_start_form_shows_a_bad_typed_input_as_its_fields_error(mailer, emai
     assert nothing_written()
 
 
+def test_the_start_page_shows_a_refused_input_beside_its_field(mailer):
+    response = client_as("operator").post("/pipelines/mailer/runs/", {"email": "not json"})
+
+    html = response.content.decode()
+    beside = html[html.index('id="id_email"') :].split("</div>")[0]
+    assert 'id="id_email_error"' in beside and "must be JSON" in beside
+    assert nothing_written()
+
+
 def test_the_start_form_starts_a_run_and_goes_to_its_page(mailer, redis_conn):
     operator = client_as("operator")
     form = operator.get("/pipelines/mailer/start/")

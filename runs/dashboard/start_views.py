@@ -37,12 +37,21 @@ def _field(spec: Input) -> forms.CharField:
         required=spec.current is None,
         max_length=MAX_FIELD_CHARS,
         strip=True,
-        help_text=" ".join(filter(None, [spec.help, said])),
+        # The input's own help is a phrase ("what the article is about"): ended before the
+        # sentence that says what an empty field pins.
+        help_text=" ".join(filter(None, [_sentence(spec.help), said])),
         widget=forms.Textarea(attrs={"rows": 6}) if spec.schema is not None else None,
     )
     if spec.schema is not None:
         field.json_schema = json.dumps(spec.schema.model_json_schema(), indent=2)
     return field
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    if not text or text[-1] in ".!?:)":
+        return text
+    return f"{text[0].upper()}{text[1:]}."
 
 
 class StartRunForm(forms.Form):
