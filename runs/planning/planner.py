@@ -160,7 +160,11 @@ def _expected_lines(
     lines, blockers = [], []
     for stage_name in stages:
         log = logs.get(stage_name, EMPTY)
-        logged = (Call(c.call_id, c.tool) for c in log.calls.values())
+        logged = [
+            *(Call(c.call_id, c.tool) for c in log.calls.values()),
+            # Calls a resume was stopped before, the plan not having listed them.
+            *(Call(call_id, tool) for call_id, tool in log.stopped.items()),
+        ]
         for call in costs.stage_calls(pipeline.stage(stage_name), effects, logged):
             reason = disagreeing.get((stage_name, call.call_id))
             if reason:

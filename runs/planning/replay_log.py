@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from runs.events import ToolCalled, ToolResult, Unreadable, ValueRecorded, read
+from runs.events import PlanDeviated, ToolCalled, ToolResult, Unreadable, ValueRecorded, read
 from runs.ledger.chain import digest
 from runs.models import EffectStatus, Event
 
@@ -88,6 +88,11 @@ class Divergence:
 class ReplayLog:
     calls: dict[str, RecordedCall] = field(default_factory=dict)
     values: dict[str, str] = field(default_factory=dict)
+    # Call id -> tool: calls a resume was stopped before, its plan not having listed them (a
+    # NEVER or RECONCILE_FIRST call the stage does not declare: contract.Difference). The
+    # next plan lists them, so approving it promises them; without them each fresh plan
+    # would be as blind to the call as the last, and every resume stop at the same place.
+    stopped: dict[str, str] = field(default_factory=dict)
 
     def answered(self, call_id: str) -> bool:
         """Whether an earlier attempt was handed this call's result (a plan assumes the
@@ -116,6 +121,7 @@ WINDOW_TYPES = (
     Event.Type.TOOL_CALLED,
     Event.Type.TOOL_RESULT,
     Event.Type.VALUE_RECORDED,
+    Event.Type.PLAN_DEVIATED,
     Event.Type.VERIFIED,
 )
 
@@ -145,6 +151,7 @@ def replay_logs(run_pk: int, stages: list[str], *, after_seq: int = 0) -> dict[s
 def _log(events: list[Event]) -> ReplayLog:
     calls: dict[str, RecordedCall] = {}
     values: dict[str, str] = {}
+    stopped: dict[str, str] = {}
     for event in events:
         said = _read(event)
         if isinstance(said, ToolCalled):
@@ -159,7 +166,9 @@ def _log(events: list[Event]) -> ReplayLog:
                 calls[said.call] = _answered(made, said)
         elif isinstance(said, ValueRecorded):
             values[said.name] = said.value
-    return ReplayLog(calls, values)
+        elif isinstance(said, PlanDeviated) and (said.difference or {}).get("stopped_before_call"):
+            stopped[said.difference["call"]] = said.difference["tool"]
+    return ReplayLog(calls, values, stopped)
 
 
 def _read(event: Event) -> Any:
