@@ -342,13 +342,26 @@ class PlanVerdict:
         calls = f"{used.tool_calls} call{'s' if used.tool_calls != 1 else ''}"
         spent = f"{money(used.money)}{model_tokens(used)}"
         if self.kept:
-            if used.tool_calls == promised.tool_calls and used.money == promised.money:
-                return f"Plan kept: {calls}, {spent}, as approved"
+            # Calls the plan could not list (a stage that calls as it goes, each held to its
+            # policy and gates) are said apart: "1 of 0 promised calls, $20.00 of $0.00"
+            # read as a plan broken, not kept.
+            n_beyond = sum(used.beyond.values())
+            within, within_money = used.tool_calls - n_beyond, used.money - used.beyond_money
+            beyond = (
+                f"; and {n_beyond} call{'s' if n_beyond != 1 else ''} it could not list, "
+                f"{money(used.beyond_money)}, made as the stage went, each held to its policy "
+                "and gates"
+                if n_beyond
+                else ""
+            )
+            if within == promised.tool_calls and within_money == promised.money:
+                listed = f"{within} call{'s' if within != 1 else ''}"
+                return f"Plan kept: {listed}, {money(within_money)}{model_tokens(used)}, as approved{beyond}"
             # An upper bound kept: less than promised (a reuse in place of a call).
             return (
-                f"Plan kept: {used.tool_calls} of {promised.tool_calls} promised "
+                f"Plan kept: {within} of {promised.tool_calls} promised "
                 f"call{'s' if promised.tool_calls != 1 else ''}, "
-                f"{money(used.money)} of {money(promised.money)}{model_tokens(used)}"
+                f"{money(within_money)} of {money(promised.money)}{model_tokens(used)}{beyond}"
             )
         return (
             f"Plan deviated: {self.reason or 'the resumed work departed from the plan'} "

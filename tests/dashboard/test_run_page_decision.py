@@ -357,6 +357,18 @@ def test_a_kept_upper_bound_says_how_much_of_the_promise_was_used():
     assert exact.summary == "Plan kept: 3 calls, $5.0010, as approved"
 
 
+def test_a_kept_verdict_says_the_calls_the_plan_could_not_list_apart_from_its_promise():
+    promised = Usage({}, {}, Decimal("0"))
+    used = Usage({"pay": 1}, {}, Decimal("20.00"), beyond={"pay": 1}, beyond_money=Decimal(20))
+
+    kept = PlanVerdict(True, 9, "f" * 64, "strict", promised, used, "")
+
+    assert kept.summary == (
+        "Plan kept: 0 calls, $0.00, as approved; and 1 call it could not list, $20.00, made "
+        "as the stage went, each held to its policy and gates"
+    )
+
+
 def test_a_verdict_says_the_model_tokens_the_resumed_work_used():
     def usage(money: str, prompt: int, completion: int) -> Usage:
         tokens = {"prompt": prompt, "completion": completion, "cached": 40}
