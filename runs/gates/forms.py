@@ -9,6 +9,7 @@ the JSON value itself (runs/gates/arguments.py reads and checks it)."""
 
 from __future__ import annotations
 
+import logging
 from contextlib import suppress
 from decimal import Decimal
 from functools import cache
@@ -19,6 +20,8 @@ from django.utils.module_loading import import_string
 
 from runs.gates import arguments
 from runs.ledger.canonical import canonical_json
+
+logger = logging.getLogger(__name__)
 
 # Django field class <-> the type word the description records.
 FIELD_TYPES: dict[str, type[forms.Field]] = {
@@ -255,14 +258,22 @@ def _stage_form(spec: list[dict[str, Any]], path: str) -> type[forms.Form]:
     try:
         found = import_string(path)
     except ImportError:
-        return forms.Form
+        found = None
     if not (isinstance(found, type) and issubclass(found, forms.Form)):
+        logger.warning("gate form %s is not importable here: its clean() does not apply", path)
         return forms.Form
     try:
         same = canonical_json(describe(found)) == canonical_json(spec)
     except TypeError:  # it has a field no gate can describe now
         same = False
-    return found if same else forms.Form
+    if not same:
+        # Said, not silent: a rule the stage's form had (notes to send work back) no longer
+        # checks this gate's answers; the fields' own checks still do.
+        logger.warning(
+            "gate form %s changed since the gate was asked: its clean() does not apply", path
+        )
+        return forms.Form
+    return found
 
 
 def jsonable(value: Any) -> Any:

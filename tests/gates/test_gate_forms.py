@@ -146,11 +146,12 @@ def test_the_stage_forms_clean_methods_shape_what_the_answer_holds():
     assert form.cleaned_data == {"decision": "request_changes", "notes": "shorter"}
 
 
-def test_a_form_class_that_changed_since_the_gate_was_asked_does_not_rule():
+def test_a_form_class_that_changed_since_the_gate_was_asked_does_not_rule(caplog):
     # The path now names a class describing other fields: only the recorded fields check.
     form = noted({"decision": "request_changes", "notes": ""}, class_path(NotedFormChanged))
 
     assert form.is_valid(), form.errors
+    assert "NotedFormChanged changed since the gate was asked" in caplog.text
 
 
 def test_a_form_class_that_cannot_be_found_here_leaves_the_fields_checks_alone():
