@@ -133,6 +133,10 @@ def _why_not(run: Run) -> str:
     )
 
 
+def _gates(offered: list[tuple[Gate, Effect | None]]) -> str:
+    return ", ".join(f"gate {g.pk} ({g.stage}/{g.gate_id})" for g, _ in offered)
+
+
 def askable(run: Run) -> list[tuple[Gate, Effect | None]]:
     """What Ask again may reopen on a stopped run: each confirmation whose call its target
     refused, with the refusal's effect, and the question whose answer sent its stage back
@@ -150,13 +154,20 @@ def ask_again(run_pk: int, *, actor: str, gate_pk: int | None = None) -> Gate:
     AskAgainRefused, having written nothing."""
     with transaction.atomic():
         run = Run.locked(run_pk, missing=AskAgainRefused)
-        found = [(g, e) for g, e in askable(run) if gate_pk is None or g.pk == gate_pk]
+        offered = askable(run)
+        found = [(g, e) for g, e in offered if gate_pk is None or g.pk == gate_pk]
+        if not found and offered:
+            # Another gate than the one it can ask: said, with the ones it can.
+            raise AskAgainRefused(
+                f"gate {gate_pk} is not one {run.public_id} can ask again (it has no confirmed "
+                "call that its target refused, nor a question that sent its stage back, "
+                f"there); it can ask {_gates(offered)}"
+            )
         if not found:
             raise AskAgainRefused(_why_not(run))
         if len(found) > 1:
             raise AskAgainRefused(
-                f"{run.public_id} has {len(found)} gates to ask again: name the gate "
-                f"({', '.join(str(g.pk) for g, _ in found)})"
+                f"{run.public_id} has {len(found)} gates to ask again: name one ({_gates(found)})"
             )
         asked, effect = found[0]
         gate = Gate.objects.select_for_update().get(pk=asked.pk)

@@ -126,6 +126,18 @@ def test_an_operators_token_asks_a_sent_back_review_again(operator, facts):
     assert Gate.objects.get(run=run, gate_id="review").status == GateStatus.OPEN
 
 
+def test_asking_again_another_gate_than_the_runs_is_a_409_naming_the_one_it_can(operator):
+    run = refused_charge()
+    gate = Gate.objects.get(run=run, gate_id="fee")
+
+    response = operator.post(f"/runs/{run.public_id}/ask-again", {"gate": gate.pk + 1000})
+
+    body = is_problem(response, 409)
+    assert f"gate {gate.pk + 1000} is not one {run.public_id} can ask again" in body["detail"]
+    assert f"it can ask gate {gate.pk} (pay/fee)" in body["detail"]
+    assert Gate.objects.get(pk=gate.pk).status == GateStatus.ANSWERED
+
+
 def test_asking_again_where_nothing_was_refused_is_a_409_problem(operator):
     gate = waiting_charge()
 
