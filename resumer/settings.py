@@ -404,9 +404,5 @@ LOGGING = {
         # Every 500 (a page, the admin, the API), with its traceback, whatever DEBUG says:
         # Django's own handler for it prints only with DEBUG on.
         "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
-        # The worker moves due scheduled jobs itself at each sweep (runs/execution/worker.py)
-        # under RQ's scheduler lock, which RQ announces at INFO every time: "Acquired
-        # scheduler lock" every 15 s read as if RQ's own scheduler were on.
-        "rq.scheduler": {"level": "WARNING"},
     },
 }

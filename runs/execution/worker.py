@@ -74,6 +74,9 @@ class SweeperThread(threading.Thread):
                 self.worker.queues,
                 connection=self.worker.connection,
                 serializer=self.worker.serializer,
+                # RQ sets its logger's level here, over the settings' LOGGING: at INFO it
+                # says "Acquired scheduler lock" at every sweep of every worker.
+                logging_level=logging.WARNING,
             )
         if self.scheduler.acquire_locks():
             try:

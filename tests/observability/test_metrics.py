@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from collections import Counter
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
 
 from demo import faults
 from demo.management.commands.seed_demo import run_inline
@@ -180,3 +182,15 @@ def test_the_story_moves_every_counter_by_exactly_what_happened(story_run, demo_
     assert total(done, "resumer_runs_needing_human") == 0
     run.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED
+
+
+def test_every_metric_family_served_is_in_docs_monitoring(db):
+    page = (Path(__file__).resolve().parents[2] / "docs" / "monitoring.md").read_text()
+    response = Client().get("/metrics", REMOTE_ADDR="127.0.0.1")
+    families = {f.name for f in text_string_to_metric_families(response.content.decode())}
+
+    assert families, "nothing served"
+    undocumented = sorted(
+        name for name in families if f"`{name}`" not in page and f"`{name}_total`" not in page
+    )
+    assert undocumented == []
