@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
 # A pipeline's inputs live in runs/inputs.py; pipelines import them from here too.
+from runs import quantities
 from runs.inputs import Input as Input
 from runs.inputs import InvalidInput as InvalidInput
 from runs.inputs import errors_of
@@ -249,6 +250,10 @@ class Tool:
     def __post_init__(self) -> None:
         if self.policy != ReplayPolicy.SAFE and self.key is None:
             raise ValueError(f"tool {self.name}: a {self.policy} tool must declare its key")
+        price = quantities.decimal(self.cost)  # "12.00" as text would fail at the first call
+        if price is None or price < 0:
+            raise ValueError(f"tool {self.name}: cost is a price of 0 or more, not {self.cost!r}")
+        object.__setattr__(self, "cost", price)
         if self.policy == ReplayPolicy.RECONCILE_FIRST and self.reconcile is None:
             raise ValueError(f"tool {self.name}: RECONCILE_FIRST needs a reconcile function")
         limits = set(self.confirmation.limits) if self.confirmation else set()
