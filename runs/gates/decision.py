@@ -140,5 +140,9 @@ def earlier_attempt(gate: Gate) -> str:
     refused attempt 2" (a confirmation), "attempt 1 sent the work back" (a question)."""
     n = len(gate.attempts)
     if gate.attempts and gate.attempts[-1].get("sent_back"):
-        return f"attempt {n} sent the work back"
+        return (
+            f"attempt {n} was rejected"
+            if gate.kind == GateKind.CONFIRM
+            else f"attempt {n} sent the work back"
+        )
     return f"the target refused attempt {n}"

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from runs.gates import rows as gate_rows
-from runs.gates.sent_back import sent_back
+from runs.gates.sent_back import sent_back, turned_down
 from runs.ledger import derived, leases
 from runs.ledger.append import Writer
 from runs.ledger.derived import Derived
@@ -139,10 +139,10 @@ def _gates(offered: list[tuple[Gate, Effect | None]]) -> str:
 
 def askable(run: Run) -> list[tuple[Gate, Effect | None]]:
     """What Ask again may reopen on a stopped run: each confirmation whose call its target
-    refused, with the refusal's effect, and the question whose answer sent its stage back
-    (sent_back.py), with none."""
+    refused, with the refusal's effect, and the gate whose answer its stage failed on (a
+    question that sent it back, a confirmation rejected: sent_back.py), with none."""
     found: list[tuple[Gate, Effect | None]] = [(r.gate, r.effect) for r in refusals(run)]
-    back = sent_back(run)
+    back = sent_back(run) or turned_down(run)
     if back is not None:
         found.append((back.gate, None))
     return found

@@ -151,8 +151,9 @@ def reopen(writer: Writer, gate: Gate, refused: Effect | None) -> Event:
     """GATE_REOPENED, inside the caller's transaction (which holds the run's and the gate's
     locks): the answered gate is open again, with no answer, under the same time-out it had,
     and the run waits at it. `refused`, the effect that recorded the target's refusal of the
-    call a confirmation's answer made; None for a question whose answer sent its stage back
-    (sent_back.py). The earlier attempt is kept on the row and in the event."""
+    call a confirmation's answer made; None for an answer the stage failed on (a question
+    that sent it back, a rejected confirmation: sent_back.py). The earlier attempt is kept on
+    the row and in the event."""
     opened = Event.objects.filter(run_id=gate.run_id, seq=gate.seq).only("type", "payload").first()
     # The time-out the gate was opened with (GATE_OPENED, or an earlier GATE_REOPENED).
     asked = read(opened) if opened is not None else None

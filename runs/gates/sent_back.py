@@ -19,15 +19,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runs.gates.decision import describe_answer
-from runs.gates.forms import REQUEST_CHANGES
-from runs.models import Event, Gate, GateStatus, Run
+from runs.gates.forms import REJECT, REQUEST_CHANGES
+from runs.models import Event, Gate, GateKind, GateStatus, Run
 
-__all__ = ["SentBack", "sent_back"]
+__all__ = ["SentBack", "sent_back", "turned_down"]
 
 
 @dataclass(frozen=True)
 class SentBack:
+    """The answered gate the failed stage failed on: a question that sent the work back, or
+    a confirmation whose call was rejected."""
+
     gate: Gate
+
+    @property
+    def rejected(self) -> bool:
+        return self.gate.kind == GateKind.CONFIRM
+
+    @property
+    def said(self) -> str:
+        """What the answer did, as the pages say it after who gave it."""
+        return "rejected the call" if self.rejected else "sent the work back"
 
     @property
     def notes(self) -> str:
@@ -48,12 +60,24 @@ class SentBack:
 
 
 def sent_back(run: Run) -> SentBack | None:
-    """The gate whose answer sent the failed run's stage back, if that is why it failed: one
-    read of the run's newest answer for a failed run, the log's only when it sent work back."""
+    """The question whose answer sent the failed run's stage back, if that is why it failed:
+    one read of the run's newest answer for a failed run, the log's only when it sent work
+    back. The planner offers no resume for it (a resume would fail the same way)."""
+    return _failed_on(run, GateKind.QUESTION, REQUEST_CHANGES)
+
+
+def turned_down(run: Run) -> SentBack | None:
+    """The confirmation whose rejection the failed run's stage failed on (CallRejected, no
+    call made after it). Its plan still offers the resume that hands the stage the same
+    rejection (new code may catch it: docs/pipelines.md); Ask again is the other way on."""
+    return _failed_on(run, GateKind.CONFIRM, REJECT)
+
+
+def _failed_on(run: Run, kind: str, decision: str) -> SentBack | None:
     if run.status != Run.Status.FAILED:
         return None
     gate = Gate.objects.filter(run=run, status=GateStatus.ANSWERED).order_by("-answer_seq").first()
-    if gate is None or (gate.answer or {}).get("decision") != REQUEST_CHANGES:
+    if gate is None or gate.kind != kind or (gate.answer or {}).get("decision") != decision:
         return None
     failed = (
         Event.objects.filter(run=run, type=Event.Type.FAILED, seq__gt=gate.answer_seq)

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from runs.events import read
 from runs.gates.reopen import Refusal, refusals
-from runs.gates.sent_back import SentBack, sent_back
+from runs.gates.sent_back import SentBack, sent_back, turned_down
 from runs.ledger import leases
 from runs.models import Effect, Event, Run, StoredPlan
 from runs.planning.acts import OptionActs, plan_acts
@@ -74,7 +74,8 @@ class Decision:
     silent_for: int | None = None
     # The confirmed calls a target refused: each one's gate may be asked again.
     refusals: list[Refusal] = field(default_factory=list)
-    # The question whose answer sent the failed stage back: it may be asked again too.
+    # The gate whose answer the failed stage failed on (a question that sent it back, a
+    # confirmation rejected): it may be asked again too.
     sent_back: SentBack | None = None
     # A closed-out run's CLOSED_OUT: {"by", "reason", "at", "unsettled": [...]}.
     closed: dict | None = None
@@ -224,9 +225,11 @@ def decision(
         found.blockers = _blockers(plan) if plan.blocked else []
     found.refusals = refusals(run, effects)
     if plan is not None and not plan.resumable:
-        # Read only where the plan offers no resume, which a sent-back stage's never does: a
-        # resumable run's page makes no query more for it.
+        # Read only where the plan offers no resume, which a sent-back stage's never does, or
+        # plans a rejected call: any other run's page makes no query more for them.
         found.sent_back = sent_back(run)
+    elif plan is not None and any(e.action == Action.REJECTED for e in plan.effects):
+        found.sent_back = turned_down(run)
     found.closed = closed_out(run)
     return found
 

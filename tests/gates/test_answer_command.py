@@ -91,6 +91,11 @@ REFUSED = [
     pytest.param(["--approve", "--set", "colour=red", "--confirm-act"], "fields are", id="field"),
     pytest.param(["--approve", "--set", "amount=-3", "--confirm-act"], "amount", id="bad-edit"),
     pytest.param(["--reject"], "reason", id="a-rejection-without-a-reason"),
+    pytest.param(
+        ["--reject", "--reason", "no", "--set", "amount=7.50"],
+        "--reject makes no call, so an edit of amount would not be recorded",
+        id="an-edit-beside-a-rejection",
+    ),
     pytest.param(["--confirm-act"], "say --approve or --reject", id="no-decision-on-a-call"),
     pytest.param(["--approve", "--confirm-act", "--as", "vic"], "supervisor", id="a-viewer"),
     pytest.param(["--approve", "--confirm-act", "--as", "nobody"], "no active user", id="user"),
@@ -167,3 +172,12 @@ def test_a_second_answer_is_refused_saying_once_that_nothing_was_written(facts, 
     said = str(refused.value)
     assert said.startswith("already answered by user:cli")
     assert said.endswith("; nothing was changed") and "recorded" not in said
+
+
+def test_a_rejection_says_the_stage_goes_on_handed_the_rejection(facts, redis_conn):
+    gate = waiting_at_charge()
+
+    out = answer_gate(str(gate.pk), "--digest", gate_digest(gate), "--reject", "--reason", "no")
+
+    assert "the stage goes on, handed the rejection (the call is not made)" in out
+    assert Gate.objects.get(pk=gate.pk).answer["decision"] == "reject"

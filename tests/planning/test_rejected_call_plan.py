@@ -1,6 +1,7 @@
 """A call whose confirmation a human rejected, and that the stage did not go on without: the
 plan says a resume hands the stage the same rejection and calls nothing (the recorded answer
-is never asked again), instead of promising the call; and the resume does just that."""
+is never asked again), instead of promising the call; and the resume does just that. Ask
+again is the other way on: the confirmation reopens, and an approval makes the call once."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import pytest
 from demo.management.commands.seed_demo import run_inline
 from runs import engine
 from runs.gates import answers
-from runs.models import ApprovalMode, Event, Gate, ReplayPolicy, Run
+from runs.gates.acts import TICK
+from runs.gates.reopen import ask_again
+from runs.models import ApprovalMode, Event, Gate, GateStatus, ReplayPolicy, Run
 from runs.pipeline import Call, KeyParts, Pipeline, Stage, StageOutput, Tool
+from runs.planning import stored_plans
 from runs.planning.planner import compute_plan
 from runs.planning.replay import Action
 from runs.planning.resume import approve
 from tests.support.pipelines import registered
+from tests.support.web import client_as
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -84,3 +89,30 @@ def test_a_strict_resume_hands_the_stage_the_rejection_and_keeps_its_plan(reject
     failed = Event.objects.filter(run=run, type=Event.Type.FAILED).order_by("seq").last()
     assert failed.seq > Event.objects.get(run=run, type=Event.Type.RESUMED).seq
     assert "rejected by sam: not this customer" in failed.payload["error"]
+
+
+def test_ask_again_reopens_the_rejected_confirmation_and_an_approval_makes_the_call_once(
+    rejected, settings
+):
+    gate = ask_again(rejected.pk, actor="user:op")
+
+    assert gate.status == GateStatus.OPEN and gate.attempts[0]["sent_back"] is True
+    assert gate.attempts[0]["answer"]["reason"] == "not this customer"
+    with registered(settings, "tests.planning.test_rejected_call_plan.refunds"):
+        answers.answer(
+            gate.pk, {"decision": "approve", TICK: "on"}, actor="sam", roles={"operator"}
+        )
+        run = run_inline(rejected.pk)
+
+    assert run.status == Run.Status.SUCCEEDED
+    assert SENT == [{"amount": "12.00"}]
+
+
+def test_the_run_page_offers_ask_again_for_the_rejection_beside_the_resume(rejected, settings):
+    with registered(settings, "tests.planning.test_rejected_call_plan.refunds"):
+        stored_plans.refresh(rejected)
+        page = client_as("operator").get(f"/runs/{rejected.public_id}/").content.decode()
+
+    assert "sam rejected the call (<q>not this customer</q>)" in page
+    assert "hand the stage the same rejection" in page
+    assert f'action="/runs/{rejected.public_id}/ask-again/"' in page

@@ -103,6 +103,9 @@ class Command(BaseCommand):
                 said += "; nothing was recorded"
             raise CommandError(said) from exc
         said = "the stage goes on" if done.final else f"{done.missing} more vote(s) needed"
+        if done.final and (done.gate.answer or {}).get("decision") == REJECT and done.gate.call:
+            # It is handed CallRejected (or the rejection as the call's result): not the call.
+            said = "the stage goes on, handed the rejection (the call is not made)"
         self.stdout.write(f"gate {gate.pk} of {gate.run.public_id} answered: {said}")
 
     def _gate(self, given: str) -> Gate:
@@ -148,6 +151,12 @@ class Command(BaseCommand):
             if said is None:
                 raise CommandError("this gate's form takes no reason: give its fields with --set")
             data[said] = opts["reason"]
+        edits = [n for n in data if n.startswith("arg_")]  # only --set puts an argument in
+        if data.get("decision") == REJECT and edits:
+            raise CommandError(
+                f"--reject makes no call, so an edit of {', '.join(e[4:] for e in edits)} would "
+                "not be recorded: drop the --set, or --approve with it"
+            )
         if opts["confirm_act"]:
             data[TICK] = "on"
         elif TICK in form.fields and data.get("decision") == APPROVE:
