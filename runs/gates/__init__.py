@@ -22,8 +22,9 @@ the recorded answer and never asks twice.
     reopen.py     Ask again: a confirmation whose call its target refused opens again
                   (GATE_REOPENED), the next answer's call under a key revision of its own;
                   so does a question that sent its stage back
-    sent_back.py  a failed run whose question was answered "request changes" and whose stage
-                  failed on it: the planner offers no resume, Ask again reopens it
+    sent_back.py  a failed run whose stage failed on its newest answer: a question answered
+                  "request changes" (the planner offers no resume) or a rejected
+                  confirmation; Ask again reopens either
     timeouts.py   the sweeper's step: a deadline applies on_timeout, whatever the votes;
                   escalation before it
 
