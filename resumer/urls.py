@@ -25,4 +25,6 @@ urlpatterns = [
     path("account/tokens/", include(token_views)),
     # Prometheus (docs/monitoring.md): a bearer token, or local clients only.
     path("metrics", observability.metrics, name="metrics"),
+    # A load balancer's probe (docs/monitoring.md): 200, or 503 naming what did not answer.
+    path("healthz", observability.healthz, name="healthz"),
 ]

@@ -16,12 +16,13 @@ import hmac
 import ipaddress
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_safe
 from prometheus_client.exposition import choose_encoder
 
 from runs import proxies
+from runs.observability import health
 from runs.observability.metrics import build_registry
 
 PRIVATE = tuple(
@@ -67,3 +68,12 @@ def metrics(request: HttpRequest) -> HttpResponse:
         )
     encoder, content_type = choose_encoder(request.META.get("HTTP_ACCEPT", ""))
     return HttpResponse(encoder(_figures), content_type=content_type)
+
+
+@never_cache
+@require_safe
+def healthz(request: HttpRequest) -> JsonResponse:
+    """200 when this process can serve (its database and Redis answer), else 503 saying which
+    did not; GET or HEAD, no sign-in (a load balancer's probe), nothing written."""
+    found = health.check()
+    return JsonResponse(found.to_dict(), status=200 if found.ok else 503)
