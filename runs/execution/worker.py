@@ -22,6 +22,7 @@ from pathlib import Path
 import redis
 from django.conf import settings
 from django.db import connection
+from rq.job_lifecycle import call_exception_handlers
 from rq.scheduler import RQScheduler
 from rq.worker import SimpleWorker
 
@@ -131,6 +132,15 @@ class ResumerWorker(SimpleWorker):
         while True:
             with self.riding_out_redis("as the worker went idle"):
                 return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+
+    def handle_exception(self, job, *exc_info):  # type: ignore[override]
+        """A notification's delivery that failed is retried by design (RQ's Retry, its
+        backoff): one warning line, not RQ's error with a traceback, which read as a crash."""
+        if isinstance(exc_info[1], notify.DeliveryFailed):
+            log.warning("job %s: %s; retried as its backoff says", job.id, exc_info[1])
+            call_exception_handlers(self._exc_handlers, job, *exc_info)
+            return
+        super().handle_exception(job, *exc_info)
 
     def execute_job(self, job, queue):  # type: ignore[override]
         with self.riding_out_redis(f"as job {job.id} ended"):
