@@ -18,7 +18,7 @@ import ipaddress
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET, require_safe
+from django.views.decorators.http import require_safe
 from prometheus_client.exposition import choose_encoder
 
 from runs import proxies
@@ -53,7 +53,7 @@ def bearer_matches(request: HttpRequest, token: str) -> bool:
 
 
 @never_cache
-@require_GET
+@require_safe  # GET, and HEAD (`curl -I`), which Django answers without the body
 def metrics(request: HttpRequest) -> HttpResponse:
     token = settings.RESUMER_METRICS_TOKEN
     if token and not bearer_matches(request, token):

@@ -80,6 +80,13 @@ def test_only_get_and_never_cached(db):
     assert "no-cache" in response["Cache-Control"]
 
 
+def test_a_head_request_is_answered_as_a_get_is(db):
+    response = Client().head("/metrics", REMOTE_ADDR="127.0.0.1")
+
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
+    assert Client().head("/metrics", REMOTE_ADDR="8.8.8.8").status_code == 403
+
+
 # --- cost -----------------------------------------------------------------------------------
 
 
