@@ -1,9 +1,9 @@
 """The run page's decision, read from the stored plan: both options with what each costs and
 what each does to the outside world, what blocks the plan and which effect a supervisor must
-resolve, the confirmed calls a target refused and the question that sent its stage back
-(Ask again), whether the run may be closed out
-(and, once it was, by whom and why), whether the stop's plan is still being computed, and
-whether the worker has gone silent. Pure reads: nothing here asks a target."""
+resolve, what Ask again may reopen (the confirmed calls a target refused, the answer a stage
+failed on), whether the run may be closed out (and, once it was, by whom and why), whether
+the stop's plan is still being computed, and whether the worker has gone silent. Pure reads:
+nothing here asks a target."""
 
 from __future__ import annotations
 
