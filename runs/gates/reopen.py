@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from runs.gates import rows as gate_rows
-from runs.gates.sent_back import sent_back, turned_down
+from runs.gates.sent_back import failed_on
 from runs.ledger import derived, leases
 from runs.ledger.append import Writer
 from runs.ledger.derived import Derived
@@ -142,7 +142,7 @@ def askable(run: Run) -> list[tuple[Gate, Effect | None]]:
     refused, with the refusal's effect, and the gate whose answer its stage failed on (a
     question that sent it back, a confirmation rejected: sent_back.py), with none."""
     found: list[tuple[Gate, Effect | None]] = [(r.gate, r.effect) for r in refusals(run)]
-    back = sent_back(run) or turned_down(run)
+    back = failed_on(run)
     if back is not None:
         found.append((back.gate, None))
     return found

@@ -5,9 +5,10 @@ fail the same way, while its plan promised what the stage does when it goes on (
 charging: what a question's answer does is the stage's, which the planner cannot read). Such
 a run's plan says so and offers no resume (runs/planning/planner.py); the ways on are to ask
 the question again (reopen.py: its person answers anew, the article edited in the form, say)
-or to close the run out and start a new one. (A rejected confirmation is the planner's to
-predict, and is: its call's line says it is not made and costs nothing,
-runs/planning/gate_lines.py.)
+or to close the run out and start a new one. A rejected confirmation the stage failed on
+(`turned_down`) is the planner's to predict, and is (its call's line says it is not made and
+costs nothing, runs/planning/gate_lines.py): its plan keeps the resume, and Ask again reopens
+it too.
 
 The rule reads the facts: the run failed; its newest answer sent the work back; the failure
 is that answer's stage's, after it; and the stage made no new call in between (it replayed
@@ -22,7 +23,11 @@ from runs.gates.decision import describe_answer
 from runs.gates.forms import REJECT, REQUEST_CHANGES
 from runs.models import Event, Gate, GateKind, GateStatus, Run
 
-__all__ = ["SentBack", "sent_back", "turned_down"]
+__all__ = ["SentBack", "failed_on", "sent_back", "turned_down"]
+
+# The answers a stage fails on, by kind of gate: a question's that sends the work back, a
+# confirmation's that rejects the call.
+FAILING = {GateKind.QUESTION: REQUEST_CHANGES, GateKind.CONFIRM: REJECT}
 
 
 @dataclass(frozen=True)
@@ -60,24 +65,28 @@ class SentBack:
 
 
 def sent_back(run: Run) -> SentBack | None:
-    """The question whose answer sent the failed run's stage back, if that is why it failed:
-    one read of the run's newest answer for a failed run, the log's only when it sent work
-    back. The planner offers no resume for it (a resume would fail the same way)."""
-    return _failed_on(run, GateKind.QUESTION, REQUEST_CHANGES)
+    """The question whose answer sent the failed run's stage back, if that is why it failed.
+    The planner offers no resume for it (a resume would fail the same way)."""
+    back = failed_on(run)
+    return back if back is not None and not back.rejected else None
 
 
 def turned_down(run: Run) -> SentBack | None:
     """The confirmation whose rejection the failed run's stage failed on (CallRejected, no
     call made after it). Its plan still offers the resume that hands the stage the same
     rejection (new code may catch it: docs/pipelines.md); Ask again is the other way on."""
-    return _failed_on(run, GateKind.CONFIRM, REJECT)
+    back = failed_on(run)
+    return back if back is not None and back.rejected else None
 
 
-def _failed_on(run: Run, kind: str, decision: str) -> SentBack | None:
+def failed_on(run: Run) -> SentBack | None:
+    """The answered gate the failed run's stage failed on, of either kind (FAILING): one
+    read of the run's newest answer for a failed run, the log's only when that answer is one
+    a stage fails on."""
     if run.status != Run.Status.FAILED:
         return None
     gate = Gate.objects.filter(run=run, status=GateStatus.ANSWERED).order_by("-answer_seq").first()
-    if gate is None or gate.kind != kind or (gate.answer or {}).get("decision") != decision:
+    if gate is None or (gate.answer or {}).get("decision") != FAILING.get(gate.kind):
         return None
     failed = (
         Event.objects.filter(run=run, type=Event.Type.FAILED, seq__gt=gate.answer_seq)
