@@ -72,6 +72,16 @@ def answers_of(run: Run) -> int:
     return Event.objects.filter(run=run, type=Event.Type.HUMAN_ANSWERED).count()
 
 
+def shown_all(gates: list[Gate]) -> dict[str, str]:
+    """What the bulk page posts of the gates it showed, before the answer: every one of them
+    in scope, and each gate's digest."""
+    return {
+        "scope": "all",
+        "shown": ",".join(str(g.pk) for g in gates),
+        **{f"digest-{g.pk}": gate_digest(g) for g in gates},
+    }
+
+
 def review_post(gate: Gate, **changes: str) -> dict[str, str]:
     """What the gate page posts: the form as shown (with changes) and the gate's digest."""
     return {**gate.initial, "digest": gate_digest(gate), **changes}
@@ -455,9 +465,7 @@ def test_bulk_answers_every_open_gate_of_the_shape_and_skips_those_no_longer_ope
     response = supervisor.post(
         f"/runs/gate-groups/{gates[0].shape}/answer/",
         {
-            "scope": "all",
-            "shown": ",".join(str(g.pk) for g in gates),
-            **{f"digest-{g.pk}": gate_digest(g) for g in gates},
+            **shown_all(gates),
             "answer-decision": "approve",
             "answer-reason": "",
             f"answer-{TICK}": "on",
@@ -505,9 +513,7 @@ def test_requesting_changes_in_bulk_without_notes_is_one_form_error_and_writes_n
     response = client_as("operator").post(
         f"/runs/gate-groups/{shape}/answer/",
         {
-            "scope": "all",
-            "shown": ",".join(str(g.pk) for g in gates),
-            **{f"digest-{g.pk}": gate_digest(g) for g in gates},
+            **shown_all(gates),
             "answer-decision": "request_changes",
             "answer-notes": "",
         },
@@ -670,9 +676,7 @@ def test_approving_charges_in_bulk_without_the_tick_is_a_form_error_and_writes_n
     response = client_as("supervisor").post(
         f"/runs/gate-groups/{gates[0].shape}/answer/",
         {
-            "scope": "all",
-            "shown": ",".join(str(g.pk) for g in gates),
-            **{f"digest-{g.pk}": gate_digest(g) for g in gates},
+            **shown_all(gates),
             "answer-decision": "approve",
         },
     )
@@ -718,9 +722,7 @@ def test_a_bulk_review_approved_on_the_page_keeps_each_runs_own_title_and_body(f
     response = client_as("operator").post(
         f"/runs/gate-groups/{gates[0].shape}/answer/",
         {
-            "scope": "all",
-            "shown": ",".join(str(g.pk) for g in gates),
-            **{f"digest-{g.pk}": gate_digest(g) for g in gates},
+            **shown_all(gates),
             # What the page prefilled: the values every run shows alike.
             **{f"answer-{name}": value for name, value in shared(gates).initial.items()},
             "answer-decision": "approve",
