@@ -217,6 +217,7 @@ class EffectLedgerForm(forms.ModelForm):
             raise forms.ValidationError(self.refusal)
         if (
             cleaned.get("status") == Effect.Status.CONFIRMED
+            and "external_id" not in self.errors  # one typed and refused: said once
             and not (cleaned.get("external_id") or "").strip()
         ):
             # The ledger's rule, in its words, beside the field (the database's constraint

@@ -265,6 +265,29 @@ def test_ledger_refusals_are_form_errors(supervisor, facts, data, message):
     assert edits(run) == []
 
 
+def test_an_external_id_too_long_is_said_once_beside_its_field(supervisor, facts):
+    run = charge_unknown()
+    effect = _charge(run)
+
+    response = supervisor.post(
+        change_url(effect),
+        {
+            "status": "confirmed",
+            "external_id": "c" * 300,
+            "error": "",
+            "reason": "r",
+            "_save": "Save",
+        },
+    )
+
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "at most 128 characters" in page
+    assert "needs the external id it produced" not in page
+    assert _charge(run).status == Effect.Status.UNKNOWN
+    assert edits(run) == []
+
+
 def test_ledger_edit_of_an_active_run_is_refused(supervisor, facts):
     run = engine.start_run("content", {}, actor="test", enqueue=False)
     token = leases.acquire(run.pk, "worker:test")
