@@ -98,10 +98,13 @@ def _checked_changes(
     external_id = str(changes.get("external_id", effect.external_id) or "").strip()
     if status == Effect.Status.CONFIRMED and not external_id:
         raise LedgerError("a confirmed effect needs the external id it produced")
-    if status == Effect.Status.ABANDONED and external_id:
-        # Abandoned says the call is not to happen; an id says the target made it.
+    if status in (Effect.Status.ABANDONED, Effect.Status.FAILED) and external_id:
+        # Abandoned says the call is not to happen, failed that it did not; an id says the
+        # target made it. Left beside "failed", a resume would make the call a second time.
         raise LedgerError(
-            "an abandoned effect has no external id: if the target holds it, it is confirmed"
+            f"a{'n' if status == Effect.Status.ABANDONED else ''} {status} effect has no "
+            f"external id: if the target holds {external_id}, it is confirmed; clear the "
+            "id only once the target says it does not hold it"
         )
     before = {f: getattr(effect, f) for f in EDITABLE_EFFECT_FIELDS}
     after = {**before, **changes, "status": status, "external_id": external_id}

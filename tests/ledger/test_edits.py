@@ -84,3 +84,16 @@ def test_an_abandoned_effect_with_an_external_id_is_refused(facts):
 
     assert Effect.objects.get(pk=charge.pk).status == Effect.Status.UNKNOWN
     assert edited(run) == 0
+
+
+def test_a_confirmed_effect_said_failed_with_its_external_id_kept_is_refused(facts):
+    # The target gave the article its id: "failed" beside it would publish it again.
+    run = charge_unknown()
+    publish = Effect.objects.get(run=run, call_id="publish")
+    assert publish.status == Effect.Status.CONFIRMED and publish.external_id
+
+    with pytest.raises(LedgerError, match=f"if the target holds {publish.external_id}, it is"):
+        edit_effect(publish.pk, {"status": "failed"}, reason="never went live", actor="user:s")
+
+    assert Effect.objects.get(pk=publish.pk).status == Effect.Status.CONFIRMED
+    assert edited(run) == 0
