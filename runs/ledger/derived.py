@@ -138,6 +138,13 @@ def said_of(run_ids: Iterable[int], effects: Iterable[Effect], *, after_seq: int
     return fold(effect_events(run_ids, keys, after_seq=after_seq))
 
 
+def edited_by(effect: Effect) -> str:
+    """Who recorded the effect's state when a supervisor's ledger edit did; "" when the engine
+    did (a "failed" is then the target's own refusal). Read from its own run's events."""
+    said = said_of([effect.run_id], [effect]).get(effect.delivery_key)
+    return said.edited_by if said is not None else ""
+
+
 def checkpoint_disagreement(checkpoint: Checkpoint, verified: Event | None) -> str:
     """Why the checkpoint row does not name what its VERIFIED event recorded ("" when it
     does): its stage, its next stage and the seq it seals drive the plan."""

@@ -13,7 +13,9 @@ the engine's decision differs from the plan's line and the contract check sees i
     confirmed ............................................ REUSE the recorded result
     abandoned by a supervisor ............................ SKIP
     failed (nothing happened):
-        a supervisor recorded it ......................... CALL
+        a supervisor recorded it:
+            RECONCILE_FIRST: ask the target, as for intent below
+            the others ................................... CALL
         the target refused a request a human confirmed ... BLOCKED (ask again or close out)
         the target refused it ............................ CALL
     key reused for a different request ................... REFUSE
@@ -37,6 +39,7 @@ from typing import Any
 
 from django.db import models
 
+from runs.ledger import derived
 from runs.models import EffectStatus, ReplayPolicy
 from runs.pipeline import Reconciliation, Tool
 
@@ -114,8 +117,8 @@ class Recorded:
     error: str = ""
     # A failed effect: the supervisor whose ledger edit recorded it ("" when the engine
     # recorded the target's refusal), and the human whose confirmation the refused request
-    # was made with (runs/gates/reopen.py). Both read from the events by the planner; the
-    # engine, which never resumes a plan that a refusal blocks, leaves them empty.
+    # was made with (runs/gates/reopen.py). Both read from the events (decide_on()); the
+    # engine, never resuming a plan that a refusal blocks, leaves the second empty.
     edited_by: str = ""
     confirmed_by: str = ""
 
@@ -156,13 +159,20 @@ class Decision:
 
 def asks_target(policy: str, recorded: Recorded | None) -> bool:
     """Whether deciding needs the target's answer: only a RECONCILE_FIRST effect whose outcome
-    the ledger does not know. IDEMPOTENT targets deduplicate by key, and NEVER is never
-    guessed about, so neither is asked."""
+    the ledger does not know, or that a supervisor recorded as failed. IDEMPOTENT targets
+    deduplicate by key, and NEVER is never guessed about, so neither is asked."""
     return (
         policy == ReplayPolicy.RECONCILE_FIRST
         and recorded is not None
-        and recorded.status in UNSETTLED
+        and (recorded.status in UNSETTLED or _edited_failed(recorded))
     )
+
+
+def _edited_failed(recorded: Recorded) -> bool:
+    # A supervisor's "it did not happen" is their word, not the target's: where the target can
+    # be asked by the key, it is, before the call is made again (a mistaken edit of a
+    # published article would otherwise publish it twice).
+    return recorded.status == EffectStatus.FAILED and bool(recorded.edited_by)
 
 
 def decide(
@@ -218,9 +228,10 @@ def decide(
         )
     if status == EffectStatus.FAILED:
         if recorded.edited_by:
-            return Decision(
-                Action.CALL, f"a supervisor recorded that it did not happen ({recorded.edited_by})"
-            )
+            said = f"a supervisor recorded that it did not happen ({recorded.edited_by})"
+            if policy != ReplayPolicy.RECONCILE_FIRST:
+                return Decision(Action.CALL, said)
+            return _reconciled(tool, call_id, answer, unanswered, verb, target, said)
         # The target's words, cut to what a plan line holds (the effect keeps them whole).
         error = recorded.error if len(recorded.error) <= 300 else recorded.error[:299] + "…"
         refused = "the target refused it" + (f" ({error})" if error else "")
@@ -242,37 +253,53 @@ def decide(
     if policy == ReplayPolicy.IDEMPOTENT:
         return Decision(Action.RETRY_SAME_KEY, f"{status}: outcome not recorded")
     if policy == ReplayPolicy.RECONCILE_FIRST:
-        if unanswered:
-            return Decision(
-                Action.BLOCKED,
-                f"the target did not answer: {unanswered}",
-                kind=StopKind.UNANSWERED,
-                reason=f"{tool} ({call_id}): the target did not answer ({unanswered}); nothing "
-                "is called before it does. Check targets again.",
-            )
-        if answer is None:
-            raise ValueError(f"{tool} ({call_id}): a RECONCILE_FIRST decision needs the answer")
-        if not answer.found:
-            return Decision(Action.CALL, f"not found on the target ({answer.detail})")
-        if answer.matches:
-            return Decision(
-                Action.RECORD_FOUND,
-                f"found on the target ({target}): {answer.detail}; record it, do not {verb} again",
-                external_id=answer.external_id,
-            )
-        return Decision(
-            Action.BLOCKED,
-            f"found but different: {answer.detail}",
-            kind=StopKind.FOUND_DIFFERENT,
-            reason=f"{tool} ({call_id}): found on the target but different — {answer.detail}. "
-            "A supervisor must settle it on its effect page.",
-        )
+        return _reconciled(tool, call_id, answer, unanswered, verb, target)
     return Decision(
         Action.BLOCKED,
         f"{status}: outcome unknown",
         kind=StopKind(status),
         reason=f"{tool} ({call_id}) is {policy}: its outcome is {status} and it is never "
         "re-run automatically. A supervisor must settle it on its effect page.",
+    )
+
+
+def _reconciled(
+    tool: str,
+    call_id: str,
+    answer: Reconciliation | None,
+    unanswered: str,
+    verb: str,
+    target: str,
+    recorded: str = "",
+) -> Decision:
+    """A RECONCILE_FIRST effect's decision on what the target answered when asked by the key.
+    `recorded`: what the ledger said first, where the answer is said after it."""
+    first = f"{recorded}; " if recorded else ""
+    if unanswered:
+        return Decision(
+            Action.BLOCKED,
+            f"{first}the target did not answer: {unanswered}",
+            kind=StopKind.UNANSWERED,
+            reason=f"{tool} ({call_id}): the target did not answer ({unanswered}); nothing "
+            "is called before it does. Check targets again.",
+        )
+    if answer is None:
+        raise ValueError(f"{tool} ({call_id}): a RECONCILE_FIRST decision needs the answer")
+    if not answer.found:
+        return Decision(Action.CALL, f"{first}not found on the target ({answer.detail})")
+    if answer.matches:
+        return Decision(
+            Action.RECORD_FOUND,
+            f"{first}found on the target ({target}): {answer.detail}; record it, do not "
+            f"{verb} again",
+            external_id=answer.external_id,
+        )
+    return Decision(
+        Action.BLOCKED,
+        f"{first}found but different: {answer.detail}",
+        kind=StopKind.FOUND_DIFFERENT,
+        reason=f"{tool} ({call_id}): found on the target but different — {answer.detail}. "
+        "A supervisor must settle it on its effect page.",
     )
 
 
@@ -283,7 +310,7 @@ def decide_on(
     *,
     request_hash: str = "",
     ask: Callable[[Any], Reconciliation] | None = None,
-    edited_by: str = "",
+    edited_by: str | None = None,
     confirmed_by: str = "",
     made: bool = False,
 ) -> tuple[Decision, Reconciliation | None]:
@@ -291,8 +318,12 @@ def decide_on(
     target where the decision needs it: the one way the engine, the planner and an approval
     reach a decision, so they cannot disagree on the same facts. `ask` replaces
     tool.reconcile (the engine records the exchange and counts the question); `edited_by`
-    and `confirmed_by` say who recorded a failed effect (Recorded). Returns the decision and
-    the target's answer, if it was asked and answered."""
+    and `confirmed_by` say who recorded a failed effect (Recorded); `edited_by` is read from
+    the effect's events when not given (the planner reads it for all its effects at once).
+    Returns the decision and the target's answer, if it was asked and answered."""
+    if edited_by is None:
+        failed = effect is not None and effect.status == EffectStatus.FAILED
+        edited_by = derived.edited_by(effect) if failed else ""
     recorded = Recorded.of(effect, edited_by=edited_by, confirmed_by=confirmed_by)
     answer, unanswered = None, ""
     if asks_target(tool.policy, recorded):

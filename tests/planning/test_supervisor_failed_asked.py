@@ -1,0 +1,123 @@
+"""A supervisor's "it did not happen" on a RECONCILE_FIRST effect is their word, not the
+target's: the plan and the engine ask the target by the key before the call is made again,
+so a mistaken edit of a published article does not publish it a second time."""
+
+from __future__ import annotations
+
+import pytest
+
+from runs import engine
+from runs.ledger.edits import edit_effect
+from runs.models import ApprovalMode, Effect, Event, Run
+from runs.pipeline import Reconciliation
+from runs.planning import replay
+from runs.planning.planner import compute_plan
+from runs.planning.replay import Action, Recorded, StopKind
+from runs.planning.resume import approve
+from tests.planning.test_plan_contract import publish_calls_since, top_meter, verdicts
+from tests.support.plans import effect, run_in_process
+
+
+@pytest.fixture
+def published_said_failed(transactional_db, facts, redis_conn) -> tuple[Run, str]:
+    """A run that published its article and failed on the charge after it, whose supervisor
+    then recorded the article as never published (and the charge as not to be made)."""
+    run = run_in_process({"timeout": "publish/promote-charge/after"})
+    article = effect(run, "publish").external_id
+    assert article
+    edit_effect(
+        effect(run, "publish").pk,
+        {"status": Effect.Status.FAILED, "external_id": ""},
+        reason="I think it never went live",
+        actor="user:supervisor",
+    )
+    edit_effect(
+        effect(run, "promote-charge").pk,
+        {"status": Effect.Status.ABANDONED},
+        reason="no promotion this time",
+        actor="user:supervisor",
+    )
+    run.refresh_from_db()
+    return run, article
+
+
+def test_the_plan_asks_the_target_of_an_article_a_supervisor_recorded_as_failed(
+    published_said_failed,
+):
+    run, article = published_said_failed
+
+    plan = compute_plan(run)
+
+    [line] = [e for e in plan.effects if e.call_id == "publish"]
+    assert line.action == Action.RECORD_FOUND
+    assert line.external_id == article
+    assert "a supervisor recorded that it did not happen (user:supervisor)" in line.answer
+    assert "found on the target" in line.answer
+
+
+def test_a_resume_records_the_article_found_and_does_not_publish_it_again(
+    published_said_failed,
+):
+    run, article = published_said_failed
+    plan = compute_plan(run)
+    approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:operator")
+    mark = top_meter()
+    run.refresh_from_db()
+
+    engine.execute(run.pk, run.current_stage, run.ticket, holder="test:in-process")
+
+    run.refresh_from_db()
+    assert publish_calls_since(mark) == 0
+    assert (effect(run, "publish").status, effect(run, "publish").external_id) == (
+        Effect.Status.CONFIRMED,
+        article,
+    )
+    assert run.status == Run.Status.SUCCEEDED
+    assert verdicts(run) == [Event.Type.PLAN_KEPT]
+
+
+@pytest.mark.parametrize(
+    ("answer", "unanswered", "action"),
+    [
+        (Reconciliation(found=False, detail="no such article"), "", Action.CALL),
+        (Reconciliation(found=True, external_id="art-1"), "", Action.RECORD_FOUND),
+        (Reconciliation(found=True, matches=False), "", Action.BLOCKED),
+        (None, "platform did not answer within 5 s", Action.BLOCKED),
+    ],
+)
+def test_a_reconcile_first_effect_a_supervisor_failed_is_decided_on_the_targets_answer(
+    answer, unanswered, action
+):
+    recorded = Recorded(Effect.Status.FAILED, "h", edited_by="user:sue")
+    assert replay.asks_target("RECONCILE_FIRST", recorded)
+
+    decision = replay.decide(
+        tool="publish_article",
+        call_id="publish",
+        policy="RECONCILE_FIRST",
+        recorded=recorded,
+        answer=answer,
+        unanswered=unanswered,
+    )
+
+    assert decision.action == action
+    assert decision.answer.startswith("a supervisor recorded that it did not happen (user:sue)")
+    if unanswered:
+        assert decision.kind == StopKind.UNANSWERED
+
+
+@pytest.mark.parametrize("policy", ["IDEMPOTENT", "NEVER"])
+def test_other_policies_take_a_supervisors_failed_at_their_word(policy):
+    recorded = Recorded(Effect.Status.FAILED, "h", edited_by="user:sue")
+    assert not replay.asks_target(policy, recorded)
+
+    decision = replay.decide(tool="t", call_id="c", policy=policy, recorded=recorded)
+
+    assert decision.action == Action.CALL
+
+
+def test_the_targets_own_refusal_is_not_asked_about_again():
+    recorded = Recorded(Effect.Status.FAILED, "h", error="422 title too long")
+    assert not replay.asks_target("RECONCILE_FIRST", recorded)
+    decision = replay.decide(tool="t", call_id="c", policy="RECONCILE_FIRST", recorded=recorded)
+    assert decision.action == Action.CALL
