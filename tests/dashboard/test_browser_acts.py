@@ -119,3 +119,26 @@ def test_at_a_phones_width_the_first_run_and_the_plans_decisive_columns_are_in_v
     no_sideways_scroll(page)
     shot(page, "plan-columns-390.png")
     assert not problems, problems
+
+
+def test_at_a_phones_width_a_groups_page_does_not_scroll_sideways(
+    phone,
+    live_server,
+    users,  # noqa: F811
+    facts,
+):
+    from runs.planning import grouping
+
+    alike = [executed(timeout="visual/upload-cover/after") for _ in range(2)]
+    [group] = [g for g in grouping.groups().groups if g.count == len(alike)]
+    page = phone
+    problems = Problems()
+    problems.watch(page)
+    login(page, live_server, "operator")
+
+    page.goto(f"{live_server.url}/runs/groups/{group.fingerprint}/")
+
+    expect(page.get_by_role("button", name="Approve the ticked runs only")).to_be_visible()
+    no_sideways_scroll(page)
+    shot(page, "group-390.png")
+    assert not problems, problems
