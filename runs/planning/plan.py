@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from runs.planning.replay import Action
+from runs.planning.replay import STOPPING, Action, StopKind
 from runs.quantities import at
 
 
@@ -110,7 +110,7 @@ class MadeAgain:
     def __str__(self) -> str:
         return (
             f"{self.run} already made {self.tool} ({self.call_id}) as {self.made_as}; the branch "
-            f"re-runs {self.stage} with new inputs and will {self.verb} again under a new key: "
+            f"re-runs {self.stage} afresh and will {self.verb} again under a new key: "
             "a second one, the first stays"
         )
 
@@ -178,8 +178,16 @@ class Plan:
         return self.resumable and not self.blocked
 
     @property
+    def branchable(self) -> bool:
+        """Blocked only by a stage that diverged (divergence.py): a strict resume would run it
+        again and ask the same, while a new branch runs it afresh, so an upgrade may still be
+        approved. Any other blocker (an outcome nobody knows) is one for a branch too."""
+        stopping = [e for e in self.effects if e.action in STOPPING]
+        return bool(stopping) and all(e.kind == StopKind.DIVERGED for e in stopping)
+
+    @property
     def can_upgrade(self) -> bool:
-        return self.resumable and not self.blocked and self.upgrade.available
+        return self.resumable and (not self.blocked or self.branchable) and self.upgrade.available
 
     @property
     def reused(self) -> list[EffectLine]:

@@ -156,7 +156,7 @@ def _check(plan: Plan, action: str, fingerprint: str) -> None:
             "nothing was resumed — read the fresh plan and approve again",
             plan,
         )
-    if plan.blockers:
+    if plan.blockers and not (action == ApprovalMode.UPGRADE and plan.branchable):
         raise ResumeRefused("the plan is blocked: " + " ".join(plan.blockers), plan)
     if action == ApprovalMode.UPGRADE and not plan.upgrade.available:
         raise ResumeRefused(f"no upgrade is possible: {plan.upgrade.reason}", plan)

@@ -61,6 +61,9 @@ class Blocker:
     label: str = ""
     # The target refused a request a human confirmed: asking again unblocks it, not an edit.
     refused: bool = False
+    # The stage asked again with another request than it recorded: a branch runs it afresh,
+    # and there is nothing to settle on the effect's page.
+    diverged: bool = False
 
 
 @dataclass
@@ -160,6 +163,7 @@ def _blockers(plan: Plan) -> list[Blocker]:
                 effect_run_pk=run_pk,
                 label=f"{line.tool} ({line.stage}/{line.call_id})",
                 refused=line.kind == StopKind.REFUSED_CONFIRMED,
+                diverged=line.kind == StopKind.DIVERGED,
             )
         )
     said = {e.reason for e in lines}

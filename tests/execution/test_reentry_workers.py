@@ -24,7 +24,7 @@ from runs.models import ApprovalMode, Checkpoint, Event, Gate, GateStatus, Run, 
 from runs.planning.plan import Plan
 from runs.planning.planner import compute_plan
 from runs.planning.replay import Action, StopKind
-from runs.planning.resume import approve
+from runs.planning.resume import ResumeRefused, approve
 from tests.execution import reentry_pipelines as rp
 from tests.support.pipelines import registered
 from tests.support.processes import Workers, wait_for
@@ -181,6 +181,41 @@ def test_a_clock_in_the_prompt_diverges_on_reentry_and_stops_before_billing_agai
         'resumer_divergences_total{outcome="stopped",pipeline="reentry-clock",tool="model"} 1.0'
         in scraped
     )
+
+
+def test_a_run_stopped_on_a_divergence_is_upgraded_into_a_branch_that_runs_its_stage_afresh(
+    workers, demo_service
+):
+    run = started(workers, "reentry-clock")
+    approve_gate(run, "send")
+    ended(run, Run.Status.NEEDS_APPROVAL)
+    plan = compute_plan(run)
+    assert plan.blocked and not plan.can_strict and plan.can_upgrade
+    wait_for(
+        lambda: StoredPlan.objects.filter(run=run, fingerprint=plan.fingerprint).exists(),
+        timeout=SLOW,
+        what="the stored plan",
+    )
+    page = client_as("operator").get(reverse("runs:run", args=[run.pk])).content.decode()
+    assert "upgrade it into a new branch, which runs the stage afresh" in page
+    assert 'name="action" value="upgrade">Upgrade</button>' in page
+    with pytest.raises(ResumeRefused, match="the plan is blocked"):
+        approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:op")
+
+    approve(run, ApprovalMode.UPGRADE, plan.fingerprint, actor="user:op")
+
+    assert run_status(run) == Run.Status.SUPERSEDED
+    branch = Run.objects.get(parent=run)
+    # The branch runs draft afresh: one more completion, then its own confirmation of send.
+    gate = wait_for(
+        lambda: Gate.objects.filter(run=branch, gate_id="send", status=GateStatus.OPEN).first(),
+        timeout=SLOW,
+        what="the branch to ask about send",
+    )
+    assert gate.run_id == branch.pk
+    assert demo_service.count("chat") == 2
+    assert rp.served("mailbox") == []
+    assert not events(branch, Event.Type.DIVERGED)
 
 
 def test_the_recorded_clock_replays_and_bills_nothing_twice(workers, demo_service):
