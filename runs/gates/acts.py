@@ -138,11 +138,12 @@ def add_tick(form: forms.Form, says: str) -> None:
 
 
 def tick_missing(form: forms.Form) -> bool:
-    """Whether a valid form approves without the tick its act needs; the form then carries
-    the error beside the box. Every face's answer goes through this (one gate, or many)."""
+    """Whether a cleaned form approves without the tick its act needs; the form then carries
+    the error beside the box. Every face's answer goes through this (one gate, or many), on
+    a form other fields made invalid too, so that every mistake is said at once."""
     if TICK not in form.fields or form.cleaned_data.get("decision") != APPROVE:
         return False
-    if form.cleaned_data.get(TICK):
+    if form.cleaned_data.get(TICK) or TICK in form.errors:
         return False
     form.add_error(TICK, f"Tick “{form.fields[TICK].label}” to approve.")
     return True

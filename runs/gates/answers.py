@@ -11,6 +11,7 @@ gate."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -114,8 +115,14 @@ def clean(gate: Gate, data: Any, *, preview: bool = False) -> tuple[dict[str, An
     is checked only when the answer is sent."""
     form = form_for(gate, data)
     if not form.is_valid():
+        if not preview:
+            acts.tick_missing(form)  # said with the other errors, not after them
         raise InvalidAnswer("the answer does not fit the form: " + forms.errors_said(form), form)
     if not preview and acts.tick_missing(form):
+        if gate.kind == GateKind.CONFIRM:
+            # An edit the tool refuses is said beside the missing tick, not after it.
+            with contextlib.suppress(InvalidAnswer):
+                edited_args(gate, form, forms.jsonable(form.cleaned_data))
         raise InvalidAnswer("approving needs the tick that names what it does", form)
     cleaned = forms.jsonable(form.cleaned_data)
     if gate.kind != GateKind.CONFIRM:

@@ -318,6 +318,24 @@ def test_an_amount_the_charge_refuses_is_a_422_naming_its_field_and_writes_nothi
     assert written(charge) == before
 
 
+@pytest.mark.parametrize("amount", ["abc", "-3"])
+def test_a_refused_amount_and_a_missing_tick_are_said_at_once(supervisor, review, amount):
+    # "abc" the form refuses, "-3" the tool's own schema: either is said beside the tick.
+    charge = charge_gate(review)
+    before = written(charge)
+    answer = {"decision": "approve", "arg_amount": amount}
+
+    body = is_problem(
+        supervisor.post(
+            f"/gates/{charge.pk}/answer", {"answer": answer, "digest": gate_digest(charge)}
+        ),
+        422,
+    )
+
+    assert sorted(body["errors"]) == sorted(["arg_amount", TICK])
+    assert written(charge) == before
+
+
 def test_a_typed_amount_is_checked_and_sent_as_the_processor_reads_it(supervisor, review):
     charge = charge_gate(review)
 
