@@ -285,21 +285,25 @@ def _reconciled(
         )
     if answer is None:
         raise ValueError(f"{tool} ({call_id}): a RECONCILE_FIRST decision needs the answer")
+    # A target's lookup may say nothing more than found or not.
+    detail = answer.detail.strip()
     if not answer.found:
-        return Decision(Action.CALL, f"{first}not found on the target ({answer.detail})")
+        said = f" ({detail})" if detail else ""
+        return Decision(Action.CALL, f"{first}not found on the target{said}")
     if answer.matches:
+        where = f" ({target})" if target else ""
         return Decision(
             Action.RECORD_FOUND,
-            f"{first}found on the target ({target}): {answer.detail}; record it, do not "
-            f"{verb} again",
+            f"{first}found on the target{where}{': ' + detail if detail else ''}; record it, "
+            f"do not {verb} again",
             external_id=answer.external_id,
         )
     return Decision(
         Action.BLOCKED,
-        f"{first}found but different: {answer.detail}",
+        f"{first}found but different{': ' + detail if detail else ''}",
         kind=StopKind.FOUND_DIFFERENT,
-        reason=f"{tool} ({call_id}): found on the target but different — {answer.detail}. "
-        "A supervisor must settle it on its effect page.",
+        reason=f"{tool} ({call_id}): found on the target but different"
+        f"{' — ' + detail if detail else ''}. A supervisor must settle it on its effect page.",
     )
 
 

@@ -234,6 +234,27 @@ def test_decide_maps_each_recorded_state_and_policy_to_one_action(policy, status
     assert decision.action == action
 
 
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (Reconciliation(found=False), "not found on the target"),
+        (Reconciliation(found=True, external_id="art-1"), "found on the target; record it"),
+        (Reconciliation(found=True, matches=False), "found but different"),
+    ],
+)
+def test_a_lookup_that_says_nothing_more_leaves_no_empty_brackets(answer, said):
+    decision = replay.decide(
+        tool="t",
+        call_id="c",
+        policy="RECONCILE_FIRST",
+        recorded=Recorded("unknown", "h"),
+        answer=answer,
+    )
+
+    assert decision.answer.startswith(said)
+    assert "()" not in decision.answer + decision.reason and ": ;" not in decision.answer
+
+
 def test_decide_refuses_a_key_reused_for_a_different_request():
     decision = replay.decide(
         tool="t",
