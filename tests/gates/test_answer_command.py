@@ -89,6 +89,7 @@ REFUSED = [
     pytest.param(["--digest", "0" * 64], "Fresh digest", id="a-stale-digest"),
     pytest.param(["--approve"], "needs --confirm-act, the tick", id="no-tick-for-money"),
     pytest.param(["--approve", "--set", "colour=red", "--confirm-act"], "fields are", id="field"),
+    pytest.param(["--approve", "--set", "amount", "--confirm-act"], "NAME=VALUE", id="no-value"),
     pytest.param(["--approve", "--set", "amount=-3", "--confirm-act"], "amount", id="bad-edit"),
     pytest.param(["--reject"], "reason", id="a-rejection-without-a-reason"),
     pytest.param(

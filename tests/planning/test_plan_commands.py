@@ -122,6 +122,23 @@ def test_plan_of_an_unknown_run_is_a_command_error(db):
         manage("plan", "run-424242")
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        pytest.param(["plan"], "name a run (e.g. run-9269), or pass --groups", id="plan"),
+        pytest.param(["resume", "--strict"], "name a run, or pass --group", id="resume"),
+        pytest.param(
+            ["resume", "--runs", "run-2", "--strict"], "--runs selects runs of a --group", id="runs"
+        ),
+    ],
+)
+def test_a_command_given_no_run_says_what_to_give_not_both(db, args, said):
+    with pytest.raises(CommandError) as refused:
+        manage(*args)
+
+    assert said in str(refused.value) and "not both" not in str(refused.value)
+
+
 # --- resume ----------------------------------------------------------------------------------
 
 

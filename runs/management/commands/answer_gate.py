@@ -136,7 +136,9 @@ class Command(BaseCommand):
             data[name] = "on" if shown is True else str(shown)
         for item in opts["set"]:
             name, sep, value = item.partition("=")
-            field = _field(form.fields, name, item) if sep else ""
+            if not sep:
+                raise CommandError(f"--set {item!r}: give a value, as --set NAME=VALUE")
+            field = _field(form.fields, name, item)
             if field not in form.fields or field == TICK:
                 raise CommandError(f"--set {item!r}: this gate's fields are {_names(form.fields)}")
             data[field] = value

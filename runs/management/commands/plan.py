@@ -31,8 +31,10 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="machine-readable output")
 
     def handle(self, *args, **opts) -> None:
-        if bool(opts["run"]) == bool(opts["groups"]):
+        if opts["run"] and opts["groups"]:
             raise CommandError("name a run (e.g. run-9269) or pass --groups, not both")
+        if not opts["run"] and not opts["groups"]:
+            raise CommandError("name a run (e.g. run-9269), or pass --groups")
         if opts["groups"]:
             self._groups(opts["json"])
             return

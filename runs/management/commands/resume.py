@@ -41,8 +41,11 @@ class Command(BaseCommand):
         parser.add_argument("--actor", default="cli", help="who approves (recorded)")
 
     def handle(self, *args, **opts) -> None:
-        if bool(opts["run"]) == bool(opts["group"]):
+        if opts["run"] and opts["group"]:
             raise CommandError("name a run or pass --group, not both")
+        if not opts["run"] and not opts["group"]:
+            said = "--runs selects runs of a --group" if opts["runs"] else "name a run"
+            raise CommandError(f"{said}, or pass --group with a group's fingerprint")
         if opts["group"]:
             self._group(opts)
             return
