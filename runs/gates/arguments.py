@@ -72,6 +72,8 @@ MESSAGES = {
 }
 
 
+# What is not a number at all ("abc", a list), said without the exponent a typo is not.
+NOT_A_DECIMAL = "must be a decimal number, like 5.00"
 # A decimal entered as text, written out: Decimal reads "1e2" as 100, so a reviewer's typo
 # (or a client's exponent) would otherwise approve a charge a hundred times what it reads.
 DECIMAL_TEXT = re.compile(r"[+-]?[0-9]+(\.[0-9]+)?")
@@ -228,11 +230,24 @@ def read(kind: str, entered: Any) -> Any:
         "list": isinstance(value, list),
         "object": isinstance(value, dict),
     }.get(kind, True)
+    if not fits and kind == "decimal":
+        raise ValueError(NOT_A_DECIMAL)
     if not fits or not _finite(value):
         raise ValueError(MESSAGES.get(kind, MESSAGES["json"]))
     if kind == "decimal" and isinstance(value, str) and not DECIMAL_TEXT.fullmatch(value.strip()):
-        raise ValueError(MESSAGES[kind])
+        raise ValueError(_not_written_out(value))
     return value
+
+
+def _not_written_out(text: str) -> str:
+    """Why a decimal's text is refused, where a reviewer may not see it."""
+    if "," in text:
+        return f"{NOT_A_DECIMAL}, with a point, not a comma"
+    if any(c.isdigit() and not c.isascii() for c in text):
+        return f"{NOT_A_DECIMAL}, in the digits 0-9"
+    if any(c.isdigit() for c in text):
+        return MESSAGES["decimal"]  # a number written otherwise: 1e2, 0x10, 1_000
+    return NOT_A_DECIMAL
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -101,6 +101,23 @@ def test_an_amount_is_written_out_not_as_an_exponent(entered):
     assert refused.value.errors == {"amount": [arguments.MESSAGES["decimal"]]}
 
 
+@pytest.mark.parametrize(
+    ("entered", "said"),
+    [
+        ("abc", "must be a decimal number, like 5.00"),
+        ("5,00", "with a point, not a comma"),
+        ("\uff15", "in the digits 0-9"),
+        ({"a": 1}, "must be a decimal number, like 5.00"),
+    ],
+)
+def test_an_amount_that_is_no_number_is_told_what_is_wrong_with_it(entered, said):
+    with pytest.raises(arguments.EditRefused) as refused:
+        arguments.edited(charge_call(), {"amount": entered}, CHARGE)
+
+    [message] = refused.value.errors["amount"]
+    assert said in message and "1e2" not in message
+
+
 @pytest.mark.parametrize("entered", [float("nan"), float("inf"), True, ["20"]])
 def test_the_charge_refuses_typed_json_that_is_no_finite_amount(entered):
     with pytest.raises(arguments.EditRefused, match="amount"):
