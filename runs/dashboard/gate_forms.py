@@ -14,6 +14,7 @@ from runs.gates import forms as gate_forms
 from runs.gates.acts import Act, Total, act_of, add_tick, tick_missing, total
 from runs.gates.shared import Shared, shared
 from runs.models import Gate
+from runs.quantities import money
 
 MAX_GATES = 1000
 
@@ -109,7 +110,12 @@ def bulk_answer(gates: list[Gate], data: Any = None) -> BulkAnswer:
     pending = [(g, a) for g in gates if (a := act_of(g.call)) is not None]
     total_of = total(a for _, a in pending) if pending else None
     if total_of is not None and any(a.needs_tick for _, a in pending):
-        add_tick(form, f"makes {total_of.text}")
+        # The total is of every gate shown; answering the ticked ones makes theirs alone.
+        prices = {a.price for _, a in pending}
+        each = f", {money(prices.pop())} each" if len(prices) == 1 else ""
+        add_tick(
+            form, f"makes {total_of.text}", f"answering the ticked gates only makes theirs{each}"
+        )
     return BulkAnswer(form, common, pending, total_of)
 
 

@@ -128,12 +128,13 @@ class TickField(forms.BooleanField):
         )
 
 
-def add_tick(form: forms.Form, says: str) -> None:
-    """The box an approval must tick, naming what approving does."""
+def add_tick(form: forms.Form, says: str, fewer: str = "") -> None:
+    """The box an approval must tick, naming what approving does; `fewer`, what answering
+    only some of many gates does instead (a bulk page's)."""
     form.fields[TICK] = TickField(
         required=False,
         label=f"I confirm that approving {says}",
-        help_text="needed to approve; a rejection needs no tick",
+        help_text=f"needed to approve{'; ' + fewer if fewer else ''}; a rejection needs no tick",
     )
 
 

@@ -670,6 +670,15 @@ def test_the_bulk_page_of_charges_shows_each_act_its_amount_and_the_total(facts)
     assert "I confirm that approving makes 3 charges, $15.00 in all" in html
 
 
+def test_the_bulk_tick_says_that_answering_the_ticked_gates_only_makes_theirs(facts):
+    runs = [at_the_charge() for _ in range(3)]
+    shape = gate_of(runs[0], "promote-charge").shape
+
+    html = client_as("supervisor").get(f"/runs/gate-groups/{shape}/").content.decode()
+
+    assert "answering the ticked gates only makes theirs, $5.00 each" in html
+
+
 def test_approving_charges_in_bulk_without_the_tick_is_a_form_error_and_writes_nothing(facts):
     gates = [gate_of(at_the_charge(), "promote-charge") for _ in range(2)]
 
