@@ -11,7 +11,7 @@ from django.conf import settings
 
 from runs.integrations.openai_agents import Durable, OpenAIAgent
 from runs.models import ReplayPolicy
-from runs.pipeline import Confirm, Input, Pipeline
+from runs.pipeline import Confirm, Input, Pipeline, Reconciliation
 from runs.tools.model import model_tool
 
 PATH = "tests.integrations.openai_agents_pipelines.pipeline"
@@ -56,6 +56,47 @@ pipeline = Pipeline(
     tools=(model, *agent.tools),
     stages=(
         agent.stage(
+            "agent",
+            input="Please refund order 7.",
+            model=lambda ctx: ctx.inputs["model"],
+            consumes=("model",),
+        ),
+    ),
+)
+
+
+# The same agent with a refund that does not deduplicate, looked up as a developer writes a
+# lookup: what the payments system says, as text.
+PATH_FOUND = "tests.integrations.openai_agents_pipelines.found_pipeline"
+
+
+def find_refund(effect) -> Reconciliation:
+    made = [amount for order, amount in REFUNDS if order == effect.request["order_id"]]
+    if not made:
+        return Reconciliation(found=False, detail="no refund on the order")
+    order = effect.request["order_id"]
+    return Reconciliation(
+        found=True, external_id=f"rf-{order}", result=f"Refunded {made[-1]} on order {order}"
+    )
+
+
+found_agent = OpenAIAgent(
+    triage,
+    policies={
+        "lookup": Durable(ReplayPolicy.SAFE),
+        "refund": Durable(
+            ReplayPolicy.RECONCILE_FIRST,
+            reconcile=find_refund,
+            confirm=Confirm(editable=("amount",)),
+        ),
+    },
+)
+found_pipeline = Pipeline(
+    name="openai-agents-billing-found",
+    inputs=(Input("model", lambda pinned: "script:none", versioned=False),),
+    tools=(model, *found_agent.tools),
+    stages=(
+        found_agent.stage(
             "agent",
             input="Please refund order 7.",
             model=lambda ctx: ctx.inputs["model"],

@@ -21,12 +21,14 @@ from demo import faults
 from runs import engine
 from runs.gates import answers
 from runs.gates import arguments as gate_arguments
+from runs.gates.acts import TICK
 from runs.integrations.openai_agents import UNDECLARED, Durable
 from runs.integrations.openai_agents.tools import pipeline_tool
-from runs.models import Checkpoint, Effect, Gate, GateStatus, ReplayPolicy, Run
+from runs.models import ApprovalMode, Checkpoint, Effect, Gate, GateStatus, ReplayPolicy, Run
 from runs.pipeline import Confirm, OnReject
 from runs.planning.planner import compute_plan
 from runs.planning.replay import Action
+from runs.planning.resume import approve
 from tests.integrations import openai_agents_pipelines as oap
 from tests.support.pipelines import registered
 
@@ -112,6 +114,36 @@ def test_a_handoffs_agent_is_governed_and_a_reviewers_edit_reaches_the_target_an
         "final_output": "Done.",
         "last_agent": "Billing",
     }
+
+
+def test_a_refund_its_lookup_found_after_a_lost_answer_is_told_to_the_model_with_the_edit(
+    settings, demo_service
+):
+    with registered(settings, oap.PATH_FOUND):
+        model = demo_service.script("found-edit", [HANDOFF, LOOKUP, REFUND, DONE])
+        run = faults.start_run(
+            "openai-agents-billing-found",
+            {"model": model},
+            actor="test",
+            faults={"timeout": "agent/refund-1/after"},
+            enqueue=False,
+        )
+        assert execute(run).status == Run.Status.WAITING
+        # A refund that cannot simply be made again needs the tick that names it.
+        answer(run, "refund-1", arg_amount="20.00", **{TICK: "on"})
+        assert execute(run).status == Run.Status.FAILED  # the refund's answer never came
+        plan = compute_plan(run)
+        [line] = [e for e in plan.effects if e.call_id == "refund-1"]
+        assert line.action == Action.RECORD_FOUND
+        approve(run, ApprovalMode.STRICT, plan.fingerprint, actor="user:op")
+
+        run = execute(run)
+
+    assert run.status == Run.Status.SUCCEEDED
+    assert oap.REFUNDS == [(7, "20.00")]
+    said = json.loads(told(run, "refund-1"))
+    assert said["output"] == "Refunded 20.00 on order 7"
+    assert said["reviewer"]["edited"] == {"amount": {"asked": "30.00", "sent": "20.00"}}
 
 
 def test_a_rejection_is_the_tools_result_in_the_sdks_words_with_the_reason(demo_service):

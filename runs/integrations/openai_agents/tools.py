@@ -48,6 +48,7 @@ from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 from runs.integrations.arguments import signature_model
+from runs.integrations.found import shaped
 from runs.integrations.keys import default_key
 from runs.integrations.openai_agents.session import Session
 from runs.models import Effect, ReplayPolicy
@@ -176,7 +177,7 @@ def pipeline_tool(sdk_tool: FunctionTool, value: ReplayPolicy | Durable | None) 
         durable.policy,
         _caller(sdk_tool, durable.policy),
         key=None if safe else (durable.key or _default_key(sdk_tool.name)),
-        reconcile=durable.reconcile,
+        reconcile=shaped(durable.reconcile, "output"),
         cost=Decimal(durable.cost),
         meter=durable.meter,
         verb=durable.verb,

@@ -43,6 +43,7 @@ from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool, 
 from pydantic_core import to_jsonable_python
 
 from runs.integrations.arguments import signature_model
+from runs.integrations.found import shaped
 from runs.integrations.keys import default_key
 from runs.integrations.pydantic_ai.bridge import Bridge, current
 from runs.integrations.pydantic_ai.model import call_id
@@ -122,7 +123,7 @@ def pipeline_tool(name: str, sdk_tool: SDKTool, declared: ReplayPolicy | Policy 
         given.policy,
         _call(name),
         key=None if given.policy == ReplayPolicy.SAFE else (given.key or _default_key(name)),
-        reconcile=given.reconcile,
+        reconcile=shaped(given.reconcile, "result"),
         cost=Decimal(given.cost),
         meter=given.meter,
         verb=given.verb,
