@@ -28,6 +28,7 @@ from runs.ledger.edits import edit_effect
 from runs.ledger.maintenance import maintenance
 from runs.models import Checkpoint, Effect, Event, Run, StoredPlan
 from runs.planning import stored_plans
+from runs.planning.close_out import close_out
 from runs.planning.planner import compute_plan
 from runs.reads import artifacts, inbox
 
@@ -872,6 +873,22 @@ def test_approving_a_finished_run_is_refused(operator, facts):
         url(run, "approve/"), {"action": "strict", "fingerprint": plan.fingerprint, "confirm": "on"}
     )
     assert response.status_code == 409
+    assert approvals(run) == 0
+
+
+def test_approving_a_run_closed_since_its_plan_was_read_says_only_why(operator, facts):
+    run = executed(timeout="visual/render-cover/after")
+    plan = compute_plan(run)
+    close_out(run.pk, "not worth it", actor="user:supervisor")
+
+    response = operator.post(
+        url(run, "approve/"), {"action": "strict", "fingerprint": plan.fingerprint, "confirm": "on"}
+    )
+
+    html = response.content.decode()
+    assert response.status_code == 409
+    assert "Not approved: nothing was resumed." in html
+    assert "approve again" not in html
     assert approvals(run) == 0
 
 
