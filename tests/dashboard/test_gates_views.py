@@ -391,6 +391,21 @@ def test_an_amount_the_charge_refuses_is_an_error_of_its_field_and_writes_nothin
     assert written(run, gate) == before
 
 
+def test_a_refused_answer_is_said_once_in_the_form_and_pointed_to_from_the_top(facts):
+    run = at_the_charge()
+    gate = gate_of(run, "promote-charge")
+
+    response = client_as("supervisor").post(
+        gate_url(gate, "answer/"), charge_post(gate, arg_amount="abc")
+    )
+
+    html = response.content.decode()
+    [said] = response.context["form"].errors["arg_amount"]
+    assert 'said <a href="#answer">in the form below</a> beside each field' in html
+    # Beside its field, and in the form's summary: not a third time in the banner.
+    assert html.count(said) == 2
+
+
 def test_the_preview_refuses_an_amount_the_charge_refuses_and_writes_nothing(facts):
     run = at_the_charge()
     gate = gate_of(run, "promote-charge")
