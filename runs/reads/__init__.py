@@ -5,6 +5,7 @@ endpoints read runs, gates and plans through the same functions here, one module
     filters.py      the inbox's filters as a query string sends them (one form, both faces)
     stops.py        why a run stopped, in one sentence, and the reason kinds the inbox filters by
     run_page.py     one run: its timeline, progress, verdict, stage logs and artifacts
+    verdicts.py     the verdict on the plan a run was resumed with, said for people
     live.py         what a live run page's poll gets: only what moved since the page was drawn
     decision.py     what the run page offers a human: strict, upgrade, blockers, refusals
     effect_page.py  one effect, with what the plan says of it

@@ -27,7 +27,7 @@ from runs.planning import stored_plans
 from runs.planning.contract import Usage
 from runs.quantities import money
 from runs.reads import decision as decision_q
-from runs.reads.run_page import PlanVerdict
+from runs.reads.verdicts import PlanVerdict
 from tests.support.plans import (
     TOPIC,
     charge_unknown,
@@ -355,6 +355,18 @@ def test_a_kept_upper_bound_says_how_much_of_the_promise_was_used():
     assert kept.summary == "Plan kept: 9 of 10 promised calls, $5.14 of $5.1830"
     exact = PlanVerdict(True, 9, "f" * 64, "strict", usage(3, "5.001"), usage(3, "5.001"), "")
     assert exact.summary == "Plan kept: 3 calls, $5.0010, as approved"
+
+
+def test_a_kept_verdict_whose_models_cost_more_than_estimated_says_so():
+    promised = Usage({"model": 12}, {}, Decimal("5.1369"), metered_money=Decimal("0.1369"))
+    used = Usage({"model": 12}, {}, Decimal("5.1374"), metered_money=Decimal("0.1374"))
+
+    kept = PlanVerdict(True, 9, "f" * 64, "upgrade", promised, used, "")
+
+    assert kept.summary.startswith(
+        "Plan kept: 12 of 12 promised calls, $5.1374 against $5.1369 estimated: the models' "
+        "answers cost $0.0005 more than estimated"
+    )
 
 
 def test_a_kept_verdict_says_the_calls_the_plan_could_not_list_apart_from_its_promise():

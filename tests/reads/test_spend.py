@@ -16,7 +16,7 @@ from runs.models import Event, Run
 from runs.planning import stored_plans
 from runs.planning.planner import compute_plan
 from runs.planning.resume import approve
-from runs.reads.run_page import money
+from runs.quantities import money
 from runs.reads.spend import run_spend
 from tests.support.web import client_as
 
