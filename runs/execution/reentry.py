@@ -61,10 +61,13 @@ class Reentry:
         stop = guards_divergence(tool, args) and (
             state.pipeline.divergence(stage) == OnDivergence.STOP
         )
-        first = divergence.diff[0]["path"] if divergence.diff else "request"
+        # The key differs because the request does: the request's own difference says why.
+        paths = [d["path"] for d in divergence.diff]
+        first = next((p for p in paths if p != "key"), paths[0] if paths else "request")
+        n = len(paths)
         said = (
             f"{tool.name} ({stage}/{call_id}) was asked for again with another request than "
-            f"this run recorded ({len(divergence.diff)} difference(s), first at {first})"
+            f"this run recorded ({n} difference{'s' if n != 1 else ''}, first at {first})"
         )
         reason = (
             f"{said}; nothing was sent: a strict resume would ask the same, so start a new "

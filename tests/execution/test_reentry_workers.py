@@ -152,6 +152,8 @@ def test_a_clock_in_the_prompt_diverges_on_reentry_and_stops_before_billing_agai
     assert diverged.payload["call"] == "turn-1" and diverged.payload["stopped"] is True
     assert diverged.payload["diff"][0]["path"] == "key"
     assert any("content" in d["path"] for d in diverged.payload["diff"])
+    # The reason names the request's own difference, not the key that follows from it.
+    assert "first at args.messages[0].content" in diverged.payload["reason"]
     [stop] = events(run, Event.Type.NEEDS_APPROVAL)
     assert stop.payload["kind"] == StopKind.DIVERGED and stop.seq == diverged.seq + 1
     # One completion, before the gate; nothing billed again, nothing sent.
