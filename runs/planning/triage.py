@@ -145,6 +145,10 @@ class Batch:
         return approved, skipped
 
 
+# The unknown runs a refusal names one by one.
+SAID_AT_MOST = 10
+
+
 def parse_run_ids(values: list[str]) -> list[int]:
     """Run ids as typed ("run-12", "12") to primary keys; GroupRefused names a bad one."""
     pks = []
@@ -174,7 +178,10 @@ def _check(
             Run.objects.filter(pk__in=run_ids).values_list("pk", flat=True)
         )
         if missing:
-            raise BadSelection(f"there is no {', '.join(f'run-{pk}' for pk in sorted(missing))}")
+            named = [f"run-{pk}" for pk in sorted(missing)]
+            # A script's list of thousands is named by its first few, not echoed whole.
+            more = f" and {len(named) - SAID_AT_MOST:,} more" if len(named) > SAID_AT_MOST else ""
+            raise BadSelection(f"there is no {', '.join(named[:SAID_AT_MOST])}{more}")
     found = group(group_fingerprint)
     if found is None:
         raise GroupRefused(

@@ -275,6 +275,19 @@ def test_a_group_with_drift_can_be_upgraded_in_one_step(facts):
         assert approval.branch.inputs["facts"] == "v4"
 
 
+def test_thousands_of_unknown_runs_are_named_by_their_first_few(facts):
+    run = failed_at_cover_upload()
+    unknown = list(range(900_000_000, 900_005_000))
+
+    with pytest.raises(triage.BadSelection) as refused:
+        triage.approve_group(group_of(run), unknown, action="strict", actor="user:operator")
+
+    said = str(refused.value)
+    assert said.startswith("there is no run-900000000, run-900000001, ")
+    assert said.endswith(" and 4,990 more") and len(said) < 300
+    assert status(run) == Run.Status.FAILED
+
+
 @pytest.mark.parametrize(
     "fingerprint,run_ids,action,message",
     [
