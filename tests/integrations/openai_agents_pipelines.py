@@ -104,3 +104,32 @@ found_pipeline = Pipeline(
         ),
     ),
 )
+
+
+# Instructions that say the date, read from the run's recorded clock: handed to the SDK as
+# its run context, taken on the stage's thread before the agent runs.
+PATH_DATED = "tests.integrations.openai_agents_pipelines.dated_pipeline"
+
+
+def dated_instructions(wrapper, agent) -> str:
+    return f"Today is {wrapper.context['today']}. Refund orders."
+
+
+dated = Agent(name="Dated", instructions=dated_instructions, tools=[refund])
+dated_agent = OpenAIAgent(
+    dated, policies={"refund": Durable(ReplayPolicy.IDEMPOTENT, confirm=Confirm())}
+)
+dated_pipeline = Pipeline(
+    name="openai-agents-dated",
+    inputs=(Input("model", lambda pinned: "script:none", versioned=False),),
+    tools=(model, *dated_agent.tools),
+    stages=(
+        dated_agent.stage(
+            "agent",
+            input="Please refund order 7.",
+            model=lambda ctx: ctx.inputs["model"],
+            consumes=("model",),
+            context=lambda ctx: {"today": ctx.now().isoformat()},
+        ),
+    ),
+)

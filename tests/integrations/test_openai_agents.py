@@ -24,7 +24,16 @@ from runs.gates import arguments as gate_arguments
 from runs.gates.acts import TICK
 from runs.integrations.openai_agents import UNDECLARED, Durable
 from runs.integrations.openai_agents.tools import pipeline_tool
-from runs.models import ApprovalMode, Checkpoint, Effect, Gate, GateStatus, ReplayPolicy, Run
+from runs.models import (
+    ApprovalMode,
+    Checkpoint,
+    Effect,
+    Event,
+    Gate,
+    GateStatus,
+    ReplayPolicy,
+    Run,
+)
 from runs.pipeline import Confirm, OnReject
 from runs.planning.planner import compute_plan
 from runs.planning.replay import Action
@@ -144,6 +153,24 @@ def test_a_refund_its_lookup_found_after_a_lost_answer_is_told_to_the_model_with
     said = json.loads(told(run, "refund-1"))
     assert said["output"] == "Refunded 20.00 on order 7"
     assert said["reviewer"]["edited"] == {"amount": {"asked": "30.00", "sent": "20.00"}}
+
+
+def test_instructions_that_say_the_recorded_date_ask_the_same_after_a_gate(settings, demo_service):
+    with registered(settings, oap.PATH_DATED):
+        model = demo_service.script("dated", [REFUND, DONE])
+        run = faults.start_run("openai-agents-dated", {"model": model}, actor="test", enqueue=False)
+        assert execute(run).status == Run.Status.WAITING
+        answer(run, "refund-1")
+
+        run = execute(run)
+
+    assert run.status == Run.Status.SUCCEEDED
+    assert not Event.objects.filter(run=run, type=Event.Type.DIVERGED).exists()
+    [now] = Event.objects.filter(run=run, type=Event.Type.VALUE_RECORDED)
+    turn = Effect.objects.get(run=run, call_id="turn-1")
+    [system] = [m for m in turn.request["messages"] if m["role"] == "system"]
+    assert system["content"] == f"Today is {now.payload['value']}. Refund orders."
+    assert oap.REFUNDS == [(7, "30.00")]
 
 
 def test_a_rejection_is_the_tools_result_in_the_sdks_words_with_the_reason(demo_service):

@@ -167,14 +167,21 @@ class OpenAIAgent:
         calls: tuple[Call, ...] = (),
         max_turns: int = 10,
         outputs: Callable[[RunResult], dict[str, Any]] | None = None,
+        context: Given = None,
     ) -> Stage:
         """A Stage that runs the agent on `input` (a value, or a function of the context) and
         outputs its final output as JSON and the agent that gave it (or `outputs(result)`).
-        `calls` (self.calls(...)) are the calls a plan expects of it."""
+        `calls` (self.calls(...)) are the calls a plan expects of it. `context` is the SDK's
+        run context (a value, or a function of the stage's context, called on the stage's
+        thread: where `ctx.now()` is read for instructions that say the date)."""
 
         def run(ctx: Context) -> StageOutput:
             result = self.run(
-                ctx, _given(input, ctx), model=_given(model, ctx), max_turns=max_turns
+                ctx,
+                _given(input, ctx),
+                model=_given(model, ctx),
+                max_turns=max_turns,
+                context=_given(context, ctx),
             )
             if outputs is not None:
                 return StageOutput(outputs=outputs(result))
