@@ -518,6 +518,21 @@ def test_bulk_by_an_operator_on_supervisor_gates_writes_nothing(facts):
     assert answers_of(gate.run) == 1  # the review's, before
 
 
+def test_a_bulk_answer_refused_names_its_field_in_the_summary_above_the_form(facts):
+    gates = [gate_of(reviewed(), "review") for _ in range(2)]
+
+    response = client_as("operator").post(
+        f"/runs/gate-groups/{gates[0].shape}/answer/",
+        {**shown_all(gates), "answer-decision": "approve", "answer-title": ""},
+    )
+
+    assert response.status_code == 400
+    assert '<a href="#id_answer-title">Title</a>: This field is required.' in (
+        response.content.decode()
+    )
+    assert [answers_of(g.run) for g in gates] == [0, 0]
+
+
 def test_requesting_changes_in_bulk_without_notes_is_one_form_error_and_writes_nothing(facts):
     # Two topics: each run's title and body are its own, so the bulk form offers the
     # decision and the notes only.
