@@ -117,6 +117,16 @@ def test_a_bad_answer_is_refused_and_changes_nothing(facts, args, said):
     assert (Run.objects.get(pk=gate.run_id).version, answered(gate)) == before
 
 
+def test_a_refusal_ending_in_a_sentence_is_followed_by_one(facts):
+    gate = waiting_at_review()
+
+    with pytest.raises(CommandError) as refused:
+        answer_gate(str(gate.pk), "--digest", gate_digest(gate), "--set", "title=")
+
+    said = str(refused.value)
+    assert "This field is required. Nothing was recorded." in said and ".;" not in said
+
+
 def test_an_unknown_gate_is_refused(db):
     with pytest.raises(CommandError, match="there is no gate '99999'"):
         answer_gate("99999", "--show")

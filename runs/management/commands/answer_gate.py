@@ -100,7 +100,8 @@ class Command(BaseCommand):
             said = str(exc)
             # Most refusals say already that nothing was written: said once.
             if "nothing was" not in said and "not recorded" not in said:
-                said += "; nothing was recorded"
+                # After a sentence of the form's ("… is required."), a sentence of its own.
+                said += " Nothing was recorded." if said.endswith(".") else "; nothing was recorded"
             raise CommandError(said) from exc
         said = "the stage goes on" if done.final else f"{done.missing} more vote(s) needed"
         if done.final and (done.gate.answer or {}).get("decision") == REJECT and done.gate.call:
