@@ -26,6 +26,9 @@ class InvalidInput(ValueError):
 
 # A typed input's JSON, at most: it is pinned on the run and on each event of its stages.
 MAX_INPUT_BYTES = 64 * 1024
+# An input's text, at most, as a person or a client types it (a version, a topic): one bound
+# on the start page and in the API; a longer value is a typed input's JSON.
+MAX_TEXT_CHARS = 2000
 
 
 @dataclass(frozen=True)

@@ -178,3 +178,20 @@ def test_the_run_page_and_the_gate_page_show_a_typed_input_as_json(waiting_mail)
         html = viewer.get(path).content.decode()
         assert f'<pre class="json">{escaped}</pre>' in html, path
         assert "{&#x27;sender&#x27;" not in html
+
+
+def test_a_text_input_is_bounded_alike_on_the_start_page_and_in_the_api(facts):
+    topic = "t" * 2001
+
+    page = client_as("operator").post("/pipelines/content/runs/", {"topic": topic})
+    api = api_as("operator").post(
+        "/api/v1/runs",
+        json.dumps({"pipeline": "content", "inputs": {"topic": topic}}),
+        content_type="application/json",
+    )
+
+    assert page.status_code == 400
+    [said] = page.context["form"].errors["topic"]
+    assert "at most 2000 characters" in said
+    assert api.status_code == 422 and "at most 2,000 characters" in json.dumps(api.json())
+    assert nothing_written()

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from runs import quantities
+from runs.inputs import MAX_TEXT_CHARS
 from runs.ledger.reasons import MAX_REASON_CHARS
 
 Money = Annotated[
@@ -41,8 +42,7 @@ Tokens = Annotated[int, Field(ge=0, description="a count of a model's tokens")]
 Mode = Literal["strict", "upgrade"]
 Fingerprint = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 RunId = Annotated[str, StringConstraints(max_length=40)]
-# An input's text, at most (a version, a topic; a longer value is a typed input's JSON).
-SHORT = 2000
+SHORT = MAX_TEXT_CHARS
 
 
 def _input_value(value: Any) -> Any:

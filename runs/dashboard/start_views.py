@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 from runs import ids
 from runs.access.guards import operator_required
 from runs.execution.engine import start_run
+from runs.inputs import MAX_TEXT_CHARS
 from runs.pipeline import Input, InvalidInput, Pipeline, UnknownPipeline
 from runs.reads import pipeline_stats as stats
 
@@ -35,7 +36,8 @@ def _field(spec: Input) -> forms.CharField:
     field = forms.CharField(
         label=spec.name,
         required=spec.current is None,
-        max_length=MAX_FIELD_CHARS,
+        # Typed JSON may be long; text is bounded as the API bounds it.
+        max_length=MAX_FIELD_CHARS if spec.schema is not None else MAX_TEXT_CHARS,
         strip=True,
         # The input's own help is a phrase ("what the article is about"): ended before the
         # sentence that says what an empty field pins.
