@@ -18,7 +18,7 @@ from runs.access.guards import operator_required, viewer_required
 from runs.dashboard.gate_forms import BulkAnswer, BulkScopeForm, bulk_answer, digests
 from runs.dashboard.views import _found
 from runs.gates import answers
-from runs.gates.acts import act_of, total
+from runs.gates.acts import TICK, act_of, total
 from runs.gates.decision import gate_digest
 from runs.gates.shared import shared
 from runs.models import Gate, GateRole
@@ -43,6 +43,7 @@ def _render_gate(
     *,
     form: django_forms.Form | None = None,
     refusal: str = "",
+    unsent: list[tuple[str, str]] | None = None,
     status: int = 200,
 ) -> HttpResponse:
     page = gate_queries.gate_page(gate)
@@ -57,6 +58,7 @@ def _render_gate(
         "may_answer": may_answer,
         "who": who_may_answer(gate),
         "refusal": refusal,
+        "unsent": unsent or [],
         "answer_diff": gate_queries.diff_lines(gate.diff or {}),
         # What the answer says it was given to: a page shown before the gate changed is
         # refused (409) with the fresh gate.
@@ -118,7 +120,14 @@ def gate_answer(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
         form = exc.form if exc.form is not None else answers.form_for(gate, request.POST)
         return _render_gate(request, gate, form=form, refusal=str(exc), status=400)
     except answers.AnswerRefused as exc:  # AlreadyAnswered, DeadlinePassed included
-        return _render_gate(request, _gate(run_pk, pk), refusal=str(exc), status=409)
+        # What was typed is shown back, not recorded: a second tab's notes are not lost.
+        fields = answers.form_for(gate).fields
+        unsent = [
+            (str(field.label or name), str(request.POST[name]))
+            for name, field in fields.items()
+            if name != TICK and str(request.POST.get(name, "")).strip()
+        ]
+        return _render_gate(request, _gate(run_pk, pk), refusal=str(exc), unsent=unsent, status=409)
     if done.final:
         messages.success(
             request,

@@ -224,6 +224,23 @@ def test_a_second_answer_is_told_who_answered_first(facts):
     assert answers_of(run) == 1
 
 
+def test_a_second_answer_is_shown_back_to_copy_and_not_recorded(facts):
+    run = reviewed()
+    gate = gate_of(run, "review")
+    client_as("operator").post(gate_url(gate, "answer/"), review_post(gate))
+    mine = "Tighten the intro <b>please</b>"
+
+    response = client_as("supervisor").post(
+        gate_url(gate, "answer/"), review_post(gate, decision="request_changes", notes=mine)
+    )
+
+    html = response.content.decode()
+    assert response.status_code == 409
+    assert "What you sent, not recorded" in html
+    assert "Tighten the intro &lt;b&gt;please&lt;/b&gt;" in html
+    assert mine not in gate_of(run, "review").answer.values()
+
+
 def deadline_passed(gate: Gate, seconds: int = 12) -> Gate:
     Gate.objects.filter(pk=gate.pk).update(
         deadline=Now() - timedelta(seconds=seconds), on_timeout={"fail": True}
