@@ -105,6 +105,10 @@ def ask_again_gate(request: HttpRequest, run_id: str, body: AskAgainIn) -> JsonR
     return idempotency.run(request, body.model_dump(mode="json"), act)
 
 
+class NoBody(Body):
+    """An ask says nothing but who asks (the token's user): a field is a mistake, refused."""
+
+
 class SupervisorAsked(Schema):
     run: str
     effect: int
@@ -122,7 +126,9 @@ class SupervisorAsked(Schema):
     response={200: SupervisorAsked, **PROBLEMS},
     summary="Ask a supervisor to settle an effect of a stopped run (Idempotency-Key)",
 )
-def ask_a_supervisor(request: HttpRequest, run_id: str, effect_id: str) -> JsonResponse:
+def ask_a_supervisor(
+    request: HttpRequest, run_id: str, effect_id: str, body: NoBody | None = None
+) -> JsonResponse:
     """The run must be stopped and the effect not settled (confirmed or abandoned): otherwise
     a 404 when the path names no effect of this run (whatever its text), a 409 when the
     effect is settled, and nothing is recorded or sent."""

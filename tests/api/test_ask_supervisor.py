@@ -81,3 +81,16 @@ def test_the_same_idempotency_key_asks_once(operator, blocked):
     assert (first.status_code, again.status_code) == (200, 200)
     assert again.json() == first.json()
     assert SupervisorAsk.objects.count() == 1
+
+
+def test_an_ask_with_a_field_is_a_422_and_asks_nothing(operator, blocked):
+    is_problem(operator.post(ask_path(blocked), {"reason": "please"}), 422)
+
+    assert not SupervisorAsk.objects.exists()
+
+
+def test_an_ask_with_no_body_at_all_is_taken(operator, blocked):
+    response = operator.post(ask_path(blocked), raw=b"")
+
+    assert response.status_code == 200, response.content
+    assert SupervisorAsk.objects.get().effect_id == blocked.pk
