@@ -21,6 +21,7 @@ from uuid import UUID
 
 # A pipeline's inputs live in runs/inputs.py; pipelines import them from here too.
 from runs import quantities
+from runs.inputs import MAX_TEXT_CHARS as MAX_TEXT_CHARS
 from runs.inputs import Input as Input
 from runs.inputs import InvalidInput as InvalidInput
 from runs.inputs import errors_of

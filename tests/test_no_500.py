@@ -177,7 +177,13 @@ def json_operations(stocked: dict, client: Client) -> list[str]:
     from the served OpenAPI schema, so an operation added later is fuzzed too."""
     run = stocked["run"]
     schema = client.get("/api/v1/openapi.json").json()
-    fills = {"run_id": run.public_id, "gate_id": "1", "fingerprint": "f" * 64, "batch_id": "1"}
+    fills = {
+        "run_id": run.public_id,
+        "gate_id": "1",
+        "fingerprint": "f" * 64,
+        "batch_id": "1",
+        "effect_id": "1",
+    }
     found = []
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():

@@ -21,8 +21,8 @@ from pydantic import (
 )
 
 from runs import quantities
-from runs.inputs import MAX_TEXT_CHARS
 from runs.ledger.reasons import MAX_REASON_CHARS
+from runs.pipeline import MAX_TEXT_CHARS
 
 Money = Annotated[
     Decimal,

@@ -16,8 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 from runs import ids
 from runs.access.guards import operator_required
 from runs.execution.engine import start_run
-from runs.inputs import MAX_TEXT_CHARS
-from runs.pipeline import Input, InvalidInput, Pipeline, UnknownPipeline
+from runs.pipeline import MAX_TEXT_CHARS, Input, InvalidInput, Pipeline, UnknownPipeline
 from runs.reads import pipeline_stats as stats
 
 # A typed input's JSON as a person pastes it; the input's own bound (runs/inputs.py) applies.
