@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models.functions import Now
 
-from runs.events import LedgerEdited, effect_names
+from runs.events import LedgerEdited, TargetAsked, effect_names, read, where
 from runs.ledger import leases
 from runs.ledger.append import LedgerError, Writer, announce_stop, append
 from runs.ledger.maintenance import ledger_writes
@@ -110,6 +110,7 @@ def _checked_changes(
     after = {**before, **changes, "status": status, "external_id": external_id}
     if after == before:
         raise LedgerError("nothing changed")
+    _check_against_the_target(effect, status, external_id)
     if status in ENGINE_ONLY_STATUSES:
         # Unchanged too: an edit that left an effect in doubt (its error cleared, say) would
         # rewrite what the engine recorded and resolve nothing.
@@ -118,3 +119,33 @@ def _checked_changes(
             f"{status} is what only the engine records ({ENGINE_ONLY_MEANING[status]})"
         )
     return effect, before, after
+
+
+def _check_against_the_target(effect: Effect, status: str, external_id: str) -> None:
+    """Refuse an edit that says the opposite of what the effect's target answered when it was
+    last asked (TARGET_ASKED): "confirmed" of a charge the processor holds nothing of would
+    skip a charge never made, "failed" of one it holds would make it again. The target may
+    have changed since: asked again, its new answer is the one held."""
+    row = (
+        Event.objects.filter(where(TargetAsked, effect=effect.pk), run_id=effect.run_id)
+        .order_by("-seq")
+        .first()
+    )
+    said = read(row) if row is not None else None
+    if said is None or said.error or (said.found and not said.matches):
+        return  # no answer, or none that says which way it went
+    asked = f"{effect.target} answered (asked by {said.by}, event #{row.seq})"
+    if status == Effect.Status.CONFIRMED and not said.found:
+        raise LedgerError(
+            f"{asked} that it holds nothing under this key: ask it again before recording "
+            "the call as made"
+        )
+    if status == Effect.Status.CONFIRMED and external_id != said.external_id:
+        raise LedgerError(
+            f"{asked} that it holds {said.external_id} under this key, not {external_id}"
+        )
+    if status in (Effect.Status.FAILED, Effect.Status.ABANDONED) and said.found:
+        raise LedgerError(
+            f"{asked} that it holds {said.external_id} under this key: the call was made, "
+            "so it is confirmed; ask it again if that changed"
+        )

@@ -211,7 +211,9 @@ def decide(
         )
     status = recorded.status
     if status == EffectStatus.CONFIRMED:
-        return Decision(Action.REUSE, f"confirmed as {recorded.external_id}")
+        # A supervisor's word is said as theirs, as a "failed" of theirs is.
+        by = f", recorded by a supervisor ({recorded.edited_by})" if recorded.edited_by else ""
+        return Decision(Action.REUSE, f"confirmed as {recorded.external_id}{by}")
     if status == EffectStatus.ABANDONED:
         return Decision(Action.SKIP, "abandoned by a supervisor")
     if status == EffectStatus.CONFLICT:

@@ -7,10 +7,12 @@ import pytest
 
 from demo.management.commands.seed_demo import run_inline
 from runs import engine
+from runs.ledger.append import LedgerError
+from runs.ledger.edits import edit_effect
 from runs.models import Effect, Event
 from runs.planning.planner import compute_plan
 from runs.planning.target_lookup import LookupRefused, ask_target, record_answer
-from tests.support.plans import charge_unknown
+from tests.support.plans import charge_unknown, stopped_with_plan
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,3 +56,65 @@ def test_a_finished_runs_target_is_not_asked(facts, demo_service):
 
     assert demo_service.count("charge.lookup", outcome=None) == before
     assert not Event.objects.filter(run=run, type=Event.Type.TARGET_ASKED).exists()
+
+
+# --- An edit that says the opposite of the target's recorded answer --------------------------
+
+
+def test_a_charge_the_processor_holds_is_not_recorded_as_failed(facts, demo_service):
+    run = charge_unknown()
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+    ask_target(charge.pk, actor="user:sam")
+
+    for status in ("failed", "abandoned"):
+        with pytest.raises(LedgerError, match="the call was made, so it is confirmed"):
+            edit_effect(charge.pk, {"status": status}, reason="not charged", actor="user:s")
+
+    assert Effect.objects.get(pk=charge.pk).status == Effect.Status.UNKNOWN
+
+
+def test_a_charge_is_not_confirmed_under_another_id_than_the_processor_holds(facts, demo_service):
+    run = charge_unknown()
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+    ask_target(charge.pk, actor="user:sam")
+    held = demo_service.charges()[0]["id"]
+
+    with pytest.raises(LedgerError, match=f"holds {held} under this key, not ch-99999"):
+        edit_effect(
+            charge.pk,
+            {"status": "confirmed", "external_id": "ch-99999"},
+            reason="typed",
+            actor="user:s",
+        )
+
+    assert Effect.objects.get(pk=charge.pk).status == Effect.Status.UNKNOWN
+
+
+def test_a_charge_the_processor_holds_nothing_of_is_not_confirmed(facts, demo_service):
+    run = stopped_with_plan({"network": {"publish/promote-charge": "5xx"}})
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+    asked = ask_target(charge.pk, actor="user:sam")
+    assert asked.payload["found"] is False
+
+    with pytest.raises(LedgerError, match="holds nothing under this key: ask it again"):
+        edit_effect(
+            charge.pk,
+            {"status": "confirmed", "external_id": "ch-1"},
+            reason="I think it went through",
+            actor="user:s",
+        )
+
+    assert Effect.objects.get(pk=charge.pk).status != Effect.Status.CONFIRMED
+
+
+def test_a_charge_a_supervisor_confirmed_is_said_as_theirs_in_the_plan(facts, demo_service):
+    run = charge_unknown()
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+    asked = ask_target(charge.pk, actor="user:sam")
+    record_answer(charge.pk, asked.seq, actor="user:sam")
+    held = Effect.objects.get(pk=charge.pk).external_id
+
+    [line] = [e for e in compute_plan(run).effects if e.call_id == "promote-charge"]
+
+    assert line.action == "reuse"
+    assert line.answer == f"confirmed as {held}, recorded by a supervisor (user:sam)"
