@@ -20,6 +20,7 @@ from runs.dashboard.views import _found
 from runs.gates import answers
 from runs.gates.acts import TICK, act_of, total
 from runs.gates.decision import gate_digest
+from runs.gates.sent_back import FAILING
 from runs.gates.shared import shared
 from runs.models import Gate, GateRole
 from runs.reads import gates as gate_queries
@@ -128,11 +129,17 @@ def gate_answer(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
             if name != TICK and str(request.POST.get(name, "")).strip()
         ]
         return _render_gate(request, _gate(run_pk, pk), refusal=str(exc), unsent=unsent, status=409)
-    if done.final:
-        messages.success(
+    answered = f"Answered {gate.stage}/{gate.gate_id}"
+    if done.final and (done.gate.answer or {}).get("decision") == FAILING.get(gate.kind):
+        # Not "goes on": the stage is handed an answer that sends the work back, or a call's
+        # rejection, and what it does with it is its own (the demo's stops the run).
+        messages.info(
             request,
-            f"Answered {gate.stage}/{gate.gate_id}: {gate.run.public_id} goes on at {gate.stage}.",
+            f"{answered}: {gate.stage} is handed your answer; if it cannot go on with it, "
+            f"{gate.run.public_id} stops and Ask again reopens this gate.",
         )
+    elif done.final:
+        messages.success(request, f"{answered}: {gate.run.public_id} goes on at {gate.stage}.")
     else:
         messages.info(
             request,

@@ -241,6 +241,23 @@ def test_a_second_answer_is_shown_back_to_copy_and_not_recorded(facts):
     assert mine not in gate_of(run, "review").answer.values()
 
 
+def test_an_answer_that_sends_the_work_back_is_not_said_to_let_the_run_go_on(facts):
+    run = reviewed()
+    gate = gate_of(run, "review")
+
+    response = client_as("operator").post(
+        gate_url(gate, "answer/"),
+        review_post(gate, decision="request_changes", notes="Shorter, please."),
+        follow=True,
+    )
+
+    said = [str(m) for m in response.context["messages"]]
+    assert said == [
+        "Answered publish/review: publish is handed your answer; if it cannot go on with it, "
+        f"{run.public_id} stops and Ask again reopens this gate."
+    ]
+
+
 def deadline_passed(gate: Gate, seconds: int = 12) -> Gate:
     Gate.objects.filter(pk=gate.pk).update(
         deadline=Now() - timedelta(seconds=seconds), on_timeout={"fail": True}
