@@ -233,6 +233,7 @@ def build(
     fields = {s["name"]: _field(s) for s in spec}
     shown = {s["name"]: s["initial"] for s in spec if "initial" in s} | dict(initial)
     base = _stage_form(spec, form_class)
+    _keep_validators(fields, base)
     made = type("GateForm", (base,), fields)
     try:
         return made(data=data, initial=shown, prefix=prefix or None)
@@ -241,6 +242,27 @@ def build(
         # fields' checks stand alone, as for a class that is gone.
         plain = type("GateForm", (forms.Form,), fields)
         return plain(data=data, initial=shown, prefix=prefix or None)
+
+
+def _keep_validators(fields: dict[str, forms.Field], base: type[forms.Form]) -> None:
+    """Give each rebuilt field the checks its stage's field had beyond what the description
+    records (an EmailField's address check, a min_length): the description says a field's
+    kind and bounds, not every validator, and the answer must pass what the stage's form
+    would have passed."""
+    for name, field in fields.items():
+        stage_field = base.base_fields.get(name)
+        if stage_field is None:
+            continue
+        held = {_validator_key(v) for v in field.validators}
+        field.validators = [
+            *field.validators,
+            *(v for v in stage_field.validators if _validator_key(v) not in held),
+        ]
+
+
+def _validator_key(validator: Any) -> tuple:
+    # Two max-length checks of one bound are one check: said twice, the error would be too.
+    return (type(validator), getattr(validator, "limit_value", None))
 
 
 def class_path(form_class: type[forms.Form]) -> str:

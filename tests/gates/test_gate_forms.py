@@ -169,3 +169,30 @@ def test_a_form_class_whose_init_needs_its_own_arguments_leaves_the_fields_check
 
 def test_a_form_class_is_recorded_where_another_process_imports_it():
     assert class_path(NotedForm) == "tests.gates.test_gate_forms.NotedForm"
+
+
+class DraftForm(forms.Form):
+    to = forms.EmailField()
+    body = forms.CharField(widget=forms.Textarea, min_length=10, max_length=2000)
+
+
+def drafted(data: dict, form_class: str = "") -> forms.Form:
+    shown = {"to": "ana@example.com", "body": "Thanks for writing."}
+    return build(describe(DraftForm), shown, data=data, form_class=form_class)
+
+
+def test_the_stage_fields_own_checks_rule_the_rebuilt_form():
+    form = drafted({"to": "not-an-email", "body": "short"}, class_path(DraftForm))
+
+    assert not form.is_valid()
+    assert sorted(form.errors) == ["body", "to"]
+    assert len(form.errors["body"]) == 1  # the min length, once; no doubled max length
+
+
+def test_the_stage_fields_checks_take_a_good_answer():
+    form = drafted(
+        {"to": "bo@example.com", "body": "Thanks, see you Monday."}, class_path(DraftForm)
+    )
+
+    assert form.is_valid(), form.errors
+    assert form.cleaned_data["to"] == "bo@example.com"
