@@ -5,16 +5,17 @@ scripted model (the run's input, "script:<name>"); its mail the demo service's o
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, TypedDict
 
 import httpx
+from django import forms
 from django.conf import settings
 from langchain_core.tools import InjectedToolArg, tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import interrupt
 
-from runs.integrations.langgraph import ChatResumer, GraphAgent, durable
+from runs.integrations.langgraph import ChatResumer, GraphAgent, Interrupt, durable
 from runs.models import ReplayPolicy
 from runs.pipeline import Confirm, Input, OnReject, Pipeline, Stage, StageOutput
 from runs.tools.model import model_tool
@@ -107,3 +108,40 @@ asking_tool = Pipeline(
     tools=booker.tools,
     stages=(Stage("book", run_booker, tools=booker.tool_names),),
 )
+
+
+# An interrupt inside a subgraph: declared by the node that calls interrupt() ("edit"),
+# though the gate is numbered by the graph's own node ("drafting").
+SUBGRAPH = "tests.integrations.langgraph_pipelines.subgraph_pipeline"
+
+
+class DraftEdit(forms.Form):
+    text = forms.CharField(min_length=5)
+
+
+class Draft(TypedDict, total=False):
+    text: str
+
+
+def _edit(state: Draft) -> Draft:
+    return {"text": interrupt({"draft": state.get("text", "")})}
+
+
+_inner = StateGraph(Draft)
+_inner.add_node("edit", _edit)
+_inner.add_edge(START, "edit")
+_outer = StateGraph(Draft)
+_outer.add_node("drafting", _inner.compile())
+_outer.add_edge(START, "drafting")
+drafting = GraphAgent(
+    _outer,
+    interrupts={"edit": Interrupt(form=DraftEdit, resume=lambda answer: answer["text"])},
+)
+
+
+def _draft(ctx) -> StageOutput:
+    state = drafting.invoke(ctx, {"text": "first go"})
+    return StageOutput(outputs={"text": state["text"]})
+
+
+subgraph_pipeline = Pipeline(name="langgraph-subgraph", tools=(), stages=(Stage("draft", _draft),))

@@ -40,7 +40,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
-from langgraph.types import Command
+from langgraph.types import Command, StateSnapshot
 from pydantic_core import to_jsonable_python
 
 from runs.gates.forms import AnswerForm
@@ -140,18 +140,18 @@ class GraphAgent:
         ends without one."""
         result = app.invoke(input, config)
         while True:
-            waiting = [
-                (task.name, interrupt)
-                for task in app.get_state(config).tasks
-                for interrupt in task.interrupts
-            ]
+            waiting = _waiting(app.get_state(config, subgraphs=True))
             if not waiting:
                 return _values(result)
-            answers = {i.id: self._answer(stage, node, i.value) for node, i in waiting}
+            answers = {
+                i.id: self._answer(stage, node, inner, i.value) for node, inner, i in waiting
+            }
             result = app.invoke(Command(resume=answers), config)
 
-    def _answer(self, stage: Bridge, node: str, value: Any) -> Any:
-        declared = self.interrupts.get(node, Interrupt())
+    def _answer(self, stage: Bridge, node: str, inner: str, value: Any) -> Any:
+        """The gate of one interrupt: numbered by the graph's own node (`node`), declared by
+        the node that called interrupt() (`inner`: a subgraph's, or the same)."""
+        declared = self.interrupts.get(inner) or self.interrupts.get(node) or Interrupt()
         gate_id = stage.numbering.interrupt(node)
         question = _question(declared, node, value)
         answer = stage.ask(
@@ -172,6 +172,18 @@ class GraphAgent:
         if declared.form is None:
             return next(iter(answer.values()), "")  # the one text answer
         return answer
+
+
+def _waiting(snapshot: StateSnapshot) -> list[tuple[str, str, Any]]:
+    """Each interrupt the graph waits on: its top-level node, the innermost node that called
+    interrupt() (inside a subgraph: the subgraph's own; else the same), and the interrupt."""
+    found = []
+    for task in snapshot.tasks:
+        inner = {}
+        if isinstance(task.state, StateSnapshot):
+            inner = {i.id: name for _, name, i in _waiting(task.state)}
+        found += [(task.name, inner.get(i.id, task.name), i) for i in task.interrupts]
+    return found
 
 
 def _question(declared: Interrupt, node: str, value: Any) -> str:
