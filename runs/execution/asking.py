@@ -9,6 +9,7 @@ before any intent is written, so nothing has happened when the run stops.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -31,6 +32,14 @@ MAX_QUESTION = 200
 MAX_DETAILS = 20_000
 
 
+# reentry.Reentry.question_changed: (gate id, what its answer was given to, what is asked).
+QuestionChanged = Callable[[str, dict[str, Any], dict[str, Any]], None]
+
+
+def _shown(gate: Gate) -> dict[str, Any]:
+    return {"question": gate.question, "details": gate.details, "initial": gate.initial}
+
+
 class StageWaiting(StageStopped):
     """The stage asked a human: GATE_OPENED is written and the run waits for the answer."""
 
@@ -38,10 +47,12 @@ class StageWaiting(StageStopped):
 class Asking(StagePart):
     """The gates of a stage (its StageContext holds them)."""
 
-    def __init__(self, state: StageState) -> None:
+    def __init__(self, state: StageState, changed: QuestionChanged) -> None:
         super().__init__(state)
         # The answers this run of the stage used, by gate id (ctx.review).
         self._reviews: dict[str, Review] = {}
+        # An answered question asked again showing something else (reentry.py).
+        self._changed = changed
 
     def review(self, call_id: str) -> Review | None:
         return self._reviews.get(call_id)
@@ -67,6 +78,14 @@ class Asking(StagePart):
         shown = forms.jsonable(dict(initial or {}))
         subject = question_subject(question, spec, shown, details)
         gate = gate_rows.find(self.run, self.stage, gate_id, subject)
+        earlier = (
+            gate_rows.answered_otherwise(self.run, self.stage, gate_id, subject)
+            if gate is None
+            else None
+        )
+        if earlier is not None:
+            asked = {"question": question, "details": details, "initial": shown}
+            self._changed(gate_id, _shown(earlier), asked)  # stops the stage, or asks anew
         if self._decided(gate_id, gate) == GateAction.USE_ANSWER:
             return dict(gate.answer)
         _check_timeout(spec, shown, form_class, timeout, on_timeout)

@@ -86,9 +86,9 @@ class StageContext:
             replay=replay,
             replay_after=replay_after,
         )
-        self._gates = Asking(self.state)
         # What an earlier attempt of this stage in this run recorded, replayed.
         self._reentry = Reentry(self.state)
+        self._gates = Asking(self.state, self._reentry.question_changed)
         # A call that needs a human's confirmation asks the gates first.
         self._calls = DurableCalls(self.state, self._gates.confirmed, self._reentry)
         self._loops = AgentLoops(self)

@@ -25,7 +25,7 @@ from runs.ledger.append import RunMove, append
 from runs.models import Run
 from runs.pipeline import OnDivergence, Tool
 from runs.planning.replay import StopKind, guards_divergence
-from runs.planning.replay_log import Divergence, RecordedCall
+from runs.planning.replay_log import DIFF_ENTRIES, Divergence, RecordedCall, differences
 
 
 class Reentry:
@@ -56,36 +56,52 @@ class Reentry:
     def _diverged(
         self, call_id: str, tool: Tool, args: dict[str, Any], divergence: Divergence
     ) -> None:
-        state = self.state
-        stage = state.spec.name
-        stop = guards_divergence(tool, args) and (
-            state.pipeline.divergence(stage) == OnDivergence.STOP
-        )
-        # The key differs because the request does: the request's own difference says why.
-        paths = [d["path"] for d in divergence.diff]
-        first = next((p for p in paths if p != "key"), paths[0] if paths else "request")
-        n = len(paths)
+        stop = guards_divergence(tool, args) and self._stops()
         said = (
-            f"{tool.name} ({stage}/{call_id}) was asked for again with another request than "
-            f"this run recorded ({n} difference{'s' if n != 1 else ''}, first at {first})"
+            f"{tool.name} ({self.state.spec.name}/{call_id}) was asked for again with another "
+            f"request than this run recorded ({_said(divergence.diff)})"
         )
-        reason = (
-            f"{said}; nothing was sent: a strict resume would ask the same, so start a new "
-            "branch, which runs the stage afresh, or close the run out"
-            if stop
-            else f"{said}; made with the new request"
-        )
-        event = Diverged(
-            stage=stage,
+        self._record(
+            call_id,
+            stop,
+            f"{said}; nothing was sent" if stop else f"{said}; made with the new request",
             idempotency_key=divergence.key,
-            call=call_id,
             tool=tool.name,
             policy=tool.policy,
             recorded_key=divergence.recorded.key,
             diff=divergence.diff,
-            stopped=stop,
-            reason=reason,
         )
+
+    def question_changed(
+        self, gate_id: str, answered: dict[str, Any], asked: dict[str, Any]
+    ) -> None:
+        """A question this run answered under `gate_id`, asked again showing something else
+        (its heading, details or values): a value that differs each time the stage runs (a
+        clock, a random id) would ask it forever. Recorded as a divergence; the stage stops
+        for a human unless the pipeline records and goes on, when it is asked anew."""
+        diff = differences(answered, asked)[:DIFF_ENTRIES]
+        stop = self._stops()
+        said = (
+            f"the question {self.state.spec.name}/{gate_id} was asked again showing other than "
+            f"what its answer was given to ({_said(diff)})"
+        )
+        reason = f"{said}; not asked again" if stop else f"{said}; asked again"
+        self._record(gate_id, stop, reason, tool="", policy="", diff=diff)
+
+    def _stops(self) -> bool:
+        return self.state.pipeline.divergence(self.state.spec.name) == OnDivergence.STOP
+
+    def _record(self, call_id: str, stop: bool, said: str, **fields: Any) -> None:
+        """DIVERGED, and where the stage stops, the stop for a human with it."""
+        state = self.state
+        stage = state.spec.name
+        reason = (
+            f"{said}: a strict resume would ask the same, so start a new branch, which runs "
+            "the stage afresh, or close the run out"
+            if stop
+            else said
+        )
+        event = Diverged(stage=stage, call=call_id, stopped=stop, reason=reason, **fields)
         if state.contract is not None and not state.deviated:
             # The plan counted on what this call recorded: asking another request departs
             # from it, whether or not the stage goes on.
@@ -95,7 +111,7 @@ class Reentry:
             return
         stopping = NeedsApproval(
             stage=stage,
-            idempotency_key=divergence.key,
+            idempotency_key=fields.get("idempotency_key", ""),
             error=reason,
             kind=StopKind.DIVERGED,
             call=call_id,
@@ -130,3 +146,11 @@ class Reentry:
             flush=False,
         )  # fmt: skip
         return value
+
+
+def _said(diff: list[dict[str, Any]]) -> str:
+    """How many differences, and where the first is: the request's own, not the key's that
+    follows from it."""
+    paths = [d["path"] for d in diff]
+    first = next((p for p in paths if p != "key"), paths[0] if paths else "request")
+    return f"{len(paths)} difference{'s' if len(paths) != 1 else ''}, first at {first}"

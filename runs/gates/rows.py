@@ -39,6 +39,17 @@ def find(run: Run, stage: str, gate_id: str, subject: str) -> Gate | None:
     )
 
 
+def answered_otherwise(run: Run, stage: str, gate_id: str, subject: str) -> Gate | None:
+    """The run's own answered gate of this id that showed another subject: the same
+    question, asked again showing something else (execution/reentry.py says why)."""
+    return (
+        Gate.objects.filter(run=run, stage=stage, gate_id=gate_id, status=GateStatus.ANSWERED)
+        .exclude(subject=subject)
+        .order_by("-id")
+        .first()
+    )
+
+
 def _from_now(seconds: float | None):
     if seconds is None:
         return None

@@ -14,7 +14,7 @@ from runs.models import Event, Run
 from runs.planning.plan import EffectLine
 from runs.planning.replay import Action, StopKind
 
-__all__ = ["block", "stopped"]
+__all__ = ["block", "of_question", "stopped"]
 
 ASKED_OTHERWISE = "asked for again with another request than it recorded"
 
@@ -45,8 +45,17 @@ def stopped(run: Run) -> Diverged | None:
     return said if isinstance(said, Diverged) else None
 
 
+def of_question(diverged: Diverged) -> bool:
+    """Whether what diverged is a question asked again showing something else (a gate, no
+    tool), which no effect line stands for: the plan says it as a blocker alone."""
+    return not diverged.tool
+
+
 def block(lines: list[EffectLine], diverged: Diverged) -> list[EffectLine]:
-    """The plan's lines with the diverged call's blocked (added if the plan did not list it)."""
+    """The plan's lines with the diverged call's blocked (added if the plan did not list it);
+    a question's divergence leaves them as they are (of_question)."""
+    if of_question(diverged):
+        return lines
     blocked = {
         "action": str(Action.BLOCKED),
         "kind": str(StopKind.DIVERGED),

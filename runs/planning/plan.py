@@ -168,6 +168,9 @@ class Plan:
     # loop, say): what they recorded is listed, and what the model asks next is not known
     # before it answers, so further calls there continue the plan (contract.Contract.open).
     open_stages: list[str] = field(default_factory=list)
+    # The question the run stopped on, asked again showing other than what its answer was
+    # given to (a random id in it): a blocker no effect line holds (divergence.py).
+    question_diverged: str = ""
 
     @property
     def blocked(self) -> bool:
@@ -183,7 +186,9 @@ class Plan:
         again and ask the same, while a new branch runs it afresh, so an upgrade may still be
         approved. Any other blocker (an outcome nobody knows) is one for a branch too."""
         stopping = [e for e in self.effects if e.action in STOPPING]
-        return bool(stopping) and all(e.kind == StopKind.DIVERGED for e in stopping)
+        if not stopping:
+            return bool(self.question_diverged)
+        return all(e.kind == StopKind.DIVERGED for e in stopping)
 
     @property
     def can_upgrade(self) -> bool:
@@ -234,6 +239,8 @@ class Plan:
             del line["verb"], line["target"]
         if not data["open_stages"]:
             del data["open_stages"]
+        if not data["question_diverged"]:
+            del data["question_diverged"]
         # Model tokens and what they cost are estimates from the pipeline's latest answers
         # (model_lines.py), not facts of this run: another run's answer must not move the
         # fingerprint. A plan without model calls keeps the fingerprint it always had.

@@ -273,6 +273,7 @@ def compute_plan(run: Run) -> Plan:
     if diverged is not None:
         lines = divergence.block(lines, diverged)
         blockers.append(diverged.reason)
+    question = diverged.call if diverged is not None and divergence.of_question(diverged) else ""
 
     drift, unresolved = _drift(run, pipeline)
     upgrade = unresolved or _upgrade(
@@ -306,6 +307,7 @@ def compute_plan(run: Run) -> Plan:
         upgrade=upgrade,
         gates=gate_lines.strict_lines(run, pipeline, rerun, refused),
         open_stages=pipeline.open_stages(rerun),
+        question_diverged=question,
     )
     plan.fingerprint = digest(plan.fingerprint_basis())
     return plan
