@@ -44,6 +44,25 @@ class _Handed:
         return getattr(getattr(ctx, self.part), self.name)
 
 
+class ConsumedInputs(dict):
+    """The run's inputs the stage consumes: another of the run's inputs, read here, is said to
+    be missing from the stage's `consumes` (a bare KeyError named only the input). A stage
+    reads only what it declares: what it consumes is what a plan pins and an upgrade
+    compares."""
+
+    def __init__(self, stage: str, consumed: dict[str, Any], pinned: dict[str, Any]) -> None:
+        super().__init__(consumed)
+        self._stage, self._pinned = stage, pinned
+
+    def __missing__(self, name: str) -> Any:
+        if name in self._pinned:
+            raise KeyError(
+                f"stage {self._stage} reads input {name!r}, which it does not consume: add it "
+                f"to Stage(consumes=...)"
+            )
+        raise KeyError(name)
+
+
 class StageContext:
     """What a stage function may do: read its pinned inputs and upstream outputs, call tools
     through the effect ledger, ask a human, and run an agent loop."""
@@ -69,7 +88,9 @@ class StageContext:
         self.stage = stage
         self.hooks = hooks or CallHooks()
         spec = pipeline.stage(stage)
-        self.inputs = {name: run.inputs.get(name) for name in spec.consumes}
+        self.inputs = ConsumedInputs(
+            spec.name, {name: run.inputs.get(name) for name in spec.consumes}, run.inputs
+        )
         self.contract = contract
         self.usage = Usage()
         self.state = StageState(

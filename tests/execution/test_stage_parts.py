@@ -17,7 +17,7 @@ from runs.gates.decision import GateAction
 from runs.ledger import leases
 from runs.ledger.append import Writer
 from runs.models import Event, ReplayPolicy, Run
-from runs.pipeline import Pipeline, Stage, StageOutput, Tool
+from runs.pipeline import Input, Pipeline, Stage, StageOutput, Tool
 from runs.planning.contract import Contract, Usage
 from tests.support.pipelines import registered
 
@@ -98,3 +98,28 @@ def test_no_class_in_runs_declares_an_attribute_it_does_not_set():
 
 def test_the_stage_context_inherits_no_part():
     assert StageContext.__bases__ == (object,)
+
+
+def _reads_what_it_does_not_consume(ctx) -> StageOutput:
+    return StageOutput(outputs={"topic": ctx.inputs["topic"]})
+
+
+undeclared_pipeline = Pipeline(
+    name="stage-parts-undeclared",
+    inputs=(Input("topic", current=lambda pinned: "agents", versioned=False),),
+    tools=(),
+    stages=(Stage("only", _reads_what_it_does_not_consume),),
+)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_input_the_stage_does_not_consume_is_said_to_be_missing_from_consumes(settings):
+    with registered(settings, "tests.execution.test_stage_parts.undeclared_pipeline"):
+        run = engine.start_run("stage-parts-undeclared", {}, actor="test", enqueue=False)
+        writer = Writer(run.pk, leases.acquire(run.pk, "test"), "test")
+        ctx = StageContext(writer, run, undeclared_pipeline, "only")
+
+        with pytest.raises(KeyError, match=r"add it to Stage\(consumes=\.\.\.\)"):
+            _reads_what_it_does_not_consume(ctx)
+        with pytest.raises(KeyError, match="nowhere"):
+            ctx.inputs["nowhere"]
