@@ -209,6 +209,17 @@ def test_resume_with_another_action_on_an_approved_plan_is_refused(in_process):
     assert not Run.objects.filter(parent=run).exists()
 
 
+def test_resume_refused_for_another_reason_than_a_stale_plan_names_no_fingerprint(in_process):
+    run = run_in_process({"timeout": "visual/upload-cover/after"})
+    fingerprint = compute_plan(run).fingerprint
+
+    with pytest.raises(CommandError) as refused:
+        manage("resume", run.public_id, "--upgrade", "--fingerprint", fingerprint)
+
+    assert "no upgrade is possible" in str(refused.value)
+    assert "Fresh fingerprint" not in str(refused.value)
+
+
 def test_resume_with_a_stale_fingerprint_is_refused_naming_the_fresh_one(in_process):
     run = run_in_process({"timeout": "visual/upload-cover/after"})
     stale = compute_plan(run).fingerprint

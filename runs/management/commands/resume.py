@@ -6,7 +6,7 @@ from runs import ids
 from runs.checks import COMMAND_CHECKS
 from runs.models import ApprovalMode
 from runs.planning import triage
-from runs.planning.resume import AlreadyApproved, ResumeRefused, approve, load_run
+from runs.planning.resume import AlreadyApproved, ResumeRefused, StalePlan, approve, load_run
 
 
 class Command(BaseCommand):
@@ -63,7 +63,10 @@ class Command(BaseCommand):
             self.stdout.write(f"{opts['run']}: {exc}")
             return
         except ResumeRefused as exc:
-            hint = f" Fresh fingerprint: {exc.plan.fingerprint}" if exc.plan else ""
+            # Only a plan that changed is approved with its fresh fingerprint: a refusal for
+            # another reason (blocked, no upgrade) would be refused the same way again.
+            stale = isinstance(exc, StalePlan) and exc.plan is not None
+            hint = f" Fresh fingerprint: {exc.plan.fingerprint}" if stale else ""
             # A refusal that says why in sentences ends with its own full stop.
             said = str(exc) if str(exc).endswith(".") else f"{exc}."
             raise CommandError(f"{said}{hint}") from exc
