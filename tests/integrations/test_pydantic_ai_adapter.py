@@ -161,6 +161,19 @@ def test_the_expected_path_is_a_turn_before_each_tool_and_one_to_answer():
     )
 
 
+def test_tools_one_answer_asks_for_together_follow_one_turn():
+    agent = ResumerAgent(support_agent(), call_prefix="support")
+
+    assert agent.expected_calls(("lookup", "lookup"), "refund") == (
+        Call("support.turn-1", "model"),
+        Call("support.lookup-1", "lookup"),
+        Call("support.lookup-2", "lookup"),
+        Call("support.turn-2", "model"),
+        Call("support.refund-1", "refund"),
+        Call("support.turn-3", "model"),
+    )
+
+
 def test_a_parameter_the_model_tool_does_not_pass_on_is_refused_by_name():
     body = {"model": "m", "messages": [], "stream": False, "parallel_tool_calls": True}
 

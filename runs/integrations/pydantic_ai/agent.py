@@ -62,21 +62,24 @@ class ResumerAgent(WrapperAgent):
         """The pipeline tools' names, for the stage's `tools=` (with the model tool's)."""
         return tuple(tool.name for tool in self.tools)
 
-    def expected_calls(self, *tools: str) -> tuple[Call, ...]:
-        """The calls of a run in which the model asks for these tools, one per answer in this
-        order, then answers: the stage's `calls=`, so that a plan promises the loop's path
-        (and a crash point can be named before a run). A resumed loop that takes another
-        path departs from its plan: PLAN_DEVIATED is recorded, and a NEVER or
-        RECONCILE_FIRST call the plan did not promise stops the run for a person."""
-        unknown = sorted(set(tools) - set(self.tool_names))
+    def expected_calls(self, *tools: str | tuple[str, ...]) -> tuple[Call, ...]:
+        """The calls of a run in which the model asks for these tools, one answer each in this
+        order (a tuple: the tools one answer asks for together), then answers: the stage's
+        `calls=`, so that a plan promises the loop's path (and a crash point can be named
+        before a run). A resumed loop that takes another path departs from its plan:
+        PLAN_DEVIATED is recorded, and a NEVER or RECONCILE_FIRST call the plan did not
+        promise stops the run for a person."""
+        answers = [asked if isinstance(asked, tuple) else (asked,) for asked in tools]
+        unknown = sorted({t for asked in answers for t in asked} - set(self.tool_names))
         if unknown:
             raise ValueError(f"the agent has no tool {', '.join(unknown)}")
         calls, counts = [], {}
-        for turn, tool in enumerate(tools, 1):
-            counts[tool] = counts.get(tool, 0) + 1
+        for turn, asked in enumerate(answers, 1):
             calls.append(Call(call_id(self.call_prefix, f"turn-{turn}"), self.model_tool))
-            calls.append(Call(call_id(self.call_prefix, f"{tool}-{counts[tool]}"), tool))
-        last = call_id(self.call_prefix, f"turn-{len(tools) + 1}")
+            for tool in asked:
+                counts[tool] = counts.get(tool, 0) + 1
+                calls.append(Call(call_id(self.call_prefix, f"{tool}-{counts[tool]}"), tool))
+        last = call_id(self.call_prefix, f"turn-{len(answers) + 1}")
         return (*calls, Call(last, self.model_tool))
 
     def _durable(self, toolset: AbstractToolset) -> AbstractToolset:
