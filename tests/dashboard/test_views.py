@@ -815,6 +815,15 @@ def test_malformed_approvals_are_400_and_change_nothing(operator, facts, data):
     assert run.status == Run.Status.FAILED
 
 
+def test_a_stored_plan_without_drift_says_so_of_the_moment_it_was_computed(operator, facts):
+    run = executed(timeout="visual/render-cover/after")
+
+    html = operator.get(url(run, "plan/")).content.decode()
+
+    assert "No input drift when the plan was computed: every pinned input was current then" in html
+    assert "still current" not in html
+
+
 def test_stale_plan_is_refused_with_the_fresh_plan(operator, facts):
     run = executed(timeout="visual/render-cover/after")
     old = compute_plan(run)
