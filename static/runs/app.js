@@ -40,3 +40,11 @@ function dropStaleBanners() {
 }
 document.addEventListener("DOMContentLoaded", dropStaleBanners);
 document.addEventListener("htmx:afterSettle", dropStaleBanners);
+
+// A page drawn as the answer to a POST that already acted (a group approved in the request)
+// names its own address: the address bar takes it, so a reload reads that page instead of
+// sending the approval again (which the server would refuse as a conflict).
+document.addEventListener("DOMContentLoaded", () => {
+  const own = document.querySelector("[data-canonical-url]");
+  if (own) history.replaceState(null, "", own.dataset.canonicalUrl);
+});

@@ -142,3 +142,31 @@ def test_at_a_phones_width_a_groups_page_does_not_scroll_sideways(
     no_sideways_scroll(page)
     shot(page, "group-390.png")
     assert not problems, problems
+
+
+def test_a_group_approved_in_the_request_reloads_as_its_batch_page(
+    laptop,
+    live_server,
+    users,  # noqa: F811
+    facts,
+):
+    from runs.models import Event
+    from runs.planning import grouping
+
+    alike = [executed(timeout="visual/upload-cover/after") for _ in range(2)]
+    [group] = [g for g in grouping.groups().groups if g.count == len(alike)]
+    page = laptop
+    problems = Problems()
+    problems.watch(page)
+    login(page, live_server, "operator")
+    page.goto(f"{live_server.url}/runs/groups/{group.fingerprint}/")
+
+    page.get_by_label(re.compile("I have read the group's plan")).check()
+    page.get_by_role("button", name="Approve all 2 runs shown").click()
+    expect(page.get_by_role("heading", name="Approved 2, skipped 0")).to_be_visible()
+    expect(page).to_have_url(re.compile(r"/runs/batches/[0-9a-f]{32}/$"))
+    page.reload()
+
+    expect(page.get_by_role("heading", name=re.compile("Approved 2, skipped 0"))).to_be_visible()
+    assert Event.objects.filter(type=Event.Type.PLAN_APPROVED).count() == 2
+    assert not problems, problems
