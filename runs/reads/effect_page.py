@@ -94,6 +94,8 @@ def _newest(effect: Effect) -> tuple[Asked | None, tuple[int, LedgerEdited] | No
 
 
 def _plan_line(run: Run, effect: Effect) -> EffectLine | None:
+    if not run.is_resumable:
+        return None  # a closed or finished run's stored plan is of a resume there will not be
     stored = StoredPlan.objects.filter(run=run).first()
     if stored is None:
         return None

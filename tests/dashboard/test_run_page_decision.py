@@ -24,6 +24,7 @@ from runs.ledger import leases
 from runs.ledger.append import RunMove, Writer, append
 from runs.models import Effect, Event, Gate, Lease, Run, StoredPlan
 from runs.planning import stored_plans
+from runs.planning.close_out import close_out
 from runs.planning.contract import Usage
 from runs.quantities import money
 from runs.reads import decision as decision_q
@@ -335,6 +336,20 @@ def test_a_settled_effects_page_says_who_settled_it_and_why(facts, demo_service)
     assert f"Settled by user:supervisor (event #{edit.seq}): " in html
     assert f"recorded as <code>{held}</code>" in html
     assert "Confirmed: <span" not in html  # the error of the unknown outcome is history now
+
+
+def test_a_closed_runs_effect_page_offers_no_plan_and_no_ledger_edit(facts):
+    run = charge_unknown()
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+    close_out(run.pk, "not worth chasing", actor="user:supervisor")
+
+    html = (
+        client_as("supervisor").get(f"/runs/{run.public_id}/effects/{charge.pk}/").content.decode()
+    )
+
+    assert f"The plan of {run.public_id}" not in html
+    assert "its ledger is resolved only while the run is stopped" in html
+    assert "then correct the ledger" not in html
 
 
 def test_an_effect_of_another_run_is_a_404(facts):
