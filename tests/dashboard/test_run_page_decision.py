@@ -341,6 +341,7 @@ def test_a_settled_effects_page_says_who_settled_it_and_why(facts, demo_service)
 def test_a_closed_runs_effect_page_offers_no_plan_and_no_ledger_edit(facts):
     run = charge_unknown()
     charge = Effect.objects.get(run=run, call_id="promote-charge")
+    stored_plans.refresh(run)  # the plan its stop had a worker compute
     close_out(run.pk, "not worth chasing", actor="user:supervisor")
 
     html = (
