@@ -170,3 +170,47 @@ def test_a_group_approved_in_the_request_reloads_as_its_batch_page(
     expect(page.get_by_role("heading", name=re.compile("Approved 2, skipped 0"))).to_be_visible()
     assert Event.objects.filter(type=Event.Type.PLAN_APPROVED).count() == 2
     assert not problems, problems
+
+
+def test_at_a_phones_width_a_long_external_id_and_the_bulk_review_page_fit(
+    phone,
+    live_server,
+    users,  # noqa: F811
+    facts,
+):
+    from runs.ledger.edits import edit_effect
+    from runs.models import Effect, Gate
+
+    charged = executed(timeout="publish/promote-charge/after")
+    charge = Effect.objects.get(run=charged, call_id="promote-charge")
+    long_id = "ch-" + "7" * 125
+    edit_effect(
+        charge.pk,
+        {"status": "confirmed", "external_id": long_id},
+        reason="the processor's own id",
+        actor="user:supervisor",
+    )
+    from demo.management.commands.seed_demo import run_inline
+    from runs import engine
+
+    reviews = [
+        run_inline(engine.start_run("content", {"review": "on"}, actor="t", enqueue=False).pk)
+        for _ in range(2)
+    ]
+    shape = Gate.objects.get(run=reviews[0], gate_id="review").shape
+    page = phone
+    problems = Problems()
+    problems.watch(page)
+    login(page, live_server, "supervisor")
+
+    page.goto(f"{live_server.url}/runs/{charged.public_id}/effects/{charge.pk}/")
+    expect(page.get_by_text(long_id).first).to_be_visible()
+    no_sideways_scroll(page)
+    shot(page, "effect-long-id-390.png")
+
+    page.goto(f"{live_server.url}/runs/gate-groups/{shape}/")
+    cell = page.locator("td.shown-for-review").first
+    assert cell.bounding_box()["width"] >= 200  # read as lines, not a word a line
+    no_sideways_scroll(page)
+    shot(page, "gate-group-390.png")
+    assert not problems, problems
