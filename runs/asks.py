@@ -33,7 +33,7 @@ def ask_supervisor(effect_pk: int, *, actor: str) -> SupervisorAsk:
         run: Run = effect.run
         if not run.is_resumable:
             raise AskRefused(
-                f"{run.public_id} is {run.get_status_display().lower()}: its effects are "
+                f"{run.public_id} {run.status_said}: its effects are "
                 "settled only while it is stopped"
             )
         if effect.status in Effect.SETTLED:

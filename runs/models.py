@@ -120,6 +120,15 @@ class RunStatus(models.TextChoices):
     CLOSED = "closed", "Closed out"
 
 
+# A status after a run's id, where "is <label>" does not read ("is succeeded").
+STATUS_SAID = {
+    RunStatus.SUCCEEDED: "has succeeded",
+    RunStatus.FAILED: "has failed",
+    RunStatus.NEEDS_APPROVAL: "needs approval",
+    RunStatus.SUPERSEDED: "was superseded by a branch",
+}
+
+
 class RunSeverity(models.IntegerChoices):
     """How urgently a run that needs a human wants one: the inbox's order inside attention 0.
     Waiting gates first (a person is asked before anything happened), then a blocked plan
@@ -261,6 +270,13 @@ class Run(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in self.ACTIVE
+
+    @property
+    def status_said(self) -> str:
+        """The run's status in a sentence after its id: "run-9 has succeeded", not "is
+        succeeded"."""
+        said = STATUS_SAID.get(self.status)
+        return said or f"is {self.get_status_display().lower()}"
 
     @property
     def is_resumable(self) -> bool:

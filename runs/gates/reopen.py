@@ -125,7 +125,7 @@ def _why_not(run: Run) -> str:
     if run.is_waiting:
         return f"{run.public_id} is waiting for a decision already: answer its gate"
     if not run.is_resumable:
-        return f"{run.public_id} is {run.get_status_display().lower()}: nothing to ask again"
+        return f"{run.public_id} {run.status_said}: nothing to ask again"
     return (
         f"{run.public_id} has no confirmed call that its target refused, nor a question "
         "whose answer sent its stage back: nothing to ask again (its plan says how it may go "

@@ -53,7 +53,7 @@ def edit_effect(effect_pk: int, changes: dict[str, Any], *, reason: str, actor: 
         # A finished (or superseded, or waiting) run's ledger is the history of what it did:
         # an edit could only make it disagree with the outside world after the fact.
         raise LedgerError(
-            f"{run.public_id} is {run.get_status_display().lower()}: its ledger is edited only "
+            f"{run.public_id} {run.status_said}: its ledger is edited only "
             "while the run is stopped (interrupted, failed or needing approval)"
         )
     try:

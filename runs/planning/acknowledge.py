@@ -33,7 +33,7 @@ def acknowledge(run_pk: int, reason: str, *, actor: str) -> Event:
             raise AcknowledgeRefused(f"{run.public_id} has no deviation to acknowledge")
         if run.status != Run.Status.SUCCEEDED:
             raise AcknowledgeRefused(
-                f"{run.public_id} is {run.get_status_display().lower()}: a deviation is "
+                f"{run.public_id} {run.status_said}: a deviation is "
                 "acknowledged once the run finished; a stopped run goes on by approving its plan"
             )
         deviation = (

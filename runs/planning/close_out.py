@@ -50,11 +50,8 @@ def _not_stopped(run: Run) -> str:
             if run.status == Run.Status.PENDING
             else "a worker owns it"
         )
-        return (
-            f"{run.public_id} is {run.get_status_display().lower()}: {who}; it can be closed "
-            "out once it stops"
-        )
-    return f"{run.public_id} is {run.get_status_display().lower()}: there is nothing to close"
+        return f"{run.public_id} {run.status_said}: {who}; it can be closed out once it stops"
+    return f"{run.public_id} {run.status_said}: there is nothing to close"
 
 
 def close_out(run_pk: int, reason: str, *, actor: str) -> Event:

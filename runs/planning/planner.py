@@ -230,7 +230,7 @@ def _not_resumable_reason(run: Run) -> str:
             f"{run.public_id} is waiting for a decision at {run.current_stage}: answer its "
             "gate; there is nothing to resume"
         )
-    return f"{run.public_id} is {run.get_status_display().lower()}: " + (
+    return f"{run.public_id} {run.status_said}: " + (
         "it is still active; wait for it to finish or be interrupted"
         if run.is_active
         else "there is nothing to resume"

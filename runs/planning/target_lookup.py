@@ -30,8 +30,7 @@ def _askable(effect_pk: int) -> tuple[Effect, Run, Any]:
     run = Run.objects.get(pk=effect.run_id)
     if not run.is_resumable:
         raise LookupRefused(
-            f"{run.public_id} is {run.get_status_display().lower()}: its targets are asked "
-            "while the run is stopped"
+            f"{run.public_id} {run.status_said}: its targets are asked while the run is stopped"
         )
     tool = registry.get(run.pipeline).tool(effect.tool)
     if tool.reconcile is None:

@@ -251,7 +251,7 @@ def _not_in_group(run: Run, group_fingerprint: str) -> Skipped:
     if not run.is_resumable:
         return Skipped(
             run.pk,
-            f"it is {run.get_status_display().lower()} now: it no longer needs a human",
+            f"it {run.status_said} now: it no longer needs a human",
         )
     was = StoredPlan.objects.filter(run=run).values_list("shape", flat=True).first()
     # Compute it now, asking its targets, so the operator reads what it is.

@@ -117,6 +117,15 @@ def test_a_run_that_is_not_stopped_is_not_closed():
     assert not Event.objects.filter(type=Event.Type.CLOSED_OUT).exists()
 
 
+def test_a_finished_run_is_said_to_have_succeeded_not_to_be_succeeded():
+    succeeded = confirm(waiting_charge())
+
+    with pytest.raises(CloseRefused) as refused:
+        close_out(succeeded.pk, REASON, actor="user:ana")
+
+    assert str(refused.value).startswith(f"{succeeded.public_id} has succeeded: ")
+
+
 def test_a_run_is_closed_out_once():
     run = refused_charge()
     close_out(run.pk, REASON, actor="user:ana")
