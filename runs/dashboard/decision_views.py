@@ -101,7 +101,7 @@ def close_run(request: HttpRequest, pk: int) -> HttpResponse:
         request,
         f"{run.public_id} is closed out (event #{event.seq}) and has left the inbox."
         + (
-            f" {unsettled} effect{'s' if unsettled != 1 else ''} stay unsettled: closing "
+            f" {unsettled} effect{'s stay' if unsettled != 1 else ' stays'} unsettled: closing "
             "settles nothing outside."
             if unsettled
             else ""

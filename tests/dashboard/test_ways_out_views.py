@@ -158,6 +158,17 @@ def test_a_closed_run_says_its_unsettled_effects_stay_unsettled():
     assert "Closing settled nothing outside: charge_card (pay/fee) stays unknown" in page
 
 
+def test_closing_a_run_with_one_unsettled_effect_says_it_stays_unsettled():
+    run = unknown_charge()
+
+    response = client_as("operator").post(
+        f"/runs/{run.public_id}/close/", {"reason": "gave up"}, follow=True
+    )
+
+    said = " ".join(str(m) for m in response.context["messages"])
+    assert "1 effect stays unsettled: closing settles nothing outside." in said
+
+
 def test_a_close_out_without_a_reason_is_a_400_form_error_and_writes_nothing():
     run = refused_charge()
 
