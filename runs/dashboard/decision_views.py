@@ -27,7 +27,7 @@ from runs.models import Effect, Run
 from runs.planning.acknowledge import AcknowledgeRefused, acknowledge
 from runs.planning.close_out import CloseRefused, InvalidReason, close_out
 from runs.planning.target_lookup import LookupRefused, ask_target, record_answer
-from runs.reads.effect_page import effect_page, get_effect
+from runs.reads.effect_page import effect_page, get_effect, target_name
 from runs.reads.run_page import run_page
 
 
@@ -131,7 +131,9 @@ def effect_ask(request: HttpRequest, run_pk: int, pk: int) -> HttpResponse:
     except LookupRefused as exc:
         messages.error(request, f"Not asked: {exc}.")
     else:
-        messages.info(request, f"The {effect.target} answered; recorded as event #{event.seq}.")
+        # The target by the name its page says (the card processor), not its account@platform.
+        target = target_name(effect, Run.objects.get(pk=effect.run_id))
+        messages.info(request, f"The {target} answered; recorded as event #{event.seq}.")
     return redirect("runs:effect", run_pk=effect.run_id, pk=effect.pk)
 
 

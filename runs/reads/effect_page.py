@@ -103,6 +103,12 @@ def _plan_line(run: Run, effect: Effect) -> EffectLine | None:
     return next((e for e in plan.effects if e.delivery_key == effect.delivery_key), None)
 
 
+def target_name(effect: Effect, run: Run) -> str:
+    """What the effect's page calls its target: its HTTP tool's name for it ("card
+    processor"), else the account@platform the effect names."""
+    return _target_name(_tool(run, effect.tool)) or effect.target
+
+
 def _target_name(tool: Any) -> str:
     """What an HTTP tool calls its target ("card processor"): its spec's, behind its call."""
     spec = getattr(getattr(tool, "call", None), "__self__", None)

@@ -319,6 +319,18 @@ def test_the_effect_page_asks_the_target_on_the_post_only_and_records_in_one_cli
     assert "nothing to resolve" in supervisor.get(url).content.decode()
 
 
+def test_asking_the_target_says_it_answered_by_its_name(facts, demo_service):
+    run = charge_unknown()
+    charge = Effect.objects.get(run=run, call_id="promote-charge")
+
+    response = client_as("supervisor").post(
+        f"/runs/{run.public_id}/effects/{charge.pk}/ask/", follow=True
+    )
+
+    said = [str(m) for m in response.context["messages"]]
+    assert said[0].startswith("The card processor answered; recorded as event #")
+
+
 def test_a_settled_effects_page_says_who_settled_it_and_why(facts, demo_service):
     run = charge_unknown()
     charge = Effect.objects.get(run=run, call_id="promote-charge")
