@@ -214,3 +214,21 @@ def test_at_a_phones_width_a_long_external_id_and_the_bulk_review_page_fit(
     no_sideways_scroll(page)
     shot(page, "gate-group-390.png")
     assert not problems, problems
+
+
+def test_at_a_phones_width_a_blocked_runs_verdict_is_read_whole(
+    phone,
+    live_server,
+    users,  # noqa: F811
+):
+    blocked = executed(timeout="publish/promote-charge/after")
+    page = phone
+    login(page, live_server, "supervisor")
+
+    page.goto(f"{live_server.url}/runs/{blocked.public_id}/")
+
+    verdict = page.locator("#decision .decision-state .decision-verdict")
+    expect(verdict).to_have_text("Blocked: a supervisor decides first")
+    assert verdict.evaluate("v => v.scrollWidth <= v.clientWidth"), "cut short"
+    no_sideways_scroll(page)
+    shot(page, "blocked-verdict-390.png")
