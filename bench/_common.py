@@ -140,6 +140,30 @@ def setup_django(migrate: bool = True) -> None:
         call_command("migrate", verbosity=0)
 
 
+def leased_run(pipeline_name: str):
+    """In a child: a run of a one-stage pipeline that does nothing (registered under
+    `pipeline_name`, alone, on first use), holding a day-long lease: what the SQL-alone
+    benches write their statements against, made through the project's own create_run and
+    leases. Returns (run, token)."""
+    from django.conf import settings
+
+    from runs.events import RunCreated
+    from runs.ledger import leases
+    from runs.ledger.append import create_run
+    from runs.pipeline import Pipeline, Stage, StageOutput, registry
+
+    if pipeline_name not in (getattr(registry, "_pipelines", None) or {}):
+        stage = Stage("loop", lambda ctx: StageOutput(outputs={}))
+        registry._pipelines = {
+            pipeline_name: Pipeline(name=pipeline_name, inputs=(), tools=(), stages=(stage,))
+        }
+        settings.RESUMER_PIPELINES = []
+    run = create_run(pipeline_name, RunCreated(), actor="bench", first_stage="loop")
+    token = leases.acquire(run.pk, "bench", ttl=24 * 3600)
+    run.refresh_from_db()
+    return run, token
+
+
 def emit_result(data: dict) -> None:
     print(RESULT_PREFIX + json.dumps(data), flush=True)
 

@@ -69,20 +69,9 @@ def child(n_lo: int, n_hi: int, rounds: int) -> None:
     _common.setup_django()
     from django.db import connection
 
-    from runs.events import RunCreated
-    from runs.ledger import leases
     from runs.ledger import sql as dialects
-    from runs.ledger.append import create_run
     from runs.ledger.sql.shapes import EffectClaim, EffectSettle, EventRow, Write
-    from runs.pipeline import Pipeline, Stage, StageOutput, registry
 
-    pipeline = Pipeline(
-        name="bench_call_sql",
-        inputs=(),
-        tools=(),
-        stages=(Stage("loop", lambda ctx: StageOutput(outputs={})),),
-    )
-    registry._pipelines = {pipeline.name: pipeline}
     sql = dialects.for_connection(connection)
     connection.ensure_connection()
     db = connection.connection
@@ -91,9 +80,7 @@ def child(n_lo: int, n_hi: int, rounds: int) -> None:
     db.execute(NARROW_DDL)
 
     def new_run() -> tuple[int, int, dict]:
-        run = create_run(pipeline.name, RunCreated(), actor="bench", first_stage="loop")
-        token = leases.acquire(run.pk, "bench", ttl=24 * 3600)
-        run.refresh_from_db()
+        run, token = _common.leased_run("bench_call_sql")
         db.execute(
             'INSERT INTO "bench_head" VALUES (%s, %s, %s, %s, %s)',
             [run.pk, run.version, run.last_seq, run.head_hash, run.head_anchor],

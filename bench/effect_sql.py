@@ -53,20 +53,8 @@ def child(n_lo: int, n_hi: int, rounds: int) -> None:
     from django.conf import settings
     from django.db import connection
 
-    from runs.events import RunCreated
-    from runs.ledger import leases
     from runs.ledger import sql as dialects
-    from runs.ledger.append import create_run
-    from runs.pipeline import Pipeline, Stage, StageOutput, registry
 
-    pipeline = Pipeline(
-        name="bench_effect_sql",
-        inputs=(),
-        tools=(),
-        stages=(Stage("loop", lambda ctx: StageOutput(outputs={})),),
-    )
-    registry._pipelines = {pipeline.name: pipeline}
-    settings.RESUMER_PIPELINES = []
     sql = dialects.for_connection(connection)
     set_list, _ = sql.sets({"last_seq": 0, "head_hash": "", "head_anchor": ""})
     qmark = {
@@ -81,9 +69,7 @@ def child(n_lo: int, n_hi: int, rounds: int) -> None:
     }
     # One run and its lease, made through the project before the file is copied: each
     # variant starts from the same head.
-    run = create_run(pipeline.name, RunCreated(), actor="bench", first_stage="loop")
-    token = leases.acquire(run.pk, "bench", ttl=24 * 3600)
-    run.refresh_from_db()
+    run, token = _common.leased_run("bench_effect_sql")
     migrated = Path(settings.DATABASES["default"]["NAME"])
     connection.close()
 

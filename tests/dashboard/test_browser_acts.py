@@ -121,22 +121,27 @@ def test_at_a_phones_width_the_first_run_and_the_plans_decisive_columns_are_in_v
     assert not problems, problems
 
 
+def at_a_group_of_two(page: Page, live_server) -> None:
+    """Two runs failed alike (their cover upload's answer lost), their group's page open
+    to an operator."""
+    from runs.planning import grouping
+
+    alike = [executed(timeout="visual/upload-cover/after") for _ in range(2)]
+    [group] = [g for g in grouping.groups().groups if g.count == len(alike)]
+    login(page, live_server, "operator")
+    page.goto(f"{live_server.url}/runs/groups/{group.fingerprint}/")
+
+
 def test_at_a_phones_width_a_groups_page_does_not_scroll_sideways(
     phone,
     live_server,
     users,  # noqa: F811
     facts,
 ):
-    from runs.planning import grouping
-
-    alike = [executed(timeout="visual/upload-cover/after") for _ in range(2)]
-    [group] = [g for g in grouping.groups().groups if g.count == len(alike)]
-    page = phone
-    problems = Problems()
+    page, problems = phone, Problems()
     problems.watch(page)
-    login(page, live_server, "operator")
 
-    page.goto(f"{live_server.url}/runs/groups/{group.fingerprint}/")
+    at_a_group_of_two(page, live_server)
 
     expect(page.get_by_role("button", name="Approve the ticked runs only")).to_be_visible()
     no_sideways_scroll(page)
@@ -151,15 +156,10 @@ def test_a_group_approved_in_the_request_reloads_as_its_batch_page(
     facts,
 ):
     from runs.models import Event
-    from runs.planning import grouping
 
-    alike = [executed(timeout="visual/upload-cover/after") for _ in range(2)]
-    [group] = [g for g in grouping.groups().groups if g.count == len(alike)]
-    page = laptop
-    problems = Problems()
+    page, problems = laptop, Problems()
     problems.watch(page)
-    login(page, live_server, "operator")
-    page.goto(f"{live_server.url}/runs/groups/{group.fingerprint}/")
+    at_a_group_of_two(page, live_server)
 
     page.get_by_label(re.compile("I have read the group's plan")).check()
     page.get_by_role("button", name="Approve all 2 runs shown").click()

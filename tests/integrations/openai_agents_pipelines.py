@@ -50,19 +50,27 @@ agent = OpenAIAgent(
 )
 model = model_tool("model", base_url=lambda: f"{settings.DEMO_SERVICE_URL}/v1", read_timeout=10)
 
-pipeline = Pipeline(
-    name="openai-agents-billing",
-    inputs=(Input("model", lambda pinned: "script:none", versioned=False),),
-    tools=(model, *agent.tools),
-    stages=(
-        agent.stage(
-            "agent",
-            input="Please refund order 7.",
-            model=lambda ctx: ctx.inputs["model"],
-            consumes=("model",),
+
+def refunding(name: str, governed: OpenAIAgent, **stage: object) -> Pipeline:
+    """A pipeline whose one stage runs `governed` on a refund request, its model the one the
+    run's input names (the demo service's script)."""
+    return Pipeline(
+        name=name,
+        inputs=(Input("model", lambda pinned: "script:none", versioned=False),),
+        tools=(model, *governed.tools),
+        stages=(
+            governed.stage(
+                "agent",
+                input="Please refund order 7.",
+                model=lambda ctx: ctx.inputs["model"],
+                consumes=("model",),
+                **stage,
+            ),
         ),
-    ),
-)
+    )
+
+
+pipeline = refunding("openai-agents-billing", agent)
 
 
 # The same agent with a refund that does not deduplicate, looked up as a developer writes a
@@ -91,19 +99,7 @@ found_agent = OpenAIAgent(
         ),
     },
 )
-found_pipeline = Pipeline(
-    name="openai-agents-billing-found",
-    inputs=(Input("model", lambda pinned: "script:none", versioned=False),),
-    tools=(model, *found_agent.tools),
-    stages=(
-        found_agent.stage(
-            "agent",
-            input="Please refund order 7.",
-            model=lambda ctx: ctx.inputs["model"],
-            consumes=("model",),
-        ),
-    ),
-)
+found_pipeline = refunding("openai-agents-billing-found", found_agent)
 
 
 # Instructions that say the date, read from the run's recorded clock: handed to the SDK as
@@ -119,17 +115,6 @@ dated = Agent(name="Dated", instructions=dated_instructions, tools=[refund])
 dated_agent = OpenAIAgent(
     dated, policies={"refund": Durable(ReplayPolicy.IDEMPOTENT, confirm=Confirm())}
 )
-dated_pipeline = Pipeline(
-    name="openai-agents-dated",
-    inputs=(Input("model", lambda pinned: "script:none", versioned=False),),
-    tools=(model, *dated_agent.tools),
-    stages=(
-        dated_agent.stage(
-            "agent",
-            input="Please refund order 7.",
-            model=lambda ctx: ctx.inputs["model"],
-            consumes=("model",),
-            context=lambda ctx: {"today": ctx.now().isoformat()},
-        ),
-    ),
+dated_pipeline = refunding(
+    "openai-agents-dated", dated_agent, context=lambda ctx: {"today": ctx.now().isoformat()}
 )
