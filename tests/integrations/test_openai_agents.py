@@ -24,6 +24,7 @@ from runs.gates import arguments as gate_arguments
 from runs.gates.acts import TICK
 from runs.integrations.openai_agents import UNDECLARED, Durable
 from runs.integrations.openai_agents.tools import pipeline_tool
+from runs.ledger.edits import edit_effect
 from runs.models import (
     ApprovalMode,
     Checkpoint,
@@ -171,6 +172,30 @@ def test_instructions_that_say_the_recorded_date_ask_the_same_after_a_gate(setti
     [system] = [m for m in turn.request["messages"] if m["role"] == "system"]
     assert system["content"] == f"Today is {now.payload['value']}. Refund orders."
     assert oap.REFUNDS == [(7, "30.00")]
+
+
+def test_a_refund_a_supervisor_confirmed_by_hand_is_told_to_the_model_by_its_id(demo_service):
+    run = started(
+        demo_service,
+        "confirmed-by-hand",
+        [HANDOFF, LOOKUP, REFUND, DONE],
+        timeout="agent/refund-1/after",
+    )
+    assert execute(run).status == Run.Status.WAITING
+    answer(run, "refund-1")
+    assert execute(run).status == Run.Status.FAILED  # the refund's answer never came
+    edit_effect(
+        Effect.objects.get(run=run, call_id="refund-1").pk,
+        {"status": "confirmed", "external_id": "rf-9"},
+        reason="the payments desk shows rf-9",
+        actor="user:sue",
+    )
+    approve(run, ApprovalMode.STRICT, compute_plan(run).fingerprint, actor="user:op")
+
+    run = execute(run)
+
+    assert run.status == Run.Status.SUCCEEDED
+    assert json.loads(told(run, "refund-1")) == {"external_id": "rf-9"}
 
 
 def test_a_rejection_is_the_tools_result_in_the_sdks_words_with_the_reason(demo_service):

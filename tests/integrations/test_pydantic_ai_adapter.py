@@ -207,3 +207,10 @@ def test_resumer_imports_and_checks_without_the_sdk():
     )
 
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_call_a_supervisor_confirmed_by_hand_is_told_to_the_model_by_its_id():
+    from runs.integrations.pydantic_ai.toolset import _told
+
+    assert _told({"external_id": "rf-9"}, None) == {"external_id": "rf-9"}
+    assert _told({"result": {"ok": True}, "external_id": "rf-9"}, None) == {"ok": True}

@@ -255,7 +255,8 @@ def _made(session: Session, call_id: str, name: str, args: dict[str, Any]) -> An
     if result.get("rejected"):
         reason = result.get("reason") or "no reason given"
         return f"{NOT_APPROVED} Rejected by {result.get('by')}: {reason}"
-    output = result.get("output")
+    # A call a supervisor confirmed by hand: its external id is all that is known.
+    output = result["output"] if "output" in result else {"external_id": result.get("external_id")}
     review = session.ctx.review(call_id)
     if review is not None and review.edits:
         edited = {arg: {"asked": was, "sent": now} for arg, (was, now) in review.edits.items()}

@@ -234,7 +234,8 @@ def _told(recorded: Any, review: Any) -> Any:
         return f"{DENIED} {reason}".strip() if reason else DENIED
     if "retry" in recorded and "result" not in recorded:
         raise ModelRetry(recorded["retry"])
-    result = recorded.get("result")
+    # A call a supervisor confirmed by hand: its external id is all that is known.
+    result = recorded.get("result") if "result" in recorded else _only_id(recorded)
     if review is not None and review.edits:
         edits = {name: {"asked": was, "sent": now} for name, (was, now) in review.edits.items()}
         reviewer: dict[str, Any] = {"by": review.by, "edited": edits}
@@ -242,3 +243,7 @@ def _told(recorded: Any, review: Any) -> Any:
             reviewer["notes"] = review.reason
         return {"result": result, "reviewer": reviewer}
     return result
+
+
+def _only_id(recorded: dict[str, Any]) -> dict[str, Any]:
+    return {"external_id": recorded.get("external_id", "")}
