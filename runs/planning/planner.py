@@ -123,8 +123,11 @@ def _effect_line(
         answer=model_lines.answer(tool, decision),
         action=str(decision.action),
         cost=str(price) if decision.calls else "0",
-        # The answer was "not there": the engine asks once more before it calls.
-        queries=1 if answer is not None and decision.calls else 0,
+        # The answer was "not there": the engine asks once more before it calls; and before
+        # it reuses what a supervisor confirmed (replay.asks_target), likewise.
+        queries=1
+        if answer is not None and (decision.calls or decision.action == Action.REUSE)
+        else 0,
         kind=str(decision.kind or ""),
         edited=recorded.edited(gate, effect),
         reason=decision.reason,

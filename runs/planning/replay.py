@@ -164,15 +164,17 @@ def asks_target(policy: str, recorded: Recorded | None) -> bool:
     return (
         policy == ReplayPolicy.RECONCILE_FIRST
         and recorded is not None
-        and (recorded.status in UNSETTLED or _edited_failed(recorded))
+        and (recorded.status in UNSETTLED or _edited(recorded))
     )
 
 
-def _edited_failed(recorded: Recorded) -> bool:
-    # A supervisor's "it did not happen" is their word, not the target's: where the target can
-    # be asked by the key, it is, before the call is made again (a mistaken edit of a
-    # published article would otherwise publish it twice).
-    return recorded.status == EffectStatus.FAILED and bool(recorded.edited_by)
+def _edited(recorded: Recorded) -> bool:
+    # A supervisor's "it did not happen" or "it happened as X" is their word, not the
+    # target's: where the target can be asked by the key, it is, before the call is made
+    # again or its result reused (a mistaken "failed" publishes an article twice; a mistaken
+    # "confirmed as art-1", another run's article, publishes nothing and pays for art-1 again).
+    settled = (EffectStatus.FAILED, EffectStatus.CONFIRMED)
+    return recorded.status in settled and bool(recorded.edited_by)
 
 
 def decide(
@@ -213,7 +215,10 @@ def decide(
     if status == EffectStatus.CONFIRMED:
         # A supervisor's word is said as theirs, as a "failed" of theirs is.
         by = f", recorded by a supervisor ({recorded.edited_by})" if recorded.edited_by else ""
-        return Decision(Action.REUSE, f"confirmed as {recorded.external_id}{by}")
+        said = f"confirmed as {recorded.external_id}{by}"
+        if by and policy == ReplayPolicy.RECONCILE_FIRST:
+            return _held(tool, call_id, recorded, answer, unanswered, said)
+        return Decision(Action.REUSE, said)
     if status == EffectStatus.ABANDONED:
         return Decision(Action.SKIP, "abandoned by a supervisor")
     if status == EffectStatus.CONFLICT:
@@ -262,6 +267,36 @@ def decide(
         kind=StopKind(status),
         reason=f"{tool} ({call_id}) is {policy}: its outcome is {status} and it is never "
         "re-run automatically. A supervisor must settle it on its effect page.",
+    )
+
+
+def _held(
+    tool: str,
+    call_id: str,
+    recorded: Recorded,
+    answer: Reconciliation | None,
+    unanswered: str,
+    said: str,
+) -> Decision:
+    """A RECONCILE_FIRST effect a supervisor confirmed: reused where its target holds it (or
+    cannot be asked: nothing is made again either way), else blocked for a human."""
+    if unanswered:
+        return Decision(Action.REUSE, f"{said}; the target did not answer: {unanswered}")
+    if answer is None:
+        raise ValueError(f"{tool} ({call_id}): a supervisor's confirmation needs the answer")
+    if answer.found and answer.matches and answer.external_id in ("", recorded.external_id):
+        return Decision(Action.REUSE, f"{said}, and the target holds it")
+    held = (
+        f"the target holds {answer.external_id or 'another request'} under this key"
+        if answer.found
+        else "the target holds nothing under this key"
+    )
+    return Decision(
+        Action.BLOCKED,
+        f"{said}, but {held}",
+        kind=StopKind.FOUND_DIFFERENT,
+        reason=f"{tool} ({call_id}): {said}, but {held}; nothing is reused or called before "
+        "a supervisor settles it on its effect page.",
     )
 
 
@@ -328,8 +363,15 @@ def decide_on(
     the effect's events when not given (the planner reads it for all its effects at once).
     Returns the decision and the target's answer, if it was asked and answered."""
     if edited_by is None:
-        failed = effect is not None and effect.status == EffectStatus.FAILED
-        edited_by = derived.edited_by(effect) if failed else ""
+        # Who settled it matters where a supervisor's word is checked (asks_target): read then.
+        settled = effect is not None and (
+            effect.status == EffectStatus.FAILED
+            or (
+                effect.status == EffectStatus.CONFIRMED
+                and tool.policy == ReplayPolicy.RECONCILE_FIRST
+            )
+        )
+        edited_by = derived.edited_by(effect) if settled else ""
     recorded = Recorded.of(effect, edited_by=edited_by, confirmed_by=confirmed_by)
     answer, unanswered = None, ""
     if asks_target(tool.policy, recorded):

@@ -96,7 +96,12 @@ def record_answer(effect_pk: int, asked_seq: int, *, actor: str) -> Event:
         changes = {"status": Effect.Status.CONFIRMED, "external_id": said.external_id}
         reason = f"{where} holds {said.external_id}"
     else:
-        changes = {"status": Effect.Status.FAILED, "error": f"not found on {effect.target}"}
+        # An id a supervisor recorded goes with it: the target holds nothing of it.
+        changes = {
+            "status": Effect.Status.FAILED,
+            "external_id": "",
+            "error": f"not found on {effect.target}",
+        }
         reason = f"{where} holds nothing under this key: it never happened there"
     try:
         return edit_effect(effect.pk, changes, reason=reason, actor=actor)

@@ -55,8 +55,27 @@ class EffectPage:
         return self.effect.status in UNSETTLED
 
     @property
+    def contradicted(self) -> bool:
+        """The target's newest answer says otherwise than the settled row: confirmed as X
+        where it holds nothing (or another id), failed where it holds it. A supervisor's
+        word may be wrong; the page says so and offers the answer to record."""
+        if self.unsettled or self.asked is None or self.asked.said.error:
+            return False
+        said, effect = self.asked.said, self.effect
+        if effect.status == Effect.Status.CONFIRMED:
+            return not said.found or said.external_id not in ("", effect.external_id)
+        return effect.status == Effect.Status.FAILED and said.found
+
+    @property
     def can_ask(self) -> bool:
-        return self.askable and self.run.is_resumable and self.unsettled
+        # Settled, it is asked where its answer or its plan doubts the row (a supervisor's
+        # "confirmed" the target was found not to hold blocks the plan).
+        blocked = self.line is not None and self.line.action == "blocked"
+        return (
+            self.askable
+            and self.run.is_resumable
+            and (self.unsettled or self.contradicted or blocked)
+        )
 
     @property
     def can_record(self) -> bool:
