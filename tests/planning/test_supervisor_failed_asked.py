@@ -77,6 +77,19 @@ def test_a_resume_records_the_article_found_and_does_not_publish_it_again(
     assert verdicts(run) == [Event.Type.PLAN_KEPT]
 
 
+def publish_decided(recorded: Recorded, answer, unanswered: str):
+    """The decision on a RECONCILE_FIRST publish whose target answered `answer` (or could
+    not be asked: `unanswered`)."""
+    return replay.decide(
+        tool="publish_article",
+        call_id="publish",
+        policy="RECONCILE_FIRST",
+        recorded=recorded,
+        answer=answer,
+        unanswered=unanswered,
+    )
+
+
 @pytest.mark.parametrize(
     ("answer", "unanswered", "action"),
     [
@@ -92,14 +105,7 @@ def test_a_reconcile_first_effect_a_supervisor_failed_is_decided_on_the_targets_
     recorded = Recorded(Effect.Status.FAILED, "h", edited_by="user:sue")
     assert replay.asks_target("RECONCILE_FIRST", recorded)
 
-    decision = replay.decide(
-        tool="publish_article",
-        call_id="publish",
-        policy="RECONCILE_FIRST",
-        recorded=recorded,
-        answer=answer,
-        unanswered=unanswered,
-    )
+    decision = publish_decided(recorded, answer, unanswered)
 
     assert decision.action == action
     assert decision.answer.startswith("a supervisor recorded that it did not happen (user:sue)")
@@ -143,14 +149,7 @@ def test_a_reconcile_first_effect_a_supervisor_confirmed_is_held_to_the_targets_
     recorded = Recorded(Effect.Status.CONFIRMED, "h", "art-1", edited_by="user:sue")
     assert replay.asks_target("RECONCILE_FIRST", recorded)
 
-    decision = replay.decide(
-        tool="publish_article",
-        call_id="publish",
-        policy="RECONCILE_FIRST",
-        recorded=recorded,
-        answer=answer,
-        unanswered=unanswered,
-    )
+    decision = publish_decided(recorded, answer, unanswered)
 
     assert decision.action == action
     assert decision.answer.startswith("confirmed as art-1, recorded by a supervisor (user:sue)")
