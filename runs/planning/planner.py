@@ -24,7 +24,7 @@ from runs.models import Checkpoint, Effect, Event, Gate, Run
 from runs.pipeline import Call, Pipeline, registry
 from runs.planning import costs, disagreement, divergence, gate_lines, made_again, model_lines
 from runs.planning.plan import ArtifactLine, DriftLine, EffectLine, Plan, Upgrade
-from runs.planning.replay import Action, decide_on
+from runs.planning.replay import Action, Recorded, asks_target, decide_on
 from runs.planning.replay_log import EMPTY, replay_logs
 
 __all__ = ["Action", "Plan", "compute_plan"]
@@ -111,6 +111,9 @@ def _effect_line(
     decision, answer = decide_on(
         tool, call_id, effect, edited_by=edited_by, confirmed_by=confirmed_by, made=made
     )
+    reuse_asks = decision.action == Action.REUSE and asks_target(
+        tool.policy, Recorded.of(effect, edited_by=edited_by)
+    )
     price = tool.price_of(recorded.call_args(gate, effect))
     line = EffectLine(
         stage=stage,
@@ -124,10 +127,8 @@ def _effect_line(
         action=str(decision.action),
         cost=str(price) if decision.calls else "0",
         # The answer was "not there": the engine asks once more before it calls; and before
-        # it reuses what a supervisor confirmed (replay.asks_target), likewise.
-        queries=1
-        if answer is not None and (decision.calls or decision.action == Action.REUSE)
-        else 0,
+        # it reuses what a supervisor confirmed (replay.asks_target), answered or not.
+        queries=1 if (answer is not None and decision.calls) or reuse_asks else 0,
         kind=str(decision.kind or ""),
         edited=recorded.edited(gate, effect),
         reason=decision.reason,

@@ -11,6 +11,9 @@ the engine's decision differs from the plan's line and the contract check sees i
         made before in this stage, its result recorded ... REPLAY the recorded result
     no effect yet ........................................ CALL
     confirmed ............................................ REUSE the recorded result
+        by a supervisor, RECONCILE_FIRST: ask the target
+            held there (or it does not answer) ........... REUSE
+            not held, or held under another id ........... BLOCKED
     abandoned by a supervisor ............................ SKIP
     failed (nothing happened):
         a supervisor recorded it:
@@ -159,8 +162,8 @@ class Decision:
 
 def asks_target(policy: str, recorded: Recorded | None) -> bool:
     """Whether deciding needs the target's answer: only a RECONCILE_FIRST effect whose outcome
-    the ledger does not know, or that a supervisor recorded as failed. IDEMPOTENT targets
-    deduplicate by key, and NEVER is never guessed about, so neither is asked."""
+    the ledger does not know, or that a supervisor recorded as failed or confirmed. IDEMPOTENT
+    targets deduplicate by key, and NEVER is never guessed about, so neither is asked."""
     return (
         policy == ReplayPolicy.RECONCILE_FIRST
         and recorded is not None
