@@ -132,20 +132,25 @@ def _check_against_the_target(effect: Effect, status: str, external_id: str) -> 
         .first()
     )
     said = read(row) if row is not None else None
-    if said is None or said.error or (said.found and not said.matches):
-        return  # no answer, or none that says which way it went
-    asked = f"{effect.target} answered (asked by {said.by}, event #{row.seq})"
+    why = contradiction(said, status, external_id) if said is not None else ""
+    if why:
+        asked = f"{effect.target} answered (asked by {said.by}, event #{row.seq})"
+        raise LedgerError(f"{asked} that {why}")
+
+
+def contradiction(said: TargetAsked, status: str, external_id: str) -> str:
+    """How an effect's `status` and `external_id` say the opposite of its target's answer
+    `said` ("" when they do not, or the answer says neither way): the one rule an edit is
+    refused by and the effect page warns by."""
+    if said.error or (said.found and not said.matches):
+        return ""
     if status == Effect.Status.CONFIRMED and not said.found:
-        raise LedgerError(
-            f"{asked} that it holds nothing under this key: ask it again before recording "
-            "the call as made"
-        )
-    if status == Effect.Status.CONFIRMED and external_id != said.external_id:
-        raise LedgerError(
-            f"{asked} that it holds {said.external_id} under this key, not {external_id}"
-        )
+        return "it holds nothing under this key: ask it again before recording the call as made"
+    if status == Effect.Status.CONFIRMED and said.external_id not in ("", external_id):
+        return f"it holds {said.external_id} under this key, not {external_id}"
     if status in (Effect.Status.FAILED, Effect.Status.ABANDONED) and said.found:
-        raise LedgerError(
-            f"{asked} that it holds {said.external_id} under this key: the call was made, "
-            "so it is confirmed; ask it again if that changed"
+        return (
+            f"it holds {said.external_id} under this key: the call was made, so it is "
+            "confirmed; ask it again if that changed"
         )
+    return ""

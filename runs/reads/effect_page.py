@@ -10,10 +10,11 @@ from typing import Any
 from runs.events import LedgerEdited, TargetAsked, read, where
 from runs.gates import recorded
 from runs.gates.acts import act_of
+from runs.ledger.edits import contradiction
 from runs.models import Effect, Event, Run, StoredPlan, SupervisorAsk
 from runs.pipeline import UnknownPipeline, registry
 from runs.planning.planner import EffectLine, Plan
-from runs.planning.replay import UNSETTLED
+from runs.planning.replay import UNSETTLED, Action
 
 
 @dataclass(frozen=True)
@@ -59,18 +60,16 @@ class EffectPage:
         """The target's newest answer says otherwise than the settled row: confirmed as X
         where it holds nothing (or another id), failed where it holds it. A supervisor's
         word may be wrong; the page says so and offers the answer to record."""
-        if self.unsettled or self.asked is None or self.asked.said.error:
+        if self.unsettled or self.asked is None:
             return False
-        said, effect = self.asked.said, self.effect
-        if effect.status == Effect.Status.CONFIRMED:
-            return not said.found or said.external_id not in ("", effect.external_id)
-        return effect.status == Effect.Status.FAILED and said.found
+        effect = self.effect
+        return bool(contradiction(self.asked.said, effect.status, effect.external_id))
 
     @property
     def can_ask(self) -> bool:
         # Settled, it is asked where its answer or its plan doubts the row (a supervisor's
         # "confirmed" the target was found not to hold blocks the plan).
-        blocked = self.line is not None and self.line.action == "blocked"
+        blocked = self.line is not None and self.line.action == Action.BLOCKED
         return (
             self.askable
             and self.run.is_resumable
